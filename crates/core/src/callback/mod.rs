@@ -1,0 +1,277 @@
+//! The six callback points as tower layers, and read-only observers.
+//!
+//! | point | wraps | built from |
+//! |---|---|---|
+//! | `before_agent` | the agent service | [`before_agent`] or [`BeforeLayer::new`] |
+//! | `before_model` | the model service | [`before_model`] or [`BeforeLayer::new`] |
+//! | `after_model` | the model service | [`after_model`] or [`AfterLayer::new`] |
+//! | `before_tool` | the tool service | [`before_tool`] or [`BeforeLayer::new`] |
+//! | `after_tool` | the tool service | [`after_tool`] or [`AfterLayer::new`] |
+//! | `after_agent` | the agent service | [`after_agent`] or [`AfterLayer::new`] |
+//!
+//! A **before** callback gets the request and returns [`Flow::Continue`] with the request
+//! (changed or not), or [`Flow::Answer`] with a response: answering short-circuits, so the
+//! inner layers and the service are not called.
+//!
+//! An **after** callback gets the response and the run context, and returns
+//! [`Flow::Continue`] with the response (changed or not) or [`Flow::Answer`] with a
+//! replacement. A replacement is *final for that point*: the after callbacks further out at
+//! the same point are skipped (they see it as [`Replaceable::is_replaced`]). Errors from the
+//! inner service pass through after callbacks untouched.
+//!
+//! An **observer** ([`ObserveLayer`]) is not an interceptor: it cannot change anything and it
+//! always runs. Put it outermost at its point and it sees every request and every final
+//! response, whoever answered. The ordering rules are in `docs/ordering.md`.
+//!
+//! Each callback is a strategy ([`BeforeCallback`], [`AfterCallback`]) with a blanket impl for
+//! closures, so a user's `async` closure and a built-in layer's configurable struct go through
+//! one mechanism. Letting a request through allocates nothing and boxes nothing.
+
+mod after;
+mod before;
+mod observe;
+
+use std::future::Future;
+
+pub use after::{After, AfterLayer, ResponseFuture as AfterFuture};
+pub use before::{Before, BeforeLayer, ResponseFuture as BeforeFuture};
+pub use observe::{Observe, ObserveLayer, OnRequest, OnResponse, ResponseFuture as ObserveFuture};
+
+use crate::agent::{AgentRequest, AgentResponse};
+use crate::context::RunContext;
+use crate::error::Error;
+use crate::model::{ModelRequest, ModelResponse};
+use crate::tool::{ToolRequest, ToolResponse};
+
+/// What a callback decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Flow<C, A> {
+    /// Let it go on: the request to the inner service, or the response to the outer layers.
+    Continue(C),
+    /// Answer here. In a before callback: this response, the inner service is not called. In
+    /// an after callback: this replacement, final for the point.
+    Answer(A),
+}
+
+/// A before callback: look at a request, let it continue or answer it.
+///
+/// Implemented for every `FnMut(Req) -> impl Future<Output = Result<Flow<Req, Res>, Error>>`.
+/// Implement it by hand for a configurable built-in:
+///
+/// ```
+/// use std::future::{ready, Ready};
+/// use tower_agent_core::{BeforeCallback, BeforeLayer, Error, Flow, ToolRequest, ToolResponse};
+///
+/// /// Refuses calls to the tools it names.
+/// #[derive(Clone, Debug)]
+/// struct Deny(Vec<String>);
+///
+/// impl BeforeCallback<ToolRequest> for Deny {
+///     type Response = ToolResponse;
+///     type Future = Ready<Result<Flow<ToolRequest, ToolResponse>, Error>>;
+///
+///     fn before(&mut self, req: ToolRequest) -> Self::Future {
+///         ready(Ok(if self.0.contains(&req.call.name) {
+///             Flow::Answer(ToolResponse::error(&req.call, "this tool is disabled"))
+///         } else {
+///             Flow::Continue(req)
+///         }))
+///     }
+/// }
+///
+/// let layer = BeforeLayer::new(Deny(vec!["rm".into()]));
+/// # let _ = layer;
+/// ```
+pub trait BeforeCallback<Req> {
+    /// The response it can answer with: the service's response.
+    type Response;
+    /// The future of its decision.
+    type Future: Future<Output = Result<Flow<Req, Self::Response>, Error>>;
+
+    /// Decide about `request`.
+    fn before(&mut self, request: Req) -> Self::Future;
+}
+
+impl<F, Fut, Req, Res> BeforeCallback<Req> for F
+where
+    F: FnMut(Req) -> Fut,
+    Fut: Future<Output = Result<Flow<Req, Res>, Error>>,
+{
+    type Response = Res;
+    type Future = Fut;
+
+    fn before(&mut self, request: Req) -> Fut {
+        self(request)
+    }
+}
+
+/// An after callback: look at a response, keep it or replace it.
+///
+/// Implemented for every
+/// `FnMut(Res, RunContext) -> impl Future<Output = Result<Flow<Res, Res>, Error>>`.
+pub trait AfterCallback<Res> {
+    /// The future of its decision.
+    type Future: Future<Output = Result<Flow<Res, Res>, Error>>;
+
+    /// Decide about `response`, produced for a request of the run `ctx`.
+    fn after(&mut self, response: Res, ctx: RunContext) -> Self::Future;
+}
+
+impl<F, Fut, Res> AfterCallback<Res> for F
+where
+    F: FnMut(Res, RunContext) -> Fut,
+    Fut: Future<Output = Result<Flow<Res, Res>, Error>>,
+{
+    type Future = Fut;
+
+    fn after(&mut self, response: Res, ctx: RunContext) -> Fut {
+        self(response, ctx)
+    }
+}
+
+/// A response an after callback can replace. A replaced response is final at its point: the
+/// after callbacks further out skip it. Hand-written after layers should honour this too.
+pub trait Replaceable {
+    /// Whether an after callback at this point replaced it.
+    fn is_replaced(&self) -> bool;
+    /// Mark it replaced.
+    fn set_replaced(&mut self);
+}
+
+macro_rules! replaceable {
+    ($($ty:ty),*) => {$(
+        impl Replaceable for $ty {
+            fn is_replaced(&self) -> bool {
+                self.replaced
+            }
+            fn set_replaced(&mut self) {
+                self.replaced = true;
+            }
+        }
+    )*};
+}
+
+replaceable!(ModelResponse, ToolResponse, AgentResponse);
+
+/// A `before_model` layer from an async closure.
+///
+/// ```
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+/// use tower_agent_core::{before_model, Error, Flow, ModelRequest, ModelResponse};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let model = ServiceBuilder::new()
+///     .layer(before_model(|mut req: ModelRequest| async move {
+///         req.append_system("Answer in one word.");
+///         Ok(Flow::Continue(req))
+///     }))
+///     .service(service_fn(|req: ModelRequest| async move {
+///         Ok::<_, Error>(ModelResponse::text(req.system.as_deref().unwrap_or_default()))
+///     }));
+///
+/// let res = model.oneshot(ModelRequest::new(vec![])).await?;
+/// assert_eq!(res.message.text(), "Answer in one word.");
+/// # Ok(())
+/// # }
+/// ```
+pub fn before_model<F, Fut>(f: F) -> BeforeLayer<F>
+where
+    F: FnMut(ModelRequest) -> Fut + Clone,
+    Fut: Future<Output = Result<Flow<ModelRequest, ModelResponse>, Error>>,
+{
+    BeforeLayer::new(f)
+}
+
+/// A `before_tool` layer from an async closure.
+///
+/// ```
+/// use serde_json::json;
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+/// use tower_agent_core::{before_tool, Error, Flow, RunContext, ToolCall, ToolRequest, ToolResponse};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let tools = ServiceBuilder::new()
+///     .layer(before_tool(|req: ToolRequest| async move {
+///         if req.call.name == "delete_everything" {
+///             return Ok(Flow::Answer(ToolResponse::error(&req.call, "not allowed")));
+///         }
+///         Ok(Flow::Continue(req))
+///     }))
+///     .service(service_fn(|req: ToolRequest| async move {
+///         Ok::<_, Error>(ToolResponse::success(&req.call, "done"))
+///     }));
+///
+/// let call = ToolCall::new("1", "delete_everything", json!({}));
+/// let res = tools.oneshot(ToolRequest::new(call, RunContext::new())).await?;
+/// assert!(res.result.is_error);
+/// # Ok(())
+/// # }
+/// ```
+pub fn before_tool<F, Fut>(f: F) -> BeforeLayer<F>
+where
+    F: FnMut(ToolRequest) -> Fut + Clone,
+    Fut: Future<Output = Result<Flow<ToolRequest, ToolResponse>, Error>>,
+{
+    BeforeLayer::new(f)
+}
+
+/// A `before_agent` layer from an async closure.
+pub fn before_agent<F, Fut>(f: F) -> BeforeLayer<F>
+where
+    F: FnMut(AgentRequest) -> Fut + Clone,
+    Fut: Future<Output = Result<Flow<AgentRequest, AgentResponse>, Error>>,
+{
+    BeforeLayer::new(f)
+}
+
+/// An `after_model` layer from an async closure.
+///
+/// ```
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+/// use tower_agent_core::{after_model, Error, Flow, ModelRequest, ModelResponse, RunContext};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let model = ServiceBuilder::new()
+///     .layer(after_model(|res: ModelResponse, _ctx: RunContext| async move {
+///         if res.message.text().contains("password") {
+///             return Ok(Flow::Answer(ModelResponse::text("[redacted]")));
+///         }
+///         Ok(Flow::Continue(res))
+///     }))
+///     .service(service_fn(|_req: ModelRequest| async move {
+///         Ok::<_, Error>(ModelResponse::text("the password is hunter2"))
+///     }));
+///
+/// let res = model.oneshot(ModelRequest::new(vec![])).await?;
+/// assert_eq!(res.message.text(), "[redacted]");
+/// # Ok(())
+/// # }
+/// ```
+pub fn after_model<F, Fut>(f: F) -> AfterLayer<F>
+where
+    F: FnMut(ModelResponse, RunContext) -> Fut + Clone,
+    Fut: Future<Output = Result<Flow<ModelResponse, ModelResponse>, Error>>,
+{
+    AfterLayer::new(f)
+}
+
+/// An `after_tool` layer from an async closure.
+pub fn after_tool<F, Fut>(f: F) -> AfterLayer<F>
+where
+    F: FnMut(ToolResponse, RunContext) -> Fut + Clone,
+    Fut: Future<Output = Result<Flow<ToolResponse, ToolResponse>, Error>>,
+{
+    AfterLayer::new(f)
+}
+
+/// An `after_agent` layer from an async closure.
+pub fn after_agent<F, Fut>(f: F) -> AfterLayer<F>
+where
+    F: FnMut(AgentResponse, RunContext) -> Fut + Clone,
+    Fut: Future<Output = Result<Flow<AgentResponse, AgentResponse>, Error>>,
+{
+    AfterLayer::new(f)
+}

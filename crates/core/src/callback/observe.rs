@@ -1,0 +1,238 @@
+//! Read-only observation of requests and responses at a callback point.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::context::RunContext;
+
+/// A hook called with every request before it goes in.
+pub trait OnRequest<Req> {
+    /// Look at `request`.
+    fn on_request(&mut self, request: &Req);
+}
+
+impl<Req> OnRequest<Req> for () {
+    #[inline]
+    fn on_request(&mut self, _: &Req) {}
+}
+
+impl<F, Req> OnRequest<Req> for F
+where
+    F: FnMut(&Req),
+{
+    fn on_request(&mut self, request: &Req) {
+        self(request)
+    }
+}
+
+/// A hook called with every outcome (response or error) on the way out.
+pub trait OnResponse<Res, E> {
+    /// Look at `result`, produced for a request of the run `ctx`.
+    fn on_response(&mut self, result: &Result<Res, E>, ctx: &RunContext);
+}
+
+impl<Res, E> OnResponse<Res, E> for () {
+    #[inline]
+    fn on_response(&mut self, _: &Result<Res, E>, _: &RunContext) {}
+}
+
+impl<F, Res, E> OnResponse<Res, E> for F
+where
+    F: FnMut(&Result<Res, E>, &RunContext),
+{
+    fn on_response(&mut self, result: &Result<Res, E>, ctx: &RunContext) {
+        self(result, ctx)
+    }
+}
+
+/// Observes every request and every outcome at its point, and changes nothing.
+///
+/// Unlike an after callback, an observer is never skipped: placed outermost at its point it
+/// sees every request, and every final response even when an inner callback answered or
+/// replaced it (check [`Replaceable::is_replaced`](super::Replaceable::is_replaced) to tell).
+/// Use it for logging, audit and metrics. Hooks are synchronous: hand slow work to a channel
+/// or a task.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+/// use tower_agent_core::{
+///     Error, ModelRequest, ModelResponse, ObserveLayer, Replaceable, RunContext,
+/// };
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let audit = Arc::new(Mutex::new(Vec::new()));
+/// let log = audit.clone();
+/// let model = ServiceBuilder::new()
+///     .layer(ObserveLayer::new().on_response(
+///         move |res: &Result<ModelResponse, Error>, ctx: &RunContext| {
+///             let line = match res {
+///                 Ok(r) => format!("round {}: {}", ctx.round(), r.message.text()),
+///                 Err(e) => format!("round {}: failed: {e}", ctx.round()),
+///             };
+///             log.lock().unwrap().push(line);
+///         },
+///     ))
+///     .service(service_fn(|_req: ModelRequest| async {
+///         Ok::<_, Error>(ModelResponse::text("hi"))
+///     }));
+/// model.oneshot(ModelRequest::new(vec![])).await?;
+/// assert_eq!(*audit.lock().unwrap(), ["round 0: hi"]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Default)]
+pub struct ObserveLayer<OnReq = (), OnRes = ()> {
+    on_request: OnReq,
+    on_response: OnRes,
+}
+
+impl ObserveLayer {
+    /// An observer with no-op hooks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<OnReq, OnRes> ObserveLayer<OnReq, OnRes> {
+    /// Set the request hook.
+    pub fn on_request<T>(self, hook: T) -> ObserveLayer<T, OnRes> {
+        ObserveLayer {
+            on_request: hook,
+            on_response: self.on_response,
+        }
+    }
+
+    /// Set the response hook.
+    pub fn on_response<T>(self, hook: T) -> ObserveLayer<OnReq, T> {
+        ObserveLayer {
+            on_request: self.on_request,
+            on_response: hook,
+        }
+    }
+}
+
+impl<OnReq, OnRes> fmt::Debug for ObserveLayer<OnReq, OnRes> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObserveLayer")
+            .field("on_request", &std::any::type_name::<OnReq>())
+            .field("on_response", &std::any::type_name::<OnRes>())
+            .finish()
+    }
+}
+
+impl<S, OnReq: Clone, OnRes: Clone> Layer<S> for ObserveLayer<OnReq, OnRes> {
+    type Service = Observe<S, OnReq, OnRes>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Observe {
+            inner,
+            on_request: self.on_request.clone(),
+            on_response: self.on_response.clone(),
+        }
+    }
+}
+
+/// The service of [`ObserveLayer`].
+#[derive(Clone, Copy)]
+pub struct Observe<S, OnReq = (), OnRes = ()> {
+    inner: S,
+    on_request: OnReq,
+    on_response: OnRes,
+}
+
+impl<S> Observe<S> {
+    /// A layer for this service.
+    pub fn layer() -> ObserveLayer {
+        ObserveLayer::new()
+    }
+}
+
+impl<S, OnReq, OnRes> Observe<S, OnReq, OnRes> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwrap the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug, OnReq, OnRes> fmt::Debug for Observe<S, OnReq, OnRes> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observe")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, OnReq, OnRes, Req> Service<Req> for Observe<S, OnReq, OnRes>
+where
+    Req: AsRef<RunContext>,
+    S: Service<Req>,
+    OnReq: OnRequest<Req>,
+    OnRes: OnResponse<S::Response, S::Error> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, OnRes>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        self.on_request.on_request(&request);
+        let ctx = request.as_ref().clone();
+        ResponseFuture {
+            future: self.inner.call(request),
+            hook: Some((self.on_response.clone(), ctx)),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Observe`].
+    pub struct ResponseFuture<F, OnRes> {
+        #[pin]
+        future: F,
+        hook: Option<(OnRes, RunContext)>,
+    }
+}
+
+impl<F, OnRes> fmt::Debug for ResponseFuture<F, OnRes> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, OnRes, Res, E> Future for ResponseFuture<F, OnRes>
+where
+    F: Future<Output = Result<Res, E>>,
+    OnRes: OnResponse<Res, E>,
+{
+    type Output = Result<Res, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = ready!(this.future.poll(cx));
+        if let Some((mut hook, ctx)) = this.hook.take() {
+            hook.on_response(&result, &ctx);
+        }
+        Poll::Ready(result)
+    }
+}

@@ -1,0 +1,348 @@
+//! The run context every request carries.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::event::{Event, EventSink, EventStream, Observer};
+use crate::history::History;
+
+/// What every request of one run carries: ids, the round, shared state, the event sink and
+/// the cancellation token.
+///
+/// Cloning is O(1): clones share the same state. The agent hands a clone, with the round
+/// number set, to every model and tool request of the run, so state written at one callback
+/// point is read at the next.
+///
+/// Two kinds of state:
+///
+/// - the **JSON state** is the session's state: the agent moves
+///   [`Session::state`](crate::Session::state) in at the start of a run (keys already set on
+///   the context win) and writes it back at the end, so it persists with the session;
+/// - **extensions** are typed values for this run only (like `http::Extensions`).
+///
+/// ```
+/// use tower_agent_core::RunContext;
+///
+/// let ctx = RunContext::new();
+/// ctx.set_state("todo", vec!["write tests"]);
+/// ctx.insert_extension(42_u32);
+/// let other = ctx.with_round(3);
+/// assert_eq!(other.state::<Vec<String>>("todo").unwrap(), vec!["write tests".to_string()]);
+/// assert_eq!(other.extension::<u32>(), Some(42));
+/// assert_eq!(other.round(), 3);
+/// ```
+#[derive(Clone)]
+pub struct RunContext {
+    shared: Arc<Shared>,
+    round: u32,
+}
+
+struct Shared {
+    run_id: Arc<str>,
+    session_id: Arc<str>,
+    cancel: CancellationToken,
+    events: EventSink,
+    state: Mutex<Map<String, Value>>,
+    extensions: Mutex<Extensions>,
+    commit: Mutex<Option<History>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock (in user code) must not poison the run.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Default for RunContext {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunContext {
+    /// A context with a fresh run id, an empty session id, no event sink and a fresh
+    /// cancellation token.
+    pub fn new() -> Self {
+        Self::from_shared(Shared {
+            run_id: new_id().into(),
+            session_id: Arc::from(""),
+            cancel: CancellationToken::new(),
+            events: EventSink::default(),
+            state: Mutex::new(Map::new()),
+            extensions: Mutex::new(Extensions::default()),
+            commit: Mutex::new(None),
+        })
+    }
+
+    fn from_shared(shared: Shared) -> Self {
+        Self {
+            shared: Arc::new(shared),
+            round: 0,
+        }
+    }
+
+    /// Mutable access for the builder-style methods: in place when this is the only clone,
+    /// else on a fresh copy (ids, token, sink and state are carried over).
+    fn shared_mut(&mut self) -> &mut Shared {
+        if Arc::get_mut(&mut self.shared).is_none() {
+            let s = &self.shared;
+            let copy = Shared {
+                run_id: s.run_id.clone(),
+                session_id: s.session_id.clone(),
+                cancel: s.cancel.clone(),
+                events: s.events.clone(),
+                state: Mutex::new(lock(&s.state).clone()),
+                extensions: Mutex::new(lock(&s.extensions).clone()),
+                commit: Mutex::new(lock(&s.commit).clone()),
+            };
+            self.shared = Arc::new(copy);
+        }
+        Arc::get_mut(&mut self.shared).expect("just made unique")
+    }
+
+    /// Set the run id.
+    pub fn with_run_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.shared_mut().run_id = id.into();
+        self
+    }
+
+    /// Set the session id.
+    pub fn with_session_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.shared_mut().session_id = id.into();
+        self
+    }
+
+    /// Use `token` to cancel the run (a child token works too).
+    pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
+        self.shared_mut().cancel = token;
+        self
+    }
+
+    /// Add an observer: it receives every event, in order, and its error stops the run.
+    pub fn with_observer(mut self, observer: impl Observer) -> Self {
+        let sink = std::mem::take(&mut self.shared_mut().events);
+        self.shared_mut().events = sink.with_observer(observer);
+        self
+    }
+
+    /// Add an event stream with room for `capacity` events: when it is full, the run waits
+    /// for the consumer (backpressure). Dropping the stream stops the sending, not the run.
+    pub fn with_event_stream(mut self, capacity: usize) -> (Self, EventStream) {
+        let sink = std::mem::take(&mut self.shared_mut().events);
+        let (sink, stream) = sink.with_stream(capacity);
+        self.shared_mut().events = sink;
+        (self, stream)
+    }
+
+    /// A clone of this context at `round`.
+    pub fn with_round(&self, round: u32) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            round,
+        }
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.shared.run_id
+    }
+
+    /// The session's id.
+    pub fn session_id(&self) -> &str {
+        &self.shared.session_id
+    }
+
+    /// The round this request belongs to: 1 for the first model call of a run, 0 outside
+    /// rounds (before the first one, and for calls resumed after an interrupt).
+    pub fn round(&self) -> u32 {
+        self.round
+    }
+
+    /// The run's cancellation token.
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.shared.cancel
+    }
+
+    /// Whether the run was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel.is_cancelled()
+    }
+
+    /// Cancel the run: it ends before the next model or tool call, with outcome cancelled.
+    pub fn cancel(&self) {
+        self.shared.cancel.cancel();
+    }
+
+    /// The event sink.
+    pub fn events(&self) -> &EventSink {
+        &self.shared.events
+    }
+
+    /// Emit an event to the observers and the stream, in order.
+    ///
+    /// # Errors
+    ///
+    /// An observer's error ([`ErrorKind::Observer`](crate::ErrorKind::Observer) unless the
+    /// observer chose another kind): the caller should stop and return it.
+    pub async fn emit(&self, event: Event) -> Result<(), Error> {
+        self.shared.events.emit(event).await
+    }
+
+    /// Read a value of the session's JSON state. `None` when missing or not of type `T`.
+    pub fn state<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+        let state = lock(&self.shared.state);
+        state
+            .get(key)
+            .and_then(|v| T::deserialize(v).ok())
+    }
+
+    /// Write a value into the session's JSON state. A value that does not serialize to JSON
+    /// is stored as `null`.
+    pub fn set_state(&self, key: impl Into<String>, value: impl Serialize) {
+        let value = serde_json::to_value(value).unwrap_or(Value::Null);
+        lock(&self.shared.state).insert(key.into(), value);
+    }
+
+    /// Run `f` with the JSON state locked. Do not block or await inside.
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut Map<String, Value>) -> R) -> R {
+        f(&mut lock(&self.shared.state))
+    }
+
+    /// Store a typed value for this run, replacing any value of the same type.
+    pub fn insert_extension<T: Clone + Send + Sync + 'static>(&self, value: T) {
+        lock(&self.shared.extensions).insert(value);
+    }
+
+    /// A clone of the typed value of type `T`, if one was stored.
+    pub fn extension<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        lock(&self.shared.extensions).get::<T>()
+    }
+
+    /// Replace the session's history with `history`, for a layer whose edit must outlast the
+    /// request (summarization, patching). The agent applies it right after the current model
+    /// call returns, before appending the model's message. Edits made to a
+    /// [`ModelRequest`](crate::ModelRequest) otherwise shape that request only.
+    ///
+    /// A later commit in the same round replaces an earlier one.
+    pub fn commit_history(&self, history: History) {
+        *lock(&self.shared.commit) = Some(history);
+    }
+
+    /// Take the pending history commit, if any. The agent calls this; layers do not need to.
+    pub fn take_committed_history(&self) -> Option<History> {
+        lock(&self.shared.commit).take()
+    }
+
+    /// Merge `state` into the JSON state; keys already present win.
+    pub fn absorb_state(&self, state: Map<String, Value>) {
+        let mut mine = lock(&self.shared.state);
+        for (key, value) in state {
+            mine.entry(key).or_insert(value);
+        }
+    }
+
+    /// A copy of the whole JSON state.
+    pub fn state_snapshot(&self) -> Map<String, Value> {
+        lock(&self.shared.state).clone()
+    }
+}
+
+impl fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // State values are the host's data: show only the keys.
+        let keys: Vec<String> = lock(&self.shared.state).keys().cloned().collect();
+        f.debug_struct("RunContext")
+            .field("run_id", &self.shared.run_id)
+            .field("session_id", &self.shared.session_id)
+            .field("round", &self.round)
+            .field("cancelled", &self.is_cancelled())
+            .field("state_keys", &keys)
+            .field("events", &self.shared.events)
+            .finish()
+    }
+}
+
+/// A fresh random id (UUID v4, hyphenated).
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Typed values by type, for one run.
+#[derive(Clone, Default)]
+struct Extensions {
+    map: Option<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl Extensions {
+    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
+        self.map
+            .get_or_insert_with(HashMap::new)
+            .insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.map
+            .as_ref()?
+            .get(&TypeId::of::<T>())?
+            .downcast_ref::<T>()
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clones_share_state_and_builders_keep_it() {
+        let ctx = RunContext::new().with_session_id("s1");
+        ctx.set_state("k", 1);
+        let clone = ctx.clone();
+        clone.set_state("k", 2);
+        assert_eq!(ctx.state::<i32>("k"), Some(2));
+        // A builder call on a shared context copies, keeping what was there.
+        let moved = clone.with_run_id("r2");
+        assert_eq!(moved.state::<i32>("k"), Some(2));
+        assert_eq!(moved.session_id(), "s1");
+        assert_eq!(moved.run_id(), "r2");
+        assert_ne!(ctx.run_id(), "r2");
+    }
+
+    #[test]
+    fn absorb_keeps_existing_keys() {
+        let ctx = RunContext::new();
+        ctx.set_state("a", "mine");
+        let mut incoming = Map::new();
+        incoming.insert("a".into(), Value::from("theirs"));
+        incoming.insert("b".into(), Value::from(2));
+        ctx.absorb_state(incoming);
+        assert_eq!(ctx.state::<String>("a").as_deref(), Some("mine"));
+        assert_eq!(ctx.state::<i32>("b"), Some(2));
+    }
+
+    #[test]
+    fn wrong_type_reads_as_none() {
+        let ctx = RunContext::new();
+        ctx.set_state("n", "not a number");
+        assert_eq!(ctx.state::<u32>("n"), None);
+        assert_eq!(ctx.extension::<String>(), None);
+    }
+
+    #[test]
+    fn commits_are_taken_once() {
+        let ctx = RunContext::new();
+        assert!(ctx.take_committed_history().is_none());
+        ctx.commit_history(History::new());
+        assert!(ctx.take_committed_history().is_some());
+        assert!(ctx.take_committed_history().is_none());
+    }
+}

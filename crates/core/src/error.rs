@@ -1,0 +1,311 @@
+//! The one error type of tower-agent, with kinds a retry policy can classify.
+//!
+//! [`Error`] is for infrastructure failure: the model endpoint is down, a backend cannot write,
+//! the run was cancelled inside a provider. A tool failure the model should see is *not* an
+//! error: it is a [`ToolResult`](crate::ToolResult) with `is_error: true`. A run paused for a
+//! human is not an error either: it is [`Outcome::Interrupted`](crate::Outcome::Interrupted),
+//! carried in an `Ok` response, so no retry layer can ever catch it. [`ErrorKind`] has no
+//! variant for it, by construction.
+
+use std::borrow::Cow;
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::agent::Session;
+
+/// A type-erased error, as tower's middleware produce (`tower::BoxError`).
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// What went wrong, in terms a retry policy can act on.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_agent_core::{Error, ErrorKind};
+///
+/// let err = Error::rate_limited(Some(Duration::from_secs(2)), "429 from the provider");
+/// assert!(err.kind().is_transient());
+/// assert_eq!(err.retry_after(), Some(Duration::from_secs(2)));
+/// assert!(!Error::new(ErrorKind::Auth, "bad key").kind().is_transient());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The provider rate-limited the request (HTTP 429), optionally saying when to come back.
+    RateLimited {
+        /// How long the provider asked to wait, when it said so.
+        retry_after: Option<Duration>,
+    },
+    /// The provider is overloaded (HTTP 503/529), optionally saying when to come back.
+    Overloaded {
+        /// How long the provider asked to wait, when it said so.
+        retry_after: Option<Duration>,
+    },
+    /// The provider failed (HTTP 5xx) or sent a response that could not be read.
+    Server,
+    /// The credentials were refused (HTTP 401/403). Never worth retrying.
+    Auth,
+    /// The account's quota or credit is used up. Not worth retrying soon.
+    QuotaExhausted,
+    /// The request does not fit the model's context window; summarizing the history may help.
+    ContextTooLong,
+    /// The request was malformed (HTTP 400), or a caller broke a contract of this library.
+    BadRequest,
+    /// A deadline passed (for example tower's `Timeout` layer fired).
+    Timeout,
+    /// The run was cancelled through its cancellation token.
+    Cancelled,
+    /// A tool failed at the infrastructure level (not a failure the model should see).
+    Tool,
+    /// A storage backend failed.
+    Backend,
+    /// An event observer failed; the run stops and returns this error.
+    Observer,
+    /// Anything else.
+    Other,
+}
+
+impl ErrorKind {
+    /// Whether trying the same request again later may succeed: rate limits, overload, server
+    /// errors and timeouts.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::RateLimited { .. }
+                | ErrorKind::Overloaded { .. }
+                | ErrorKind::Server
+                | ErrorKind::Timeout
+        )
+    }
+
+    /// The wait the provider asked for, for [`RateLimited`](Self::RateLimited) and
+    /// [`Overloaded`](Self::Overloaded).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ErrorKind::RateLimited { retry_after } | ErrorKind::Overloaded { retry_after } => {
+                *retry_after
+            }
+            _ => None,
+        }
+    }
+
+    fn describe(&self) -> &'static str {
+        match self {
+            ErrorKind::RateLimited { .. } => "rate limited",
+            ErrorKind::Overloaded { .. } => "overloaded",
+            ErrorKind::Server => "server error",
+            ErrorKind::Auth => "authentication failed",
+            ErrorKind::QuotaExhausted => "quota exhausted",
+            ErrorKind::ContextTooLong => "context too long",
+            ErrorKind::BadRequest => "bad request",
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Tool => "tool failure",
+            ErrorKind::Backend => "backend failure",
+            ErrorKind::Observer => "observer failed",
+            ErrorKind::Other => "error",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())?;
+        if let Some(wait) = self.retry_after() {
+            write!(f, " (retry after {wait:?})")?;
+        }
+        Ok(())
+    }
+}
+
+/// The error of every service in tower-agent.
+///
+/// Cheap to clone (the source is shared). Its `Display` and `Debug` output never include
+/// request bodies, headers or credentials: providers put only what is safe to log into the
+/// message.
+///
+/// When a run fails, the agent attaches the session as it stood at the failure (every tool
+/// call answered), so nothing is lost: take it back with [`Error::into_session`] and resume.
+#[derive(Clone, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: Cow<'static, str>,
+    #[source]
+    source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
+    session: Option<Box<Session>>,
+}
+
+impl Error {
+    /// A new error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+            session: None,
+        }
+    }
+
+    /// [`ErrorKind::RateLimited`].
+    pub fn rate_limited(
+        retry_after: Option<Duration>,
+        message: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        Self::new(ErrorKind::RateLimited { retry_after }, message)
+    }
+
+    /// [`ErrorKind::Cancelled`]: the run was cancelled.
+    pub fn cancelled() -> Self {
+        Self::new(ErrorKind::Cancelled, "the run was cancelled")
+    }
+
+    /// [`ErrorKind::BadRequest`].
+    pub fn bad_request(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::BadRequest, message)
+    }
+
+    /// [`ErrorKind::Tool`].
+    pub fn tool(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Tool, message)
+    }
+
+    /// [`ErrorKind::Backend`].
+    pub fn backend(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Backend, message)
+    }
+
+    /// [`ErrorKind::Other`].
+    pub fn other(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Other, message)
+    }
+
+    /// Attach the underlying cause, reachable through [`std::error::Error::source`].
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(Arc::from(source.into()));
+        self
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message, without the kind.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Shorthand for `self.kind().retry_after()`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.kind.retry_after()
+    }
+
+    /// Shorthand for `self.kind().is_transient()`.
+    pub fn is_transient(&self) -> bool {
+        self.kind.is_transient()
+    }
+
+    /// Attach the session as it stood when the run failed.
+    pub fn with_session(mut self, session: Session) -> Self {
+        self.session = Some(Box::new(session));
+        self
+    }
+
+    /// The session saved at the failure, if the agent attached one.
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_deref()
+    }
+
+    /// Take the session saved at the failure, to resume the run later.
+    pub fn take_session(&mut self) -> Option<Session> {
+        self.session.take().map(|s| *s)
+    }
+
+    /// Turn any error a tower service returns into an [`Error`].
+    ///
+    /// An `Error` inside the box is unwrapped; tower's `timeout::error::Elapsed` becomes
+    /// [`ErrorKind::Timeout`] and `load_shed::error::Overloaded` becomes
+    /// [`ErrorKind::Overloaded`]; anything else is [`ErrorKind::Other`] with the original as
+    /// its source.
+    pub fn from_boxed(error: BoxError) -> Self {
+        let error = match error.downcast::<Error>() {
+            Ok(error) => return *error,
+            Err(error) => error,
+        };
+        if error.is::<tower::timeout::error::Elapsed>() {
+            return Error::new(ErrorKind::Timeout, error.to_string()).with_source(error);
+        }
+        if error.is::<tower::load_shed::error::Overloaded>() {
+            return Error::new(ErrorKind::Overloaded { retry_after: None }, error.to_string())
+                .with_source(error);
+        }
+        Error::new(ErrorKind::Other, error.to_string()).with_source(error)
+    }
+}
+
+impl From<BoxError> for Error {
+    fn from(error: BoxError) -> Self {
+        Error::from_boxed(error)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(source) = &self.source {
+            d.field("source", &format_args!("{source}"));
+        }
+        if let Some(session) = &self.session {
+            d.field("session", &format_args!("<{} messages>", session.history.len()));
+        }
+        d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boxed_error_round_trips_kind() {
+        let boxed: BoxError = Box::new(Error::rate_limited(Some(Duration::from_secs(3)), "slow"));
+        let back = Error::from(boxed);
+        assert_eq!(
+            back.kind(),
+            ErrorKind::RateLimited {
+                retry_after: Some(Duration::from_secs(3))
+            }
+        );
+        assert_eq!(back.to_string(), "rate limited (retry after 3s): slow");
+    }
+
+    #[test]
+    fn tower_elapsed_is_a_timeout() {
+        let boxed: BoxError = Box::new(tower::timeout::error::Elapsed::new());
+        assert_eq!(Error::from(boxed).kind(), ErrorKind::Timeout);
+        let boxed: BoxError = Box::new(tower::load_shed::error::Overloaded::new());
+        assert!(matches!(
+            Error::from(boxed).kind(),
+            ErrorKind::Overloaded { .. }
+        ));
+        let boxed: BoxError = "plain".into();
+        let err = Error::from(boxed);
+        assert_eq!(err.kind(), ErrorKind::Other);
+        assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn debug_does_not_dump_the_session() {
+        let mut session = Session::new();
+        session.history.push(crate::Message::user("my secret plan"));
+        let err = Error::other("boom").with_session(session);
+        let debug = format!("{err:?}");
+        assert!(debug.contains("<1 messages>"), "{debug}");
+        assert!(!debug.contains("secret"), "{debug}");
+    }
+}

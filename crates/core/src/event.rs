@@ -1,0 +1,324 @@
+//! Ordered events of a run, for streams and async observers.
+//!
+//! The agent emits, in this order:
+//!
+//! ```text
+//! RunStarted
+//! ( RoundStarted  TextDelta* ReasoningDelta*  Text?  RoundCompleted  (ToolStarted ToolFinished)* )*
+//! RunFinished | RunFailed
+//! ```
+//!
+//! `RoundCompleted` comes right after the model answered and its message was appended,
+//! before any tool runs: it carries the history at that point, so a consumer can persist
+//! progress there. Deltas come from providers that stream. With concurrent tool execution,
+//! `ToolStarted`/`ToolFinished` of one round may interleave; the history is still appended in
+//! call order.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc;
+
+use crate::agent::Outcome;
+use crate::error::{Error, ErrorKind};
+use crate::history::History;
+use crate::message::Message;
+use crate::model::Usage;
+
+/// Something that happened during a run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Event {
+    /// The run began.
+    RunStarted {
+        /// The run's id.
+        run_id: Arc<str>,
+        /// The session's id.
+        session_id: Arc<str>,
+    },
+    /// A round began: the model is about to be called.
+    RoundStarted {
+        /// The round, from 1.
+        round: u32,
+    },
+    /// A piece of text streamed by the provider.
+    TextDelta {
+        /// The round.
+        round: u32,
+        /// The new text.
+        delta: String,
+    },
+    /// A piece of reasoning streamed by the provider.
+    ReasoningDelta {
+        /// The round.
+        round: u32,
+        /// The new reasoning text.
+        delta: String,
+    },
+    /// The text of the model's message (emitted when it has any).
+    Text {
+        /// The round.
+        round: u32,
+        /// The whole text of the message.
+        text: String,
+    },
+    /// The model answered and its message was appended; tools have not run yet.
+    RoundCompleted {
+        /// The round.
+        round: u32,
+        /// The model's message.
+        message: Message,
+        /// The session's history at this point (shared; holding it makes the next append
+        /// copy once).
+        history: History,
+        /// Tokens of this round's model call.
+        usage: Usage,
+    },
+    /// A tool call is about to run.
+    ToolStarted {
+        /// The round.
+        round: u32,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// A tool call finished.
+    ToolFinished {
+        /// The round.
+        round: u32,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// Whether the result is an error the model will see.
+        is_error: bool,
+    },
+    /// The run ended normally (completed, stopped, cancelled or interrupted).
+    RunFinished {
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// The run failed with an error.
+    RunFailed {
+        /// The error the run returns.
+        error: Error,
+    },
+}
+
+impl Event {
+    /// The variant's name in snake case, e.g. `"tool_started"`: handy in logs and tests.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::RunStarted { .. } => "run_started",
+            Event::RoundStarted { .. } => "round_started",
+            Event::TextDelta { .. } => "text_delta",
+            Event::ReasoningDelta { .. } => "reasoning_delta",
+            Event::Text { .. } => "text",
+            Event::RoundCompleted { .. } => "round_completed",
+            Event::ToolStarted { .. } => "tool_started",
+            Event::ToolFinished { .. } => "tool_finished",
+            Event::RunFinished { .. } => "run_finished",
+            Event::RunFailed { .. } => "run_failed",
+        }
+    }
+}
+
+/// A boxed future, as observers return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An async consumer of events. Its error stops the run, which returns it.
+///
+/// Write one with [`observer_fn`], or implement the trait.
+pub trait Observer: Send + Sync + 'static {
+    /// Handle one event.
+    fn on_event<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), Error>>;
+}
+
+/// An observer from a closure. The closure reads the event and returns a `'static` future.
+///
+/// ```
+/// use tower_agent_core::{observer_fn, Event, RunContext};
+///
+/// # tokio_test_block_on(async {
+/// let ctx = RunContext::new().with_observer(observer_fn(|event: &Event| {
+///     let name = event.name();
+///     async move {
+///         println!("event: {name}");
+///         Ok(())
+///     }
+/// }));
+/// ctx.emit(Event::RoundStarted { round: 1 }).await.unwrap();
+/// # });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+pub fn observer_fn<F, Fut>(f: F) -> ObserverFn<F>
+where
+    F: Fn(&Event) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    ObserverFn { f }
+}
+
+/// The observer [`observer_fn`] returns.
+#[derive(Clone, Copy)]
+pub struct ObserverFn<F> {
+    f: F,
+}
+
+impl<F> fmt::Debug for ObserverFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObserverFn").finish_non_exhaustive()
+    }
+}
+
+impl<F, Fut> Observer for ObserverFn<F>
+where
+    F: Fn(&Event) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    fn on_event<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin((self.f)(event))
+    }
+}
+
+/// Where a run's events go: observers (called in order, awaited) and at most one bounded
+/// stream. The default sink is disabled and costs nothing.
+#[derive(Clone, Default)]
+pub struct EventSink {
+    observers: Vec<Arc<dyn Observer>>,
+    sender: Option<mpsc::Sender<Event>>,
+}
+
+impl EventSink {
+    /// A disabled sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add an observer.
+    pub fn with_observer(mut self, observer: impl Observer) -> Self {
+        self.observers.push(Arc::new(observer));
+        self
+    }
+
+    /// Add a bounded stream (replacing any earlier one): when `capacity` events wait unread,
+    /// emitting waits for the consumer.
+    pub fn with_stream(mut self, capacity: usize) -> (Self, EventStream) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        self.sender = Some(tx);
+        (self, EventStream { rx })
+    }
+
+    /// Whether anything listens. Emitters skip building events when this is false.
+    pub fn is_enabled(&self) -> bool {
+        !self.observers.is_empty() || self.sender.is_some()
+    }
+
+    /// Deliver `event` to every observer in order, then to the stream.
+    ///
+    /// # Errors
+    ///
+    /// The first observer error. Its kind is kept if the observer set one other than
+    /// `Other`; otherwise it becomes [`ErrorKind::Observer`].
+    pub async fn emit(&self, event: Event) -> Result<(), Error> {
+        for observer in &self.observers {
+            if let Err(error) = observer.on_event(&event).await {
+                return Err(if error.kind() == ErrorKind::Other {
+                    Error::new(ErrorKind::Observer, error.message().to_owned()).with_source(error)
+                } else {
+                    error
+                });
+            }
+        }
+        if let Some(sender) = &self.sender {
+            // A dropped stream means nobody reads any more: the run goes on.
+            let _ = sender.send(event).await;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventSink")
+            .field("observers", &self.observers.len())
+            .field("stream", &self.sender.is_some())
+            .finish()
+    }
+}
+
+/// The events of one run, as a [`Stream`](futures_core::Stream). Ends when the run ends.
+#[derive(Debug)]
+pub struct EventStream {
+    rx: mpsc::Receiver<Event>,
+}
+
+impl EventStream {
+    /// The next event, or `None` once the run has ended and every event was read.
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+}
+
+impl futures_core::Stream for EventStream {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn observers_run_in_order_and_errors_stop() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let first = seen.clone();
+        let second = seen.clone();
+        let sink = EventSink::new()
+            .with_observer(observer_fn(move |e: &Event| {
+                first.lock().unwrap().push(format!("1:{}", e.name()));
+                async { Ok(()) }
+            }))
+            .with_observer(observer_fn(move |e: &Event| {
+                second.lock().unwrap().push(format!("2:{}", e.name()));
+                async { Err(Error::other("disk full")) }
+            }));
+        let err = sink
+            .emit(Event::RoundStarted { round: 1 })
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Observer);
+        assert!(err.to_string().contains("disk full"));
+        assert_eq!(*seen.lock().unwrap(), ["1:round_started", "2:round_started"]);
+    }
+
+    #[tokio::test]
+    async fn stream_applies_backpressure_and_tolerates_drop() {
+        let (sink, mut stream) = EventSink::new().with_stream(1);
+        sink.emit(Event::RoundStarted { round: 1 }).await.unwrap();
+        // The buffer is full: the next emit waits until the consumer reads.
+        let pending = sink.emit(Event::RoundStarted { round: 2 });
+        tokio::pin!(pending);
+        assert!(
+            futures_util::poll!(pending.as_mut()).is_pending(),
+            "a full stream must make the emitter wait"
+        );
+        assert!(matches!(
+            stream.recv().await,
+            Some(Event::RoundStarted { round: 1 })
+        ));
+        pending.await.unwrap();
+        drop(stream);
+        sink.emit(Event::RoundStarted { round: 3 }).await.unwrap();
+    }
+}

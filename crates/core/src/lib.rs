@@ -1,0 +1,76 @@
+//! The core of [tower-agent](https://docs.rs/tower-agent): the types of the three agent
+//! services and the callback layers. Custom layers and providers depend on this crate only.
+//!
+//! | service | request | response |
+//! |---|---|---|
+//! | model | [`ModelRequest`] | [`ModelResponse`] |
+//! | tool | [`ToolRequest`] | [`ToolResponse`] |
+//! | agent | [`AgentRequest`] | [`AgentResponse`] |
+//!
+//! Every request carries a [`RunContext`]: ids, round, state shared across callback points,
+//! the event sink and the cancellation token. Every service fails with one [`Error`] whose
+//! [`ErrorKind`] a retry policy can classify.
+//!
+//! The callback points `before_agent`, `before_model`, `after_model`, `before_tool`,
+//! `after_tool` and `after_agent` are layers built from async closures or from strategy
+//! types; see [`callback`].
+//!
+//! ```
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_agent_core::{before_model, Error, Flow, Message, ModelRequest, ModelResponse};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! // A model service: here a stub that echoes the last message.
+//! let model = service_fn(|req: ModelRequest| async move {
+//!     let last = req.messages.last().map(|m| m.text()).unwrap_or_default();
+//!     Ok::<_, Error>(ModelResponse::text(format!("echo: {last}")))
+//! });
+//!
+//! // A callback that answers some requests itself: the model is not called for them.
+//! let model = ServiceBuilder::new()
+//!     .layer(before_model(|req: ModelRequest| async move {
+//!         if req.messages.is_empty() {
+//!             return Ok(Flow::Answer(ModelResponse::text("say something")));
+//!         }
+//!         Ok(Flow::Continue(req))
+//!     }))
+//!     .service(model);
+//!
+//! let res = model.clone().oneshot(ModelRequest::new(vec![])).await?;
+//! assert_eq!(res.message.text(), "say something");
+//! let res = model.oneshot(ModelRequest::new(vec![Message::user("hi")])).await?;
+//! assert_eq!(res.message.text(), "echo: hi");
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod agent;
+pub mod callback;
+pub mod context;
+pub mod error;
+pub mod event;
+pub mod history;
+pub mod message;
+pub mod model;
+pub mod tool;
+
+pub use agent::{
+    AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopReason,
+};
+pub use callback::{
+    AfterCallback, AfterLayer, BeforeCallback, BeforeLayer, Flow, ObserveLayer, Replaceable,
+    after_agent, after_model, after_tool, before_agent, before_model, before_tool,
+};
+pub use context::{RunContext, new_id};
+pub use error::{BoxError, Error, ErrorKind};
+pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
+pub use history::{History, HistoryError};
+pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
+pub use model::{
+    FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,
+};
+pub use tool::{Interrupt, ToolAction, ToolRequest, ToolResponse};
+pub use tokio_util::sync::CancellationToken;

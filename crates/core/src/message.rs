@@ -1,0 +1,314 @@
+//! Provider-neutral messages: roles, content parts, tool calls and tool results.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// System instructions placed in the history (most requests carry them in
+    /// [`ModelRequest::system`](crate::ModelRequest::system) instead).
+    System,
+    /// The human, or the host application speaking for them.
+    User,
+    /// The model.
+    Assistant,
+    /// Tool results, one per message.
+    Tool,
+}
+
+/// A tool call the model asked for.
+///
+/// `arguments` is the text the model produced, kept exactly: normally a JSON object, but a
+/// model can produce malformed JSON, and the tool service reports that as an error result
+/// the model sees instead of the agent failing. Use [`ToolCall::parse_arguments`] to read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id for the call; the result answers it by this id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as JSON text, as the model wrote them.
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// A call with JSON arguments.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::ToolCall;
+    ///
+    /// let call = ToolCall::new("call_1", "add", json!({ "a": 1, "b": 2 }));
+    /// assert_eq!(call.arguments, r#"{"a":1,"b":2}"#);
+    /// ```
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.to_string(),
+        }
+    }
+
+    /// A call whose arguments are kept as the given text, valid JSON or not.
+    pub fn raw(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    /// Deserialize the arguments. Empty text counts as `{}` (some models send nothing for a
+    /// tool without parameters).
+    ///
+    /// # Errors
+    ///
+    /// The `serde_json` error when the text is not JSON or does not fit `T`.
+    pub fn parse_arguments<T: serde::de::DeserializeOwned>(&self) -> serde_json::Result<T> {
+        let text = self.arguments.trim();
+        if text.is_empty() {
+            serde_json::from_str("{}")
+        } else {
+            serde_json::from_str(text)
+        }
+    }
+}
+
+/// The result of one tool call, as the model will see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The id of the call this answers.
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// What the model reads.
+    pub content: String,
+    /// The tool failed; `content` says why. The run goes on and the model can react.
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+impl ToolResult {
+    /// A successful result answering `call`.
+    pub fn success(call: &ToolCall, content: impl Into<String>) -> Self {
+        Self {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    /// A failed result answering `call`: the model sees `content` as the error.
+    pub fn error(call: &ToolCall, content: impl Into<String>) -> Self {
+        Self {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: content.into(),
+            is_error: true,
+        }
+    }
+
+    /// The synthetic result of a call that never ran because the run was cancelled.
+    pub fn cancelled(call: &ToolCall) -> Self {
+        Self::error(call, Self::CANCELLED)
+    }
+
+    /// The content of [`ToolResult::cancelled`].
+    pub const CANCELLED: &'static str = "cancelled: the run was cancelled before this tool call completed";
+}
+
+/// One part of a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The model's reasoning ("thinking"), kept so providers that need it back get it.
+    Reasoning {
+        /// The reasoning text (may be empty when the provider only sends a signature).
+        text: String,
+        /// A provider's opaque signature or encrypted reasoning, to send back unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// A call the model asked for.
+    ToolCall(ToolCall),
+    /// The answer to a call.
+    ToolResult(ToolResult),
+}
+
+/// A message of the conversation.
+///
+/// ```
+/// use tower_agent_core::{Message, Role};
+///
+/// let msg = Message::user("What is 2 + 2?");
+/// assert_eq!(msg.role, Role::User);
+/// assert_eq!(msg.text(), "What is 2 + 2?");
+/// let json = serde_json::to_string(&msg).unwrap();
+/// assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), msg);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who wrote it.
+    pub role: Role,
+    /// What it says, in order.
+    pub content: Vec<ContentPart>,
+}
+
+impl Message {
+    /// A message of `role` holding one text part.
+    pub fn new(role: Role, text: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: vec![ContentPart::Text { text: text.into() }],
+        }
+    }
+
+    /// A user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::new(Role::User, text)
+    }
+
+    /// An assistant message with text only.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, text)
+    }
+
+    /// A system message.
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::new(Role::System, text)
+    }
+
+    /// An assistant message with optional text followed by tool calls.
+    pub fn assistant_with_calls(
+        text: impl Into<String>,
+        calls: impl IntoIterator<Item = ToolCall>,
+    ) -> Self {
+        let text = text.into();
+        let mut content = Vec::new();
+        if !text.is_empty() {
+            content.push(ContentPart::Text { text });
+        }
+        content.extend(calls.into_iter().map(ContentPart::ToolCall));
+        Self {
+            role: Role::Assistant,
+            content,
+        }
+    }
+
+    /// A tool message carrying one result.
+    pub fn tool_result(result: ToolResult) -> Self {
+        Self {
+            role: Role::Tool,
+            content: vec![ContentPart::ToolResult(result)],
+        }
+    }
+
+    /// The text parts joined together (reasoning excluded).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for part in &self.content {
+            if let ContentPart::Text { text } = part {
+                out.push_str(text);
+            }
+        }
+        out
+    }
+
+    /// Whether the message has any non-empty text part.
+    pub fn has_text(&self) -> bool {
+        self.content
+            .iter()
+            .any(|p| matches!(p, ContentPart::Text { text } if !text.is_empty()))
+    }
+
+    /// The tool calls, in order.
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.content.iter().filter_map(|p| match p {
+            ContentPart::ToolCall(call) => Some(call),
+            _ => None,
+        })
+    }
+
+    /// Whether the message asks for any tool call.
+    pub fn has_tool_calls(&self) -> bool {
+        self.tool_calls().next().is_some()
+    }
+
+    /// The tool results, in order.
+    pub fn tool_results(&self) -> impl Iterator<Item = &ToolResult> {
+        self.content.iter().filter_map(|p| match p {
+            ContentPart::ToolResult(result) => Some(result),
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn serde_round_trip_of_every_part() {
+        let msg = Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentPart::Reasoning {
+                    text: "think".into(),
+                    signature: Some("sig".into()),
+                },
+                ContentPart::Text { text: "hi".into() },
+                ContentPart::ToolCall(ToolCall::new("c1", "add", json!({"a": 1}))),
+                ContentPart::ToolResult(ToolResult::success(
+                    &ToolCall::new("c1", "add", json!({})),
+                    "2",
+                )),
+            ],
+        };
+        let value = serde_json::to_value(&msg).unwrap();
+        assert_eq!(value["role"], "assistant");
+        assert_eq!(value["content"][0]["type"], "reasoning");
+        assert_eq!(value["content"][2]["type"], "tool_call");
+        assert_eq!(value["content"][2]["arguments"], r#"{"a":1}"#);
+        assert_eq!(value["content"][3]["type"], "tool_result");
+        let back: Message = serde_json::from_value(value).unwrap();
+        assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn arguments_parse_and_fail_cleanly() {
+        #[derive(Deserialize, Debug, PartialEq)]
+        struct Args {
+            a: i64,
+        }
+        let ok = ToolCall::raw("c", "t", r#"{"a": 5}"#);
+        assert_eq!(ok.parse_arguments::<Args>().unwrap(), Args { a: 5 });
+        let broken = ToolCall::raw("c", "t", r#"{"a": 5"#);
+        assert!(broken.parse_arguments::<Args>().is_err());
+        let empty = ToolCall::raw("c", "t", "");
+        assert_eq!(empty.parse_arguments::<Value>().unwrap(), json!({}));
+    }
+
+    #[test]
+    fn text_and_calls_are_extracted_in_order() {
+        let msg = Message::assistant_with_calls(
+            "let me check",
+            [
+                ToolCall::new("1", "a", json!({})),
+                ToolCall::new("2", "b", json!({})),
+            ],
+        );
+        assert_eq!(msg.text(), "let me check");
+        let names: Vec<_> = msg.tool_calls().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(!Message::assistant_with_calls("", []).has_text());
+    }
+}

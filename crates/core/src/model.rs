@@ -1,0 +1,216 @@
+//! The model service's request and response.
+
+use std::ops::{Add, AddAssign};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::RunContext;
+use crate::history::History;
+use crate::message::{ContentPart, Message, Role, ToolCall};
+
+/// A tool offered to the model: its name, what it does, and its parameters as JSON Schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema).
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// A spec.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
+/// How the model may use tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// No tool calls.
+    None,
+    /// At least one tool call.
+    Required,
+    /// This tool.
+    Tool(String),
+}
+
+/// Sampling and length settings. Providers map what they support and ignore the rest.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct GenerationOptions {
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    pub top_p: Option<f32>,
+    /// The most tokens to generate.
+    pub max_tokens: Option<u32>,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+    /// Tool use policy; `None` leaves the provider's default.
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// What the model service receives: system instructions, the history, the tools, options and
+/// the run context.
+///
+/// Cloning is cheap: the history, the system prompt and the tool specs are shared. Editing
+/// any of them in a layer affects this request only (see [`History`]).
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    /// System instructions.
+    pub system: Option<Arc<str>>,
+    /// The conversation so far.
+    pub messages: History,
+    /// The tools the model may call.
+    pub tools: Arc<[ToolSpec]>,
+    /// Sampling and length settings.
+    pub options: GenerationOptions,
+    /// The run this call belongs to.
+    pub ctx: RunContext,
+}
+
+impl ModelRequest {
+    /// A request for `messages` with no system prompt, no tools, default options and a fresh
+    /// context.
+    pub fn new(messages: impl Into<History>) -> Self {
+        Self {
+            system: None,
+            messages: messages.into(),
+            tools: Arc::from(Vec::new()),
+            options: GenerationOptions::default(),
+            ctx: RunContext::new(),
+        }
+    }
+
+    /// Append a block to the system instructions, separated by a blank line.
+    ///
+    /// ```
+    /// use tower_agent_core::ModelRequest;
+    ///
+    /// let mut req = ModelRequest::new(vec![]);
+    /// req.append_system("Be brief.");
+    /// req.append_system("Answer in French.");
+    /// assert_eq!(req.system.as_deref(), Some("Be brief.\n\nAnswer in French."));
+    /// ```
+    pub fn append_system(&mut self, block: &str) {
+        self.system = Some(match self.system.take() {
+            Some(current) if !current.is_empty() => format!("{current}\n\n{block}").into(),
+            _ => Arc::from(block),
+        });
+    }
+}
+
+impl AsRef<RunContext> for ModelRequest {
+    fn as_ref(&self) -> &RunContext {
+        &self.ctx
+    }
+}
+
+/// Tokens used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+impl Add for Usage {
+    type Output = Usage;
+
+    fn add(self, rhs: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_add(rhs.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(rhs.output_tokens),
+        }
+    }
+}
+
+impl AddAssign for Usage {
+    fn add_assign(&mut self, rhs: Usage) {
+        *self = *self + rhs;
+    }
+}
+
+/// Why the model stopped generating.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// It finished its answer.
+    #[default]
+    Stop,
+    /// It asked for tool calls.
+    ToolCalls,
+    /// It hit the token limit.
+    Length,
+    /// A content filter stopped it.
+    ContentFilter,
+    /// Something else, as the provider named it.
+    Other(String),
+}
+
+/// What the model service returns: the assistant message, usage and why it stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelResponse {
+    /// The assistant message. The agent appends it to the history as an assistant message.
+    pub message: Message,
+    /// Tokens used by this call.
+    pub usage: Usage,
+    /// Why the model stopped.
+    pub finish_reason: FinishReason,
+    pub(crate) replaced: bool,
+}
+
+impl ModelResponse {
+    /// A response carrying `message`; the finish reason is `ToolCalls` when it has calls.
+    pub fn new(message: Message) -> Self {
+        let finish_reason = if message.has_tool_calls() {
+            FinishReason::ToolCalls
+        } else {
+            FinishReason::Stop
+        };
+        Self {
+            message,
+            usage: Usage::default(),
+            finish_reason,
+            replaced: false,
+        }
+    }
+
+    /// A text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::new(Message::assistant(text))
+    }
+
+    /// An answer asking for `calls`.
+    pub fn tool_calls(calls: impl IntoIterator<Item = ToolCall>) -> Self {
+        Self::new(Message::assistant_with_calls("", calls))
+    }
+
+    /// Set the usage.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// An assistant message made of `parts`.
+    pub fn from_parts(parts: Vec<ContentPart>) -> Self {
+        Self::new(Message {
+            role: Role::Assistant,
+            content: parts,
+        })
+    }
+}

@@ -1,0 +1,117 @@
+//! The tool service's request and response.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::RunContext;
+use crate::message::{ToolCall, ToolResult};
+
+/// What the tool service receives: one call, and the run context.
+#[derive(Debug, Clone)]
+pub struct ToolRequest {
+    /// The call to execute.
+    pub call: ToolCall,
+    /// The run this call belongs to.
+    pub ctx: RunContext,
+    /// When this call was interrupted and the run is being resumed, the value the host
+    /// resumed it with (for example a human's decision). `None` on a first execution.
+    pub resume: Option<Value>,
+}
+
+impl ToolRequest {
+    /// A first execution of `call` in `ctx`.
+    pub fn new(call: ToolCall, ctx: RunContext) -> Self {
+        Self {
+            call,
+            ctx,
+            resume: None,
+        }
+    }
+}
+
+impl AsRef<RunContext> for ToolRequest {
+    fn as_ref(&self) -> &RunContext {
+        &self.ctx
+    }
+}
+
+/// A run paused at a tool call, waiting for the host (typically a human decision).
+///
+/// Stored in [`Session::interrupts`](crate::Session::interrupts) and reported in
+/// [`Outcome::Interrupted`](crate::Outcome::Interrupted). The call stays unanswered in the
+/// history until the run is resumed with [`AgentInput::Resume`](crate::AgentInput::Resume).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Interrupt {
+    /// The call that waits.
+    pub call: ToolCall,
+    /// What the host needs to decide (for example the question to show a human).
+    pub payload: Value,
+}
+
+/// What the agent does after a tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ToolAction {
+    /// Go on: append the result, call the model again.
+    #[default]
+    Continue,
+    /// Append the result, then stop the loop: the run ends with
+    /// [`Outcome::Stopped`](crate::Outcome::Stopped). Later calls of the same round are not
+    /// executed (in sequential mode) and get a "not executed" result.
+    Stop {
+        /// Why, for the host.
+        reason: String,
+    },
+    /// Pause the run at this call: no result is appended; the run ends with
+    /// [`Outcome::Interrupted`](crate::Outcome::Interrupted) once the round's other calls ran.
+    Interrupt {
+        /// What the host needs to decide.
+        payload: Value,
+    },
+}
+
+/// What the tool service returns: the result the model sees, and what the loop does next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResponse {
+    /// The result. Ignored when `action` is [`ToolAction::Interrupt`].
+    pub result: ToolResult,
+    /// What the loop does next.
+    pub action: ToolAction,
+    pub(crate) replaced: bool,
+}
+
+impl ToolResponse {
+    /// A response carrying `result`, letting the loop go on.
+    pub fn new(result: ToolResult) -> Self {
+        Self {
+            result,
+            action: ToolAction::Continue,
+            replaced: false,
+        }
+    }
+
+    /// A successful result for `call`.
+    pub fn success(call: &ToolCall, content: impl Into<String>) -> Self {
+        Self::new(ToolResult::success(call, content))
+    }
+
+    /// A failed result for `call`, which the model sees.
+    pub fn error(call: &ToolCall, content: impl Into<String>) -> Self {
+        Self::new(ToolResult::error(call, content))
+    }
+
+    /// Pause the run at `call` with `payload` for the host.
+    pub fn interrupt(call: &ToolCall, payload: Value) -> Self {
+        Self {
+            result: ToolResult::error(call, "interrupted: waiting for a decision"),
+            action: ToolAction::Interrupt { payload },
+            replaced: false,
+        }
+    }
+
+    /// Set the action.
+    pub fn with_action(mut self, action: ToolAction) -> Self {
+        self.action = action;
+        self
+    }
+}
