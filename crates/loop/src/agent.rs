@@ -1,0 +1,869 @@
+//! The agent service: the loop.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::FutureExt;
+use futures_util::stream::{self, StreamExt};
+use serde_json::Value;
+use tower::ServiceExt;
+use tower_agent_core::{
+    AgentInput, AgentRequest, AgentResponse, BoxError, ContentPart, Error, ErrorKind, Event,
+    GenerationOptions, History, Interrupt, Message, ModelRequest, ModelResponse, Outcome, Role,
+    RunContext, Session, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
+    ToolSpec, Usage,
+};
+use tower_service::Service;
+use tracing::Instrument;
+
+/// How the tool calls of one round run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolExecution {
+    /// One after the other, in call order. A tool response that stops the loop skips the
+    /// calls after it (they get a "not executed" result).
+    #[default]
+    Sequential,
+    /// Up to `limit` at once. Results are still appended in call order; every call of the
+    /// round runs, even when one of them stops the loop.
+    Concurrent {
+        /// The most calls running at once (at least 1).
+        limit: usize,
+    },
+}
+
+/// The loop's configuration.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AgentConfig {
+    /// The most model calls in one run (at least 1).
+    pub max_rounds: u32,
+    /// How tool calls run.
+    pub tool_execution: ToolExecution,
+    /// The tools offered to the model.
+    pub tool_specs: Arc<[ToolSpec]>,
+    /// The system instructions of every model call.
+    pub system: Option<Arc<str>>,
+    /// The generation options of every model call.
+    pub options: GenerationOptions,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            max_rounds: AgentBuilder::DEFAULT_MAX_ROUNDS,
+            tool_execution: ToolExecution::Sequential,
+            tool_specs: Arc::from(Vec::new()),
+            system: None,
+            options: GenerationOptions::default(),
+        }
+    }
+}
+
+/// Builds an [`Agent`].
+#[derive(Debug, Clone, Default)]
+pub struct AgentBuilder {
+    config: AgentConfig,
+}
+
+impl AgentBuilder {
+    /// The default for [`AgentBuilder::max_rounds`].
+    pub const DEFAULT_MAX_ROUNDS: u32 = 32;
+
+    /// A builder with the defaults: 32 rounds, sequential tools, no tools offered, no system
+    /// prompt.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The system instructions of every model call.
+    pub fn system(mut self, system: impl Into<Arc<str>>) -> Self {
+        self.config.system = Some(system.into());
+        self
+    }
+
+    /// The most model calls in one run; 0 counts as 1. When the model still asks for tools
+    /// after that many calls, the run ends with [`StopReason::MaxRounds`].
+    pub fn max_rounds(mut self, max_rounds: u32) -> Self {
+        self.config.max_rounds = max_rounds.max(1);
+        self
+    }
+
+    /// Run the tool calls of a round one after the other (the default).
+    pub fn sequential_tools(mut self) -> Self {
+        self.config.tool_execution = ToolExecution::Sequential;
+        self
+    }
+
+    /// Run up to `limit` tool calls of a round at once; 0 counts as 1.
+    pub fn concurrent_tools(mut self, limit: usize) -> Self {
+        self.config.tool_execution = ToolExecution::Concurrent {
+            limit: limit.max(1),
+        };
+        self
+    }
+
+    /// The tools offered to the model, e.g. `tool_set.specs()`.
+    pub fn tool_specs(mut self, specs: impl Into<Arc<[ToolSpec]>>) -> Self {
+        self.config.tool_specs = specs.into();
+        self
+    }
+
+    /// The generation options of every model call.
+    pub fn options(mut self, options: GenerationOptions) -> Self {
+        self.config.options = options;
+        self
+    }
+
+    /// The agent driving `model` and `tools`.
+    pub fn build<M, T>(self, model: M, tools: T) -> Agent<M, T> {
+        Agent {
+            model,
+            tools,
+            config: Arc::new(self.config),
+        }
+    }
+}
+
+/// The agent service: the loop that drives a model service and a tool service round by
+/// round.
+///
+/// Each round: check cancellation; call the model with the history; append its message;
+/// emit `RoundCompleted`; run its tool calls and append their results in call order. The run
+/// ends when the model calls no tool ([`Outcome::Completed`]), a tool response stops the loop
+/// or `max_rounds` is reached ([`Outcome::Stopped`]), the run is cancelled
+/// ([`Outcome::Cancelled`]) or a tool response interrupts it ([`Outcome::Interrupted`]).
+///
+/// Bad input never fails the run: an unknown tool, malformed arguments, a tool error or a
+/// panicking tool each become an error result the model sees. A model error fails the run
+/// with `Err`; the error carries the session with every tool call answered
+/// ([`Error::take_session`]).
+///
+/// The agent is always ready; each call clones the model and tool services and drives them
+/// to readiness before every use. `Clone + Send + 'static` when the services are, so one
+/// composed stack serves many sessions at once.
+///
+/// ```
+/// use tower::{service_fn, ServiceExt};
+/// use tower_agent_core::{AgentRequest, Error, ModelRequest, ModelResponse, Session, ToolRequest, ToolResponse};
+/// use tower_agent_loop::Agent;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let model = service_fn(|req: ModelRequest| async move {
+///     Ok::<_, Error>(ModelResponse::text(format!("{} messages", req.messages.len())))
+/// });
+/// let tools = service_fn(|req: ToolRequest| async move {
+///     Ok::<_, Error>(ToolResponse::success(&req.call, "unused"))
+/// });
+/// let agent = Agent::builder().build(model, tools);
+///
+/// let res = agent.oneshot(AgentRequest::new(Session::new(), "hello")).await?;
+/// assert_eq!(res.text().as_deref(), Some("1 messages"));
+/// assert_eq!(res.session.history.len(), 2);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Agent<M, T> {
+    model: M,
+    tools: T,
+    config: Arc<AgentConfig>,
+}
+
+impl Agent<(), ()> {
+    /// A builder.
+    pub fn builder() -> AgentBuilder {
+        AgentBuilder::new()
+    }
+}
+
+impl<M, T> Agent<M, T> {
+    /// An agent with the default configuration.
+    pub fn new(model: M, tools: T) -> Self {
+        AgentBuilder::new().build(model, tools)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The model service.
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// The tool service.
+    pub fn tools(&self) -> &T {
+        &self.tools
+    }
+}
+
+impl<M, T> fmt::Debug for Agent<M, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M, T> Service<AgentRequest> for Agent<M, T>
+where
+    M: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+    M::Error: Into<BoxError>,
+    M::Future: Send,
+    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T::Error: Into<BoxError>,
+    T::Future: Send,
+{
+    type Response = AgentResponse;
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<AgentResponse, Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: AgentRequest) -> Self::Future {
+        let AgentRequest {
+            mut session,
+            input,
+            ctx,
+        } = request;
+        // The session's durable state lives in the context during the run.
+        ctx.absorb_state(std::mem::take(&mut session.state));
+        let span = tracing::info_span!(
+            "invoke_agent",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.conversation.id = %ctx.session_id(),
+            run_id = %ctx.run_id(),
+        );
+        let run = Run {
+            model: self.model.clone(),
+            tools: self.tools.clone(),
+            config: Arc::clone(&self.config),
+            session,
+            ctx,
+            usage: Usage::default(),
+            rounds: 0,
+        };
+        Box::pin(run.run(input).instrument(span))
+    }
+}
+
+/// One run's state.
+struct Run<M, T> {
+    model: M,
+    tools: T,
+    config: Arc<AgentConfig>,
+    session: Session,
+    ctx: RunContext,
+    usage: Usage,
+    rounds: u32,
+}
+
+/// What the tools of one round produced.
+#[derive(Default)]
+struct RoundTools {
+    results: Vec<ToolResult>,
+    interrupts: Vec<Interrupt>,
+    stop: Option<StopReason>,
+    cancelled: bool,
+    error: Option<Error>,
+}
+
+/// How one tool call ended.
+enum ToolOutcome {
+    Response(ToolResponse),
+    Failed(Error),
+    Panicked(String),
+}
+
+const NOT_DECIDED: &str =
+    "not executed: the run was interrupted here and continued with new input instead of a decision";
+const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
+
+impl<M, T> Run<M, T>
+where
+    M: Service<ModelRequest, Response = ModelResponse> + Send,
+    M::Error: Into<BoxError>,
+    M::Future: Send,
+    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T::Error: Into<BoxError>,
+    T::Future: Send,
+{
+    async fn run(mut self, input: AgentInput) -> Result<AgentResponse, Error> {
+        let result = self.drive(input).await;
+        self.finish(result).await
+    }
+
+    async fn drive(&mut self, input: AgentInput) -> Result<Outcome, Error> {
+        let (run_id, session_id) = (self.ctx.run_id(), self.ctx.session_id());
+        emit(&self.ctx, || Event::RunStarted {
+            run_id: run_id.into(),
+            session_id: session_id.into(),
+        })
+        .await?;
+
+        let pending = std::mem::take(&mut self.session.interrupts);
+        match input {
+            AgentInput::Resume(value) => {
+                if pending.is_empty() {
+                    return Err(Error::bad_request(
+                        "cannot resume: the session has no pending interrupt",
+                    ));
+                }
+                let calls: Vec<&ToolCall> = pending.iter().map(|i| &i.call).collect();
+                let ctx = self.ctx.with_round(0);
+                let out = execute(
+                    &mut self.tools,
+                    &ctx,
+                    self.config.tool_execution,
+                    &calls,
+                    Some(&value),
+                )
+                .await;
+                if let Some(outcome) = self.absorb_round(out)? {
+                    return Ok(outcome);
+                }
+            }
+            AgentInput::Continue => {
+                if !pending.is_empty() {
+                    return Ok(Outcome::Interrupted {
+                        interrupts: pending,
+                    });
+                }
+            }
+            AgentInput::Messages(messages) => {
+                for interrupt in &pending {
+                    let result = ToolResult::error(&interrupt.call, NOT_DECIDED);
+                    self.session.history.push(Message::tool_result(result));
+                }
+                self.session.history.extend(messages);
+            }
+            other => {
+                self.session.interrupts = pending;
+                return Err(Error::bad_request(format!(
+                    "this agent does not support the input {other:?}"
+                )));
+            }
+        }
+
+        loop {
+            if self.ctx.is_cancelled() {
+                return Ok(Outcome::Cancelled);
+            }
+            if self.rounds >= self.config.max_rounds {
+                return Ok(Outcome::Stopped {
+                    reason: StopReason::MaxRounds {
+                        limit: self.config.max_rounds,
+                    },
+                });
+            }
+            self.rounds += 1;
+            let round = self.rounds;
+            emit(&self.ctx, || Event::RoundStarted { round }).await?;
+
+            let ctx = self.ctx.with_round(round);
+            let request = ModelRequest {
+                system: self.config.system.clone(),
+                messages: self.session.history.clone(),
+                tools: Arc::clone(&self.config.tool_specs),
+                options: self.config.options.clone(),
+                ctx: ctx.clone(),
+            };
+            let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
+            let token = self.ctx.cancellation_token();
+            let response = tokio::select! {
+                biased;
+                _ = token.cancelled() => None,
+                response = call_model(&mut self.model, request).instrument(span) => Some(response),
+            };
+            // The request is gone: a history committed by a layer replaces ours before the
+            // model's message is appended.
+            self.apply_commit();
+            let response = match response {
+                None => return Ok(Outcome::Cancelled),
+                Some(Err(error)) if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() => {
+                    return Ok(Outcome::Cancelled);
+                }
+                Some(Err(error)) => return Err(error),
+                Some(Ok(response)) => response,
+            };
+
+            let ModelResponse {
+                mut message, usage, ..
+            } = response;
+            message.role = Role::Assistant;
+            normalize_call_ids(&mut message, round);
+            self.usage += usage;
+            if message.has_text() {
+                emit(&self.ctx, || Event::Text {
+                    round,
+                    text: message.text(),
+                })
+                .await?;
+            }
+            self.session.history.push(message);
+            let history = &self.session.history;
+            emit(&self.ctx, || Event::RoundCompleted {
+                round,
+                message: history.last().cloned().unwrap_or_else(|| Message::assistant("")),
+                history: history.clone(),
+                usage,
+            })
+            .await?;
+
+            let Some(message) = self.session.history.last() else {
+                continue;
+            };
+            let calls: Vec<&ToolCall> = message.tool_calls().collect();
+            if calls.is_empty() {
+                return Ok(Outcome::Completed {
+                    message: message.clone(),
+                });
+            }
+            let out = execute(
+                &mut self.tools,
+                &ctx,
+                self.config.tool_execution,
+                &calls,
+                None,
+            )
+            .await;
+            if let Some(outcome) = self.absorb_round(out)? {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Append a round's results; the outcome if the round ends the run.
+    fn absorb_round(&mut self, out: RoundTools) -> Result<Option<Outcome>, Error> {
+        let RoundTools {
+            results,
+            mut interrupts,
+            stop,
+            cancelled,
+            error,
+        } = out;
+        self.session
+            .history
+            .extend(results.into_iter().map(Message::tool_result));
+        // Calls that would wait for a decision cannot wait when the run ends otherwise.
+        let closing = if error.is_some() {
+            Some(RUN_FAILED.to_owned())
+        } else if cancelled {
+            Some(ToolResult::CANCELLED.to_owned())
+        } else {
+            stop.as_ref().map(not_executed)
+        };
+        if let Some(content) = closing {
+            for interrupt in interrupts.drain(..) {
+                let result = ToolResult::error(&interrupt.call, content.clone());
+                self.session.history.push(Message::tool_result(result));
+            }
+        }
+        if let Some(error) = error {
+            return Err(error);
+        }
+        if cancelled {
+            return Ok(Some(Outcome::Cancelled));
+        }
+        if let Some(reason) = stop {
+            return Ok(Some(Outcome::Stopped { reason }));
+        }
+        if !interrupts.is_empty() {
+            return Ok(Some(Outcome::Interrupted { interrupts }));
+        }
+        Ok(None)
+    }
+
+    fn apply_commit(&mut self) {
+        if let Some(history) = self.ctx.take_committed_history() {
+            self.session.history = history;
+        }
+    }
+
+    async fn finish(mut self, result: Result<Outcome, Error>) -> Result<AgentResponse, Error> {
+        self.apply_commit();
+        self.session.state = self.ctx.state_snapshot();
+        match result {
+            Ok(outcome) => {
+                if let Outcome::Interrupted { interrupts } = &outcome {
+                    self.session.interrupts = interrupts.clone();
+                }
+                let emitted = emit(&self.ctx, || Event::RunFinished {
+                        outcome: outcome.clone(),
+                    })
+                    .await;
+                if let Err(error) = emitted {
+                    return Err(error.with_session(self.session));
+                }
+                let mut response = AgentResponse::new(self.session, outcome);
+                response.usage = self.usage;
+                response.rounds = self.rounds;
+                Ok(response)
+            }
+            Err(error) => {
+                // Whatever failed, leave a history the model can be called with again.
+                answer_open_calls(
+                    &mut self.session.history,
+                    &self.session.interrupts,
+                    RUN_FAILED,
+                );
+                // The run already failed: an observer failing on this event changes nothing.
+                let _ = emit(&self.ctx, || Event::RunFailed {
+                        error: error.clone(),
+                    })
+                    .await;
+                Err(error.with_session(self.session))
+            }
+        }
+    }
+}
+
+/// Build and emit an event only when something listens.
+async fn emit(ctx: &RunContext, event: impl FnOnce() -> Event) -> Result<(), Error> {
+    if ctx.events().is_enabled() {
+        ctx.emit(event()).await
+    } else {
+        Ok(())
+    }
+}
+
+fn not_executed(reason: &StopReason) -> String {
+    match reason {
+        StopReason::Tool { name, reason, .. } => {
+            format!("not executed: the run was stopped by `{name}`: {reason}")
+        }
+        StopReason::MaxRounds { limit } => {
+            format!("not executed: the run reached its limit of {limit} rounds")
+        }
+        _ => "not executed: the run was stopped".to_owned(),
+    }
+}
+
+async fn call_model<M>(model: &mut M, request: ModelRequest) -> Result<ModelResponse, Error>
+where
+    M: Service<ModelRequest, Response = ModelResponse>,
+    M::Error: Into<BoxError>,
+{
+    let call = AssertUnwindSafe(async move {
+        let ready = model.ready().await.map_err(Into::into)?;
+        ready.call(request).await.map_err(Into::into)
+    });
+    match call.catch_unwind().await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(error)) => Err(Error::from_boxed(error)),
+        Err(panic) => Err(Error::other(format!(
+            "the model service panicked: {}",
+            panic_message(&*panic)
+        ))),
+    }
+}
+
+async fn call_tool<T>(tools: &mut T, request: ToolRequest) -> ToolOutcome
+where
+    T: Service<ToolRequest, Response = ToolResponse>,
+    T::Error: Into<BoxError>,
+{
+    let call = AssertUnwindSafe(async move {
+        let ready = tools.ready().await.map_err(Into::into)?;
+        ready.call(request).await.map_err(Into::into)
+    });
+    match call.catch_unwind().await {
+        Ok(Ok(response)) => ToolOutcome::Response(response),
+        Ok(Err(error)) => ToolOutcome::Failed(Error::from_boxed(error)),
+        Err(panic) => ToolOutcome::Panicked(panic_message(&*panic)),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}
+
+/// Run the tool calls of one round. Never fails: every call gets a result, an interrupt, or
+/// (on cancellation, stop or error) a synthetic result.
+async fn execute<T>(
+    tools: &mut T,
+    ctx: &RunContext,
+    mode: ToolExecution,
+    calls: &[&ToolCall],
+    resume: Option<&Value>,
+) -> RoundTools
+where
+    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T::Error: Into<BoxError>,
+    T::Future: Send,
+{
+    let mut out = RoundTools {
+        results: Vec::with_capacity(calls.len()),
+        ..RoundTools::default()
+    };
+    let events = ctx.events().is_enabled();
+    let token = ctx.cancellation_token();
+    match mode {
+        ToolExecution::Sequential => {
+            for call in calls {
+                if let Some(reason) = &out.stop {
+                    out.results.push(ToolResult::error(call, not_executed(reason)));
+                    continue;
+                }
+                if out.error.is_some() {
+                    out.results.push(ToolResult::error(call, RUN_FAILED));
+                    continue;
+                }
+                if out.cancelled || token.is_cancelled() {
+                    out.cancelled = true;
+                    out.results.push(ToolResult::cancelled(call));
+                    continue;
+                }
+                if events {
+                    if let Err(error) = ctx.emit(started(ctx, call)).await {
+                        out.error = Some(error);
+                        out.results.push(ToolResult::error(call, RUN_FAILED));
+                        continue;
+                    }
+                }
+                let request = ToolRequest {
+                    call: (*call).clone(),
+                    ctx: ctx.clone(),
+                    resume: resume.cloned(),
+                };
+                let span = tool_span(call);
+                let outcome = tokio::select! {
+                    biased;
+                    _ = token.cancelled() => None,
+                    outcome = call_tool(tools, request).instrument(span) => Some(outcome),
+                };
+                let is_error = absorb(&mut out, call, outcome, token.is_cancelled());
+                if events {
+                    if let Err(error) = ctx.emit(finished(ctx, call, is_error)).await {
+                        out.error.get_or_insert(error);
+                    }
+                }
+            }
+        }
+        ToolExecution::Concurrent { limit } => {
+            // Each future owns what it needs (no borrows), which keeps the run future `Send`.
+            let mut running = Vec::with_capacity(calls.len());
+            for (index, call) in calls.iter().enumerate() {
+                let request = ToolRequest {
+                    call: (*call).clone(),
+                    ctx: ctx.clone(),
+                    resume: resume.cloned(),
+                };
+                running.push(run_one(index, tools.clone(), request, events));
+            }
+            let mut running = stream::iter(running).buffer_unordered(limit.max(1));
+            let mut slots: Vec<Option<Option<ToolOutcome>>> = calls.iter().map(|_| None).collect();
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    _ = token.cancelled() => break,
+                    next = running.next() => next,
+                };
+                let Some((index, outcome)) = next else { break };
+                match outcome {
+                    Ok(outcome) => {
+                        let is_error = !matches!(
+                            &outcome,
+                            ToolOutcome::Response(r) if !r.result.is_error
+                        );
+                        slots[index] = Some(Some(outcome));
+                        if events {
+                            if let Err(error) = ctx.emit(finished(ctx, calls[index], is_error)).await {
+                                out.error = Some(error);
+                                break;
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        out.error = Some(error);
+                        break;
+                    }
+                }
+            }
+            drop(running);
+            for (call, slot) in calls.iter().zip(slots) {
+                match slot {
+                    Some(outcome) => {
+                        absorb(&mut out, call, outcome, token.is_cancelled());
+                    }
+                    None if out.error.is_some() => {
+                        out.results.push(ToolResult::error(call, RUN_FAILED));
+                    }
+                    None => {
+                        out.cancelled = true;
+                        out.results.push(ToolResult::cancelled(call));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One call of a concurrent round: announce it, run it.
+async fn run_one<T>(
+    index: usize,
+    mut service: T,
+    request: ToolRequest,
+    events: bool,
+) -> (usize, Result<ToolOutcome, Error>)
+where
+    T: Service<ToolRequest, Response = ToolResponse>,
+    T::Error: Into<BoxError>,
+{
+    if events {
+        let ctx = request.ctx.clone();
+        if let Err(error) = ctx.emit(started(&ctx, &request.call)).await {
+            return (index, Err(error));
+        }
+    }
+    let span = tool_span(&request.call);
+    (index, Ok(call_tool(&mut service, request).instrument(span).await))
+}
+
+fn tool_span(call: &ToolCall) -> tracing::Span {
+    tracing::info_span!(
+        "execute_tool",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %call.name,
+        gen_ai.tool.call.id = %call.id,
+    )
+}
+
+fn started(ctx: &RunContext, call: &ToolCall) -> Event {
+    Event::ToolStarted {
+        round: ctx.round(),
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+    }
+}
+
+fn finished(ctx: &RunContext, call: &ToolCall, is_error: bool) -> Event {
+    Event::ToolFinished {
+        round: ctx.round(),
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        is_error,
+    }
+}
+
+/// Turn one call's outcome (`None`: cancelled while running) into a result, an interrupt or
+/// a stop. Returns whether the model sees an error.
+fn absorb(out: &mut RoundTools, call: &ToolCall, outcome: Option<ToolOutcome>, cancelled: bool) -> bool {
+    let result = match outcome {
+        None => {
+            out.cancelled = true;
+            ToolResult::cancelled(call)
+        }
+        Some(ToolOutcome::Failed(error)) if error.kind() == ErrorKind::Cancelled && cancelled => {
+            out.cancelled = true;
+            ToolResult::cancelled(call)
+        }
+        Some(ToolOutcome::Failed(error)) => {
+            ToolResult::error(call, format!("tool `{}` failed: {error}", call.name))
+        }
+        Some(ToolOutcome::Panicked(message)) => {
+            ToolResult::error(call, format!("tool `{}` panicked: {message}", call.name))
+        }
+        Some(ToolOutcome::Response(response)) => {
+            let ToolResponse {
+                mut result, action, ..
+            } = response;
+            // The result answers this call, whatever the service wrote.
+            if result.call_id != call.id {
+                result.call_id.clone_from(&call.id);
+            }
+            if result.name != call.name {
+                result.name.clone_from(&call.name);
+            }
+            match action {
+                ToolAction::Interrupt { payload } => {
+                    out.interrupts.push(Interrupt {
+                        call: call.clone(),
+                        payload,
+                    });
+                    return false;
+                }
+                ToolAction::Stop { reason } => {
+                    out.stop.get_or_insert(StopReason::Tool {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        reason,
+                    });
+                }
+                _ => {}
+            }
+            result
+        }
+    };
+    let is_error = result.is_error;
+    out.results.push(result);
+    is_error
+}
+
+/// Give unique, non-empty ids to the calls of a message (some providers send none).
+/// Allocates nothing when the ids are already fine.
+fn normalize_call_ids(message: &mut Message, round: u32) {
+    let parts = &message.content;
+    let needs_fix = parts.iter().enumerate().any(|(i, part)| match part {
+        ContentPart::ToolCall(call) => {
+            call.id.is_empty()
+                || parts[..i]
+                    .iter()
+                    .any(|p| matches!(p, ContentPart::ToolCall(c) if c.id == call.id))
+        }
+        _ => false,
+    });
+    if !needs_fix {
+        return;
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut index = 0;
+    for part in &mut message.content {
+        if let ContentPart::ToolCall(call) = part {
+            index += 1;
+            if call.id.is_empty() || seen.contains(&call.id) {
+                let mut id = format!("call_{round}_{index}");
+                while seen.contains(&id) {
+                    id.push('_');
+                }
+                call.id = id;
+            }
+            seen.push(call.id.clone());
+        }
+    }
+}
+
+/// Append a synthetic error result for each call of the last assistant message that has
+/// none, so the history stays valid after a failure. Calls in `pending` keep waiting.
+fn answer_open_calls(history: &mut History, pending: &[Interrupt], content: &str) {
+    let Some(start) = history.iter().rposition(|m| m.role == Role::Assistant) else {
+        return;
+    };
+    let answered: Vec<&str> = history[start + 1..]
+        .iter()
+        .flat_map(|m| m.tool_results())
+        .map(|r| r.call_id.as_str())
+        .collect();
+    let missing: Vec<ToolResult> = history[start]
+        .tool_calls()
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .filter(|c| !pending.iter().any(|p| p.call.id == c.id))
+        .map(|c| ToolResult::error(c, content))
+        .collect();
+    history.extend(missing.into_iter().map(Message::tool_result));
+}

@@ -1,0 +1,11 @@
+//! The agent service of [tower-agent](https://docs.rs/tower-agent): the loop that drives a
+//! model service and a tool service round by round, and the ways to run it (await, spawn with
+//! an event stream, blocking, batch).
+
+#![forbid(unsafe_code)]
+
+mod agent;
+mod run;
+
+pub use agent::{Agent, AgentBuilder, AgentConfig, ToolExecution};
+pub use run::{AgentServiceExt, Blocking, RunHandle};

@@ -1,0 +1,264 @@
+//! Typed tools built from async functions.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tower_agent_core::{Error, RunContext, ToolRequest, ToolResponse, ToolSpec};
+use tower_service::Service;
+
+use crate::Tool;
+use crate::schema::parameters_schema;
+
+/// An async function usable as a typed tool: `Fn(Args)` or `Fn(Args, RunContext)`, returning
+/// `Result<Output, Err>` where `Output: Serialize` and `Err: Display`.
+///
+/// The output becomes the result's content: a string as is, anything else as JSON text. The
+/// error becomes an error result the model sees (its `Display` text).
+///
+/// `M` only tells the two function shapes apart; you never name it.
+pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
+    /// The arguments, deserialized from the call and described by their JSON schema.
+    type Args: DeserializeOwned + JsonSchema;
+    /// What the tool returns on success.
+    type Output: Serialize;
+    /// What the tool returns on failure.
+    type Error: fmt::Display;
+    /// The function's future.
+    type Future: Future<Output = Result<Self::Output, Self::Error>> + Send + 'static;
+
+    /// Run the function.
+    fn call(&self, args: Self::Args, ctx: RunContext) -> Self::Future;
+}
+
+impl<F, Fut, A, O, E> ToolHandler<(A,)> for F
+where
+    F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    A: DeserializeOwned + JsonSchema,
+    O: Serialize,
+    E: fmt::Display,
+{
+    type Args = A;
+    type Output = O;
+    type Error = E;
+    type Future = Fut;
+
+    fn call(&self, args: A, _ctx: RunContext) -> Fut {
+        self(args)
+    }
+}
+
+impl<F, Fut, A, O, E> ToolHandler<(A, RunContext)> for F
+where
+    F: Fn(A, RunContext) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    A: DeserializeOwned + JsonSchema,
+    O: Serialize,
+    E: fmt::Display,
+{
+    type Args = A;
+    type Output = O;
+    type Error = E;
+    type Future = Fut;
+
+    fn call(&self, args: A, ctx: RunContext) -> Fut {
+        self(args, ctx)
+    }
+}
+
+/// A typed tool from an async function; its parameters' schema is derived from the argument
+/// type. See the [crate docs](crate) for an example.
+///
+/// ```
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+/// use tower_agent_core::{Error, RunContext};
+/// use tower_agent_tools::{tool_fn, Tool};
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Note {
+///     text: String,
+/// }
+///
+/// // A tool that writes into the session state through the run context.
+/// let remember = tool_fn("remember", "Remember a note.", |note: Note, ctx: RunContext| async move {
+///     ctx.set_state("note", &note.text);
+///     Ok::<_, Error>("saved")
+/// });
+/// assert_eq!(remember.spec().name, "remember");
+/// ```
+pub fn tool_fn<H, M>(name: impl Into<String>, description: impl Into<String>, handler: H) -> FnTool<H, M>
+where
+    H: ToolHandler<M>,
+{
+    FnTool::new(name, description, handler)
+}
+
+/// The tool [`tool_fn`] builds.
+pub struct FnTool<H, M> {
+    spec: Arc<ToolSpec>,
+    handler: H,
+    _marker: PhantomData<fn() -> M>,
+}
+
+impl<H: ToolHandler<M>, M> FnTool<H, M> {
+    /// A tool named `name`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, handler: H) -> Self {
+        let spec = ToolSpec::new(name, description, parameters_schema::<H::Args>());
+        Self {
+            spec: Arc::new(spec),
+            handler,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<H: Clone, M> Clone for FnTool<H, M> {
+    fn clone(&self) -> Self {
+        Self {
+            spec: self.spec.clone(),
+            handler: self.handler.clone(),
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<H, M> fmt::Debug for FnTool<H, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnTool")
+            .field("name", &self.spec.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H, M> Service<ToolRequest> for FnTool<H, M>
+where
+    H: ToolHandler<M>,
+    M: 'static,
+{
+    type Response = ToolResponse;
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<ToolResponse, Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        let ToolRequest { call, ctx, .. } = req;
+        let args = match call.parse_arguments::<H::Args>() {
+            Ok(args) => args,
+            Err(error) => {
+                let message = format!(
+                    "invalid arguments for tool `{}`: {error}. Expected arguments matching this JSON schema: {}",
+                    self.spec.name, self.spec.parameters
+                );
+                return Box::pin(std::future::ready(Ok(ToolResponse::error(&call, message))));
+            }
+        };
+        let future = self.handler.call(args, ctx);
+        Box::pin(async move {
+            Ok(match future.await {
+                Ok(output) => match render(&output) {
+                    Ok(content) => ToolResponse::success(&call, content),
+                    Err(error) => ToolResponse::error(
+                        &call,
+                        format!("the tool's output could not be serialized: {error}"),
+                    ),
+                },
+                Err(error) => ToolResponse::error(&call, error.to_string()),
+            })
+        })
+    }
+}
+
+impl<H, M> Tool for FnTool<H, M>
+where
+    H: ToolHandler<M>,
+    M: 'static,
+{
+    fn spec(&self) -> ToolSpec {
+        (*self.spec).clone()
+    }
+}
+
+/// A string as is; anything else as compact JSON.
+fn render<O: Serialize>(output: &O) -> serde_json::Result<String> {
+    Ok(match serde_json::to_value(output)? {
+        Value::String(text) => text,
+        other => other.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+    use tower::ServiceExt;
+    use tower_agent_core::ToolCall;
+
+    #[derive(Deserialize, JsonSchema)]
+    struct Args {
+        n: u32,
+    }
+
+    fn req(args: &str) -> ToolRequest {
+        ToolRequest::new(ToolCall::raw("c1", "t", args), RunContext::new())
+    }
+
+    #[tokio::test]
+    async fn outputs_render_as_text_or_json() {
+        let text = tool_fn("t", "", |a: Args| async move { Ok::<_, Error>(format!("n={}", a.n)) });
+        let res = text.oneshot(req(r#"{"n":1}"#)).await.unwrap();
+        assert_eq!(res.result.content, "n=1");
+        assert_eq!(res.result.call_id, "c1");
+        assert!(!res.result.is_error);
+
+        let json = tool_fn("t", "", |a: Args| async move { Ok::<_, Error>(json!({ "double": a.n * 2 })) });
+        let res = json.oneshot(req(r#"{"n":4}"#)).await.unwrap();
+        assert_eq!(res.result.content, r#"{"double":8}"#);
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_and_failures_are_error_results() {
+        let tool = tool_fn("t", "", |a: Args| async move {
+            if a.n == 0 {
+                Err("n must be positive")
+            } else {
+                Ok(a.n)
+            }
+        });
+        let res = tool.clone().oneshot(req("not json")).await.unwrap();
+        assert!(res.result.is_error);
+        assert!(res.result.content.contains("invalid arguments for tool `t`"), "{}", res.result.content);
+
+        let res = tool.clone().oneshot(req(r#"{"n":"three"}"#)).await.unwrap();
+        assert!(res.result.is_error);
+        assert!(res.result.content.contains("invalid type"), "{}", res.result.content);
+
+        let res = tool.oneshot(req(r#"{"n":0}"#)).await.unwrap();
+        assert!(res.result.is_error);
+        assert_eq!(res.result.content, "n must be positive");
+    }
+
+    #[tokio::test]
+    async fn context_is_handed_to_two_argument_functions() {
+        let tool = tool_fn("t", "", |a: Args, ctx: RunContext| async move {
+            ctx.set_state("last", a.n);
+            Ok::<_, Error>("ok")
+        });
+        let ctx = RunContext::new();
+        let request = ToolRequest::new(ToolCall::raw("c", "t", r#"{"n":7}"#), ctx.clone());
+        tool.oneshot(request).await.unwrap();
+        assert_eq!(ctx.state::<u32>("last"), Some(7));
+    }
+}

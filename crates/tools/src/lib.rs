@@ -1,0 +1,65 @@
+//! Tools for [tower-agent](https://docs.rs/tower-agent): a [`ToolSet`] that routes calls by
+//! name, and typed tools ([`tool_fn`]) whose JSON schema is derived from their argument type
+//! with [`schemars`].
+//!
+//! A tool is an ordinary `tower::Service<ToolRequest>`, so tower middleware (timeout,
+//! concurrency limit, rate limit) applies to one tool at a time.
+//!
+//! ```
+//! use std::time::Duration;
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//! use serde_json::json;
+//! use tower::{timeout::TimeoutLayer, ServiceExt};
+//! use tower_agent_core::{Error, RunContext, ToolCall, ToolRequest};
+//! use tower_agent_tools::{tool_fn, ToolSet};
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct AddArgs {
+//!     /// The first number.
+//!     a: i64,
+//!     /// The second number.
+//!     b: i64,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! let add = tool_fn("add", "Add two numbers.", |args: AddArgs| async move {
+//!     Ok::<_, Error>(args.a + args.b)
+//! });
+//! let tools = ToolSet::new()
+//!     .tool_with_layer(add, TimeoutLayer::new(Duration::from_secs(5)));
+//! assert_eq!(tools.specs()[0].parameters["properties"]["a"]["type"], "integer");
+//!
+//! let call = ToolCall::new("call_1", "add", json!({ "a": 2, "b": 3 }));
+//! let res = tools.clone().oneshot(ToolRequest::new(call, RunContext::new())).await?;
+//! assert_eq!(res.result.content, "5");
+//!
+//! // Bad input is an error result the model sees, not a failure.
+//! let call = ToolCall::raw("call_2", "add", r#"{"a": 2"#);
+//! let res = tools.oneshot(ToolRequest::new(call, RunContext::new())).await?;
+//! assert!(res.result.is_error);
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod function;
+mod schema;
+mod set;
+
+pub use function::{FnTool, ToolHandler, tool_fn};
+pub use schema::{NoArgs, parameters_schema};
+pub use set::ToolSet;
+
+use tower_agent_core::{Error, ToolRequest, ToolResponse, ToolSpec};
+use tower_service::Service;
+
+/// A tool: a tool service that knows its own spec.
+pub trait Tool:
+    Service<ToolRequest, Response = ToolResponse, Error = Error> + Clone + Send + Sync + 'static
+{
+    /// The spec offered to the model.
+    fn spec(&self) -> ToolSpec;
+}
