@@ -48,6 +48,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+mod builder;
 pub mod callback;
 pub mod context;
 pub mod error;
@@ -64,6 +65,7 @@ pub use callback::{
     AfterCallback, AfterLayer, BeforeCallback, BeforeLayer, Flow, ObserveLayer, Replaceable,
     after_agent, after_model, after_tool, before_agent, before_model, before_tool,
 };
+pub use builder::ServiceBuilderExt;
 pub use context::{RunContext, new_id};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};

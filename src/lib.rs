@@ -1,0 +1,114 @@
+//! The middleware stack for LLM agents: every cross-cutting concern of an agent is a
+//! [`tower::Layer`].
+//!
+//! An agent is three [`tower::Service`]s: a **model** service ([`ModelRequest`] →
+//! [`ModelResponse`]), a **tool** service ([`ToolRequest`] → [`ToolResponse`]) and the
+//! **agent** service ([`Agent`], [`AgentRequest`] → [`AgentResponse`]), the loop that drives
+//! the other two round by round. The callback points `before_agent`, `before_model`,
+//! `after_model`, `before_tool`, `after_tool` and `after_agent` are layers you build from
+//! async closures, compose with [`tower::ServiceBuilder`], and unit-test against the stubs
+//! of `tower-agent-test`.
+//!
+//! ```
+//! use serde_json::json;
+//! use tower_agent::prelude::*;
+//! use tower_agent_test::{ScriptedModel, StubTool};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! // A model (here scripted; in production a provider) and the tools.
+//! let model = ScriptedModel::new([
+//!     ModelResponse::tool_calls([ToolCall::new("c1", "clock", json!({}))]),
+//!     ModelResponse::text("It is noon."),
+//! ]);
+//! let tools = ToolSet::new().tool(StubTool::returning("clock", "12:00"));
+//!
+//! // Cross-cutting concerns are layers around each service.
+//! let model = ServiceBuilder::new()
+//!     .before_model(|mut req: ModelRequest| async move {
+//!         req.append_system("Be brief.");
+//!         Ok(Flow::Continue(req))
+//!     })
+//!     .service(model);
+//! let tools = ServiceBuilder::new()
+//!     .before_tool(|req: ToolRequest| async move {
+//!         if req.call.name == "shutdown" {
+//!             return Ok(Flow::Answer(ToolResponse::error(&req.call, "not allowed")));
+//!         }
+//!         Ok(Flow::Continue(req))
+//!     })
+//!     .service(tools.clone());
+//!
+//! let agent = Agent::builder()
+//!     .tool_specs(tools.get_ref().specs())
+//!     .build(model, tools);
+//! let res = agent.oneshot(AgentRequest::new(Session::new(), "What time is it?")).await?;
+//! assert_eq!(res.text().as_deref(), Some("It is noon."));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Crates and features
+//!
+//! | crate | what | feature of this facade |
+//! |---|---|---|
+//! | `tower-agent-core` | types, errors, events, callback layers: what custom layers and providers depend on | always |
+//! | `tower-agent-loop` | the agent service, spawn/batch/blocking runs | always |
+//! | `tower-agent-tools` | [`ToolSet`] and typed tools with schemars schemas | `tools` (default) |
+//! | `tower-agent-test` | scripted model, stub tools, assertions (a dev-dependency) | — |
+//!
+//! `full` enables every feature.
+//!
+//! # Guides
+//!
+//! - [`docs::architecture`]: the three services, the run context, errors and events;
+//! - [`docs::ordering`]: the onion table of callback layers, and where observers go;
+//! - [`docs::custom_layer`]: writing a layer, from a closure to a hand-made service;
+//! - [`docs::testing`]: testing layers and agents with the test kit.
+
+#![forbid(unsafe_code)]
+
+pub use tower_agent_core::*;
+pub use tower_agent_loop::{
+    Agent, AgentBuilder, AgentConfig, AgentServiceExt, Blocking, RunHandle, ToolExecution,
+};
+
+/// Tools: [`ToolSet`], typed tools from async functions ([`tool_fn`]), schemas.
+#[cfg(feature = "tools")]
+pub mod tools {
+    pub use tower_agent_tools::*;
+}
+
+#[cfg(feature = "tools")]
+pub use tower_agent_tools::{FnTool, NoArgs, Tool, ToolSet, tool_fn};
+
+/// What most host applications need, in one import.
+pub mod prelude {
+    pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+    pub use tower_agent_core::{
+        AgentInput, AgentRequest, AgentResponse, CancellationToken, Error, ErrorKind, Event,
+        Flow, Message, ModelRequest, ModelResponse, ObserveLayer, Outcome, Replaceable, Role,
+        RunContext, ServiceBuilderExt, Session, ToolAction, ToolCall, ToolRequest,
+        ToolResponse, ToolResult, ToolSpec, after_agent, after_model, after_tool, before_agent,
+        before_model, before_tool, observer_fn,
+    };
+    pub use tower_agent_loop::{Agent, AgentServiceExt};
+
+    #[cfg(feature = "tools")]
+    pub use tower_agent_tools::{NoArgs, Tool, ToolSet, tool_fn};
+}
+
+/// Long-form guides. Their code examples are compiled and run as doctests.
+pub mod docs {
+    #[doc = include_str!("../docs/architecture.md")]
+    pub mod architecture {}
+
+    #[doc = include_str!("../docs/ordering.md")]
+    pub mod ordering {}
+
+    #[doc = include_str!("../docs/custom-layer.md")]
+    pub mod custom_layer {}
+
+    #[doc = include_str!("../docs/testing.md")]
+    pub mod testing {}
+}
