@@ -1,1 +1,251 @@
-fn main() {}
+//! What tower-agent costs on top of the services it drives.
+//!
+//! - `layer/*`: one model call through a pass-through callback layer vs the bare stub, polled
+//!   once with no runtime.
+//! - `loop/*`: a 100-round run, one tool call per round, on stub services, starting from a
+//!   history of 10 or 1,000 messages; next to two hand-written reference loops (history shared
+//!   copy-on-write, and history cloned every round). Divide by 100 for the per-round cost.
+//!
+//! Run: `cargo bench --bench overhead`.
+
+use std::future::{Future, Ready, ready};
+use std::hint::black_box;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use tower::layer::util::Identity;
+use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
+use tower_agent::prelude::*;
+use tower_agent::{History, ModelRequest};
+
+const ROUNDS: u32 = 100;
+
+fn poll_once<F: Future>(future: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(future).poll(&mut cx) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("stubs complete at once"),
+    }
+}
+
+// ---------------------------------------------------------------- stubs shared by all loops
+
+/// The stub model: one tool call per round.
+fn model_answer(round: u32) -> ModelResponse {
+    ModelResponse::tool_calls([ToolCall::raw(format!("call_{round}"), "echo", "{}")])
+}
+
+/// The stub tool.
+fn tool_answer(call: &ToolCall) -> ToolResponse {
+    ToolResponse::success(call, "ok")
+}
+
+fn stub_model() -> impl Service<
+    ModelRequest,
+    Response = ModelResponse,
+    Error = Error,
+    Future = Ready<Result<ModelResponse, Error>>,
+> + Clone {
+    service_fn(|req: ModelRequest| ready(Ok(model_answer(req.ctx.round()))))
+}
+
+fn stub_tools() -> impl Service<
+    ToolRequest,
+    Response = ToolResponse,
+    Error = Error,
+    Future = Ready<Result<ToolResponse, Error>>,
+> + Clone {
+    service_fn(|req: ToolRequest| ready(Ok(tool_answer(&req.call))))
+}
+
+fn history(len: usize) -> Vec<Message> {
+    (0..len)
+        .map(|i| {
+            if i % 2 == 0 {
+                Message::user(format!(
+                    "question {i} with a little text to make it realistic"
+                ))
+            } else {
+                Message::assistant(format!(
+                    "answer {i} with a little more text to make it realistic"
+                ))
+            }
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------------- layer micro-benchmarks
+
+fn layer(c: &mut Criterion) {
+    let mut group = c.benchmark_group("layer");
+    let template = ModelRequest::new(history(10));
+    let answer = |_req: ModelRequest| ready(Ok::<_, Error>(ModelResponse::text("hi")));
+
+    let mut bare = service_fn(answer);
+    group.bench_function("bare_service_fn", |b| {
+        b.iter(|| poll_once(bare.call(black_box(template.clone()))))
+    });
+
+    let mut identity = Identity::new().layer(service_fn(answer));
+    group.bench_function("tower_identity", |b| {
+        b.iter(|| poll_once(identity.call(black_box(template.clone()))))
+    });
+
+    let mut before = before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
+        .layer(service_fn(answer));
+    group.bench_function("before_model_pass_through", |b| {
+        b.iter(|| {
+            let _ = before.poll_ready(&mut Context::from_waker(Waker::noop()));
+            poll_once(before.call(black_box(template.clone())))
+        })
+    });
+
+    let mut after =
+        after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+            .layer(service_fn(answer));
+    group.bench_function("after_model_pass_through", |b| {
+        b.iter(|| poll_once(after.call(black_box(template.clone()))))
+    });
+
+    let mut stack = ServiceBuilder::new()
+        .observe(ObserveLayer::new())
+        .after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
+        .service(service_fn(answer));
+    group.bench_function("observe_after_before_stack", |b| {
+        b.iter(|| {
+            let _ = stack.poll_ready(&mut Context::from_waker(Waker::noop()));
+            poll_once(stack.call(black_box(template.clone())))
+        })
+    });
+    group.finish();
+}
+
+// ------------------------------------------------------------------------- loop benchmarks
+
+/// Hand-written reference: the history is shared copy-on-write with the request.
+fn reference_cow(mut messages: History) -> History {
+    let model = |req: &ModelRequest| model_answer(req.ctx.round());
+    let ctx = RunContext::new();
+    let tools: Arc<[ToolSpec]> = Arc::from(Vec::new());
+    let options = tower_agent::GenerationOptions::default();
+    for round in 1..=ROUNDS {
+        let req = ModelRequest {
+            system: None,
+            messages: messages.clone(),
+            tools: tools.clone(),
+            options: options.clone(),
+            ctx: ctx.with_round(round),
+        };
+        let res = black_box(model(&req));
+        drop(req);
+        let call = res.message.tool_calls().next().cloned().expect("a call");
+        messages.push(res.message);
+        let out = tool_answer(&call);
+        messages.push(Message::tool_result(out.result));
+    }
+    messages
+}
+
+/// Hand-written reference: the message vector is cloned into every request.
+fn reference_clone(mut messages: Vec<Message>) -> Vec<Message> {
+    let model = |req: &ModelRequest| model_answer(req.ctx.round());
+    let ctx = RunContext::new();
+    let tools: Arc<[ToolSpec]> = Arc::from(Vec::new());
+    let options = tower_agent::GenerationOptions::default();
+    for round in 1..=ROUNDS {
+        let req = ModelRequest {
+            system: None,
+            messages: History::from(messages.clone()),
+            tools: tools.clone(),
+            options: options.clone(),
+            ctx: ctx.with_round(round),
+        };
+        let res = black_box(model(&req));
+        drop(req);
+        let call = res.message.tool_calls().next().cloned().expect("a call");
+        messages.push(res.message);
+        let out = tool_answer(&call);
+        messages.push(Message::tool_result(out.result));
+    }
+    messages
+}
+
+fn request(len: usize) -> AgentRequest {
+    AgentRequest::new(
+        Session::new().with_history(history(len)),
+        AgentInput::Continue,
+    )
+}
+
+fn agent_loop(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let mut group = c.benchmark_group("loop");
+
+    let bare = Agent::builder()
+        .max_rounds(ROUNDS)
+        .build(stub_model(), stub_tools());
+
+    let model = ServiceBuilder::new()
+        .after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
+        .service(stub_model());
+    let tools = ServiceBuilder::new()
+        .after_tool(|res: ToolResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .before_tool(|req: ToolRequest| async move { Ok(Flow::Continue(req)) })
+        .service(stub_tools());
+    let six = ServiceBuilder::new()
+        .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .before_agent(|req: AgentRequest| async move { Ok(Flow::Continue(req)) })
+        .service(Agent::builder().max_rounds(ROUNDS).build(model, tools));
+
+    // The runs measured below really do 100 rounds with one tool call each.
+    for agent_run in [
+        rt.block_on(bare.clone().oneshot(request(10))),
+        rt.block_on(six.clone().oneshot(request(10))),
+    ] {
+        let res = agent_run.expect("the run");
+        assert_eq!(res.rounds, ROUNDS);
+        assert_eq!(res.session.history.len(), 10 + 2 * ROUNDS as usize);
+    }
+    assert_eq!(reference_cow(History::from(history(10))).len(), 210);
+
+    for len in [10_usize, 1000] {
+        group.bench_with_input(BenchmarkId::new("reference_cow", len), &len, |b, &len| {
+            b.iter_batched(
+                || History::from(history(len)),
+                reference_cow,
+                BatchSize::SmallInput,
+            )
+        });
+        group.bench_with_input(BenchmarkId::new("reference_clone", len), &len, |b, &len| {
+            b.iter_batched(|| history(len), reference_clone, BatchSize::SmallInput)
+        });
+        group.bench_with_input(BenchmarkId::new("agent", len), &len, |b, &len| {
+            b.iter_batched(
+                || request(len),
+                |req| rt.block_on(bare.clone().oneshot(req)).expect("the run"),
+                BatchSize::SmallInput,
+            )
+        });
+        group.bench_with_input(
+            BenchmarkId::new("agent_six_callbacks", len),
+            &len,
+            |b, &len| {
+                b.iter_batched(
+                    || request(len),
+                    |req| rt.block_on(six.clone().oneshot(req)).expect("the run"),
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, layer, agent_loop);
+criterion_main!(benches);

@@ -86,11 +86,11 @@ pub use tower_agent_tools::{FnTool, NoArgs, Tool, ToolSet, tool_fn};
 pub mod prelude {
     pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
     pub use tower_agent_core::{
-        AgentInput, AgentRequest, AgentResponse, CancellationToken, Error, ErrorKind, Event,
-        Flow, Message, ModelRequest, ModelResponse, ObserveLayer, Outcome, Replaceable, Role,
-        RunContext, ServiceBuilderExt, Session, ToolAction, ToolCall, ToolRequest,
-        ToolResponse, ToolResult, ToolSpec, after_agent, after_model, after_tool, before_agent,
-        before_model, before_tool, observer_fn,
+        AgentInput, AgentRequest, AgentResponse, CancellationToken, Error, ErrorKind, Event, Flow,
+        Message, ModelRequest, ModelResponse, ObserveLayer, Outcome, Replaceable, Role, RunContext,
+        ServiceBuilderExt, Session, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
+        ToolSpec, after_agent, after_model, after_tool, before_agent, before_model, before_tool,
+        observer_fn,
     };
     pub use tower_agent_loop::{Agent, AgentServiceExt};
 

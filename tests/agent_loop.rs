@@ -11,8 +11,7 @@ use tower::service_fn;
 use tower_agent::prelude::*;
 use tower_agent::{History, StopReason, Usage};
 use tower_agent_test::{
-    EventRecorder, ScriptedModel, StubTool, assert_valid_history,
-    assert_valid_history_with_pending,
+    EventRecorder, ScriptedModel, StubTool, assert_valid_history, assert_valid_history_with_pending,
 };
 
 fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
@@ -34,20 +33,20 @@ struct AddArgs {
 }
 
 fn calculator() -> ToolSet {
-    ToolSet::new().tool(tool_fn("add", "Add two integers.", |args: AddArgs| async move {
-        Ok::<_, Error>(args.a + args.b)
-    }))
+    ToolSet::new().tool(tool_fn(
+        "add",
+        "Add two integers.",
+        |args: AddArgs| async move { Ok::<_, Error>(args.a + args.b) },
+    ))
 }
 
-async fn run(
-    model: ScriptedModel,
-    tools: ToolSet,
-    input: &str,
-) -> Result<AgentResponse, Error> {
+async fn run(model: ScriptedModel, tools: ToolSet, input: &str) -> Result<AgentResponse, Error> {
     let agent = Agent::builder()
         .tool_specs(tools.specs())
         .build(model, tools);
-    agent.oneshot(AgentRequest::new(Session::new(), input)).await
+    agent
+        .oneshot(AgentRequest::new(Session::new(), input))
+        .await
 }
 
 #[tokio::test]
@@ -65,8 +64,17 @@ async fn completes_and_sums_usage() {
     let res = run(model.clone(), calculator(), "2+3?").await.unwrap();
     assert_eq!(res.text().as_deref(), Some("5"));
     assert_eq!(res.rounds, 2);
-    assert_eq!(res.usage, Usage { input_tokens: 30, output_tokens: 3 });
-    assert_eq!(results(&res.session.history), [("c1".into(), false, "5".into())]);
+    assert_eq!(
+        res.usage,
+        Usage {
+            input_tokens: 30,
+            output_tokens: 3
+        }
+    );
+    assert_eq!(
+        results(&res.session.history),
+        [("c1".into(), false, "5".into())]
+    );
     assert_valid_history(&res.session.history);
     // The model saw the tool specs and, in round 2, the result.
     let requests = model.requests();
@@ -91,19 +99,49 @@ async fn bad_input_becomes_error_results_and_the_run_goes_on() {
     ]);
     let tools = calculator()
         .tool(StubTool::failing("fails", "file not found"))
-        .tool(StubTool::erroring("errors", Error::backend("database down")))
+        .tool(StubTool::erroring(
+            "errors",
+            Error::backend("database down"),
+        ))
         .tool(StubTool::panicking("panics", "index out of bounds"));
     let res = run(model, tools, "go").await.unwrap();
     assert_eq!(res.text().as_deref(), Some("recovered"));
     let got = results(&res.session.history);
     let ids: Vec<&str> = got.iter().map(|(id, _, _)| id.as_str()).collect();
-    assert_eq!(ids, ["c1", "c2", "c3", "c4", "c5", "c6", "c7"], "results in call order");
-    assert!(got[0].1 && got[0].2.starts_with("unknown tool `nope`. Available tools: add, fails"), "{:?}", got[0]);
-    assert!(got[1].1 && got[1].2.contains("invalid arguments for tool `add`"), "{:?}", got[1]);
-    assert!(got[2].1 && got[2].2.contains("invalid type"), "{:?}", got[2]);
+    assert_eq!(
+        ids,
+        ["c1", "c2", "c3", "c4", "c5", "c6", "c7"],
+        "results in call order"
+    );
+    assert!(
+        got[0].1
+            && got[0]
+                .2
+                .starts_with("unknown tool `nope`. Available tools: add, fails"),
+        "{:?}",
+        got[0]
+    );
+    assert!(
+        got[1].1 && got[1].2.contains("invalid arguments for tool `add`"),
+        "{:?}",
+        got[1]
+    );
+    assert!(
+        got[2].1 && got[2].2.contains("invalid type"),
+        "{:?}",
+        got[2]
+    );
     assert_eq!((got[3].1, got[3].2.as_str()), (true, "file not found"));
-    assert!(got[4].1 && got[4].2.contains("database down"), "{:?}", got[4]);
-    assert!(got[5].1 && got[5].2.contains("panicked: index out of bounds"), "{:?}", got[5]);
+    assert!(
+        got[4].1 && got[4].2.contains("database down"),
+        "{:?}",
+        got[4]
+    );
+    assert!(
+        got[5].1 && got[5].2.contains("panicked: index out of bounds"),
+        "{:?}",
+        got[5]
+    );
     assert_eq!((got[6].1, got[6].2.as_str()), (false, "2"));
     assert_valid_history(&res.session.history);
 }
@@ -119,16 +157,29 @@ async fn a_tool_can_stop_the_loop_and_later_calls_are_skipped() {
     let res = run(model.clone(), tools, "go").await.unwrap();
     match &res.outcome {
         Outcome::Stopped {
-            reason: StopReason::Tool { call_id, name, reason },
+            reason:
+                StopReason::Tool {
+                    call_id,
+                    name,
+                    reason,
+                },
         } => {
-            assert_eq!((call_id.as_str(), name.as_str(), reason.as_str()), ("c2", "halt", "budget spent"));
+            assert_eq!(
+                (call_id.as_str(), name.as_str(), reason.as_str()),
+                ("c2", "halt", "budget spent")
+            );
         }
         other => panic!("unexpected outcome {other:?}"),
     }
     let got = results(&res.session.history);
     assert_eq!(got[0], ("c1".into(), false, "2".into()));
     assert_eq!(got[1], ("c2".into(), false, "halted".into()));
-    assert!(got[2].1 && got[2].2.contains("not executed: the run was stopped by `halt`"));
+    assert!(
+        got[2].1
+            && got[2]
+                .2
+                .contains("not executed: the run was stopped by `halt`")
+    );
     assert_eq!(model.request_count(), 1, "no model call after a stop");
     assert_valid_history(&res.session.history);
 }
@@ -137,11 +188,25 @@ async fn a_tool_can_stop_the_loop_and_later_calls_are_skipped() {
 async fn max_rounds_stops_with_a_valid_history() {
     let model = ScriptedModel::from_fn(|req| {
         let n = req.ctx.round();
-        Ok(ModelResponse::tool_calls([call(&format!("c{n}"), "add", json!({"a": n, "b": 0}))]))
+        Ok(ModelResponse::tool_calls([call(
+            &format!("c{n}"),
+            "add",
+            json!({"a": n, "b": 0}),
+        )]))
     });
-    let agent = Agent::builder().max_rounds(3).build(model.clone(), calculator());
-    let res = agent.oneshot(AgentRequest::new(Session::new(), "loop")).await.unwrap();
-    assert_eq!(res.outcome, Outcome::Stopped { reason: StopReason::MaxRounds { limit: 3 } });
+    let agent = Agent::builder()
+        .max_rounds(3)
+        .build(model.clone(), calculator());
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "loop"))
+        .await
+        .unwrap();
+    assert_eq!(
+        res.outcome,
+        Outcome::Stopped {
+            reason: StopReason::MaxRounds { limit: 3 }
+        }
+    );
     assert_eq!(res.rounds, 3);
     assert_eq!(model.request_count(), 3);
     assert_eq!(results(&res.session.history).len(), 3);
@@ -165,7 +230,9 @@ async fn concurrent_tools_append_in_call_order_within_the_bound() {
             Ok::<_, Error>(ToolResponse::success(&req.call, format!("done {i}")))
         }
     });
-    let calls: Vec<ToolCall> = (0..6).map(|i| call(&format!("c{i}"), "slow", json!({}))).collect();
+    let calls: Vec<ToolCall> = (0..6)
+        .map(|i| call(&format!("c{i}"), "slow", json!({})))
+        .collect();
     let model = ScriptedModel::new([ModelResponse::tool_calls(calls), ModelResponse::text("ok")]);
     let recorder = EventRecorder::new();
     let agent = Agent::builder().concurrent_tools(3).build(model, slow);
@@ -173,9 +240,16 @@ async fn concurrent_tools_append_in_call_order_within_the_bound() {
         .oneshot(AgentRequest::new(Session::new(), "go").with_observer(recorder.clone()))
         .await
         .unwrap();
-    let ids: Vec<String> = results(&res.session.history).into_iter().map(|r| r.0).collect();
+    let ids: Vec<String> = results(&res.session.history)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
     assert_eq!(ids, ["c0", "c1", "c2", "c3", "c4", "c5"]);
-    assert_eq!(peak.load(Ordering::SeqCst), 3, "at most 3 at once, and really concurrent");
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        3,
+        "at most 3 at once, and really concurrent"
+    );
     let finished: Vec<String> = recorder
         .events()
         .into_iter()
@@ -191,7 +265,11 @@ async fn concurrent_tools_append_in_call_order_within_the_bound() {
 #[tokio::test]
 async fn model_errors_return_the_session_and_the_run_resumes() {
     let model = ScriptedModel::with_results([
-        Ok(ModelResponse::tool_calls([call("c1", "add", json!({"a": 1, "b": 2}))])),
+        Ok(ModelResponse::tool_calls([call(
+            "c1",
+            "add",
+            json!({"a": 1, "b": 2}),
+        )])),
         Err(Error::rate_limited(Some(Duration::from_secs(1)), "429")),
         Ok(ModelResponse::text("3")),
     ]);
@@ -202,13 +280,22 @@ async fn model_errors_return_the_session_and_the_run_resumes() {
         .await
         .unwrap_err();
     assert!(err.is_transient());
-    let session = err.take_session().expect("the failed run returns its session");
-    assert_eq!(session.history.len(), 3, "user, assistant call, result: nothing lost");
+    let session = err
+        .take_session()
+        .expect("the failed run returns its session");
+    assert_eq!(
+        session.history.len(),
+        3,
+        "user, assistant call, result: nothing lost"
+    );
     assert_valid_history(&session.history);
 
     // Saved and restored elsewhere, then continued.
     let session: Session = serde_json::from_str(&serde_json::to_string(&session).unwrap()).unwrap();
-    let res = agent.oneshot(AgentRequest::new(session, AgentInput::Continue)).await.unwrap();
+    let res = agent
+        .oneshot(AgentRequest::new(session, AgentInput::Continue))
+        .await
+        .unwrap();
     assert_eq!(res.text().as_deref(), Some("3"));
     assert_valid_history(&res.session.history);
 }
@@ -222,8 +309,15 @@ async fn a_panicking_model_is_an_error_not_a_crash() {
         Ok::<_, Error>(ModelResponse::text("unreachable"))
     });
     let agent = Agent::new(model, calculator());
-    let mut err = agent.oneshot(AgentRequest::new(Session::new(), "hi")).await.unwrap_err();
-    assert!(err.to_string().contains("the model service panicked: provider bug"), "{err}");
+    let mut err = agent
+        .oneshot(AgentRequest::new(Session::new(), "hi"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the model service panicked: provider bug"),
+        "{err}"
+    );
     assert_eq!(err.take_session().unwrap().history.len(), 1);
 }
 
@@ -238,7 +332,10 @@ async fn calls_without_ids_get_unique_ones() {
         ModelResponse::text("ok"),
     ]);
     let res = run(model, calculator(), "go").await.unwrap();
-    let ids: Vec<String> = results(&res.session.history).into_iter().map(|r| r.0).collect();
+    let ids: Vec<String> = results(&res.session.history)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
     assert_eq!(ids, ["call_1_1", "dup", "call_1_3"]);
     assert_valid_history(&res.session.history);
 }
@@ -271,7 +368,9 @@ mod cancellation {
         });
         let agent = Agent::new(model, calculator());
         let token = CancellationToken::new();
-        let run = tokio::spawn(agent.oneshot(AgentRequest::new(Session::new(), "hi").with_cancellation(token.clone())));
+        let run = tokio::spawn(
+            agent.oneshot(AgentRequest::new(Session::new(), "hi").with_cancellation(token.clone())),
+        );
         while called.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
@@ -315,12 +414,17 @@ mod cancellation {
             let hang = StubTool::hanging("hang");
             let tools = calculator().tool(hang.clone());
             let builder = Agent::builder();
-            let builder = if concurrent { builder.concurrent_tools(1) } else { builder };
+            let builder = if concurrent {
+                builder.concurrent_tools(1)
+            } else {
+                builder
+            };
             let agent = builder.build(model, tools);
             let token = CancellationToken::new();
-            let run = tokio::spawn(agent.oneshot(
-                AgentRequest::new(Session::new(), "go").with_cancellation(token.clone()),
-            ));
+            let run =
+                tokio::spawn(agent.oneshot(
+                    AgentRequest::new(Session::new(), "go").with_cancellation(token.clone()),
+                ));
             while hang.calls().is_empty() {
                 tokio::task::yield_now().await;
             }
@@ -328,7 +432,11 @@ mod cancellation {
             let res = run.await.unwrap().unwrap();
             assert_eq!(res.outcome, Outcome::Cancelled, "concurrent: {concurrent}");
             let got = results(&res.session.history);
-            assert_eq!(got[0], ("c1".into(), false, "2".into()), "concurrent: {concurrent}");
+            assert_eq!(
+                got[0],
+                ("c1".into(), false, "2".into()),
+                "concurrent: {concurrent}"
+            );
             assert_eq!(got[1].2, ToolResult::CANCELLED, "concurrent: {concurrent}");
             assert_eq!(got[2].2, ToolResult::CANCELLED, "concurrent: {concurrent}");
             assert_valid_history(&res.session.history);
@@ -346,7 +454,10 @@ mod cancellation {
             .oneshot(AgentRequest::new(Session::new(), "hi").with_cancellation(token))
             .await
             .unwrap();
-        let res = agent.oneshot(AgentRequest::new(res.session, AgentInput::Continue)).await.unwrap();
+        let res = agent
+            .oneshot(AgentRequest::new(res.session, AgentInput::Continue))
+            .await
+            .unwrap();
         assert_eq!(res.text().as_deref(), Some("back"));
     }
 }
@@ -380,13 +491,19 @@ mod interrupts {
         assert_eq!(interrupts[0].payload["question"], "deploy to prod?");
         assert_eq!(res.session.interrupts, *interrupts);
         assert_valid_history_with_pending(&res.session.history, &["c2"]);
-        assert!(res.session.history.validate().is_err(), "c2 waits for a decision");
+        assert!(
+            res.session.history.validate().is_err(),
+            "c2 waits for a decision"
+        );
 
         // Another process: a fresh agent, the session from JSON.
         let saved = serde_json::to_string(&res.session).unwrap();
         let session: Session = serde_json::from_str(&saved).unwrap();
         let res = agent(model.clone(), ask.clone())
-            .oneshot(AgentRequest::new(session, AgentInput::Resume(json!("approved"))))
+            .oneshot(AgentRequest::new(
+                session,
+                AgentInput::Resume(json!("approved")),
+            ))
             .await
             .unwrap();
         assert_eq!(res.text().as_deref(), Some("deployed"));
@@ -409,16 +526,27 @@ mod interrupts {
             ModelResponse::text("fine, something else"),
         ]);
         let agent = agent(model, ask);
-        let res = agent.clone().oneshot(AgentRequest::new(Session::new(), "go")).await.unwrap();
+        let res = agent
+            .clone()
+            .oneshot(AgentRequest::new(Session::new(), "go"))
+            .await
+            .unwrap();
         assert!(matches!(res.outcome, Outcome::Interrupted { .. }));
 
         // Continue without a decision: still interrupted, nothing lost.
-        let again = agent.clone().oneshot(AgentRequest::new(res.session, AgentInput::Continue)).await.unwrap();
+        let again = agent
+            .clone()
+            .oneshot(AgentRequest::new(res.session, AgentInput::Continue))
+            .await
+            .unwrap();
         assert!(matches!(again.outcome, Outcome::Interrupted { .. }));
         assert_eq!(again.session.interrupts.len(), 1);
 
         // New input instead of a decision: the pending call is answered as not executed.
-        let res = agent.oneshot(AgentRequest::new(again.session, "never mind")).await.unwrap();
+        let res = agent
+            .oneshot(AgentRequest::new(again.session, "never mind"))
+            .await
+            .unwrap();
         assert_eq!(res.text().as_deref(), Some("fine, something else"));
         let got = results(&res.session.history);
         assert!(got[0].1 && got[0].2.starts_with("not executed"), "{got:?}");
@@ -429,7 +557,10 @@ mod interrupts {
     async fn resume_without_pending_is_a_typed_error_keeping_the_session() {
         let agent = agent(ScriptedModel::new([]), StubTool::returning("x", ""));
         let mut err = agent
-            .oneshot(AgentRequest::new(Session::with_id("s"), AgentInput::Resume(json!(true))))
+            .oneshot(AgentRequest::new(
+                Session::with_id("s"),
+                AgentInput::Resume(json!(true)),
+            ))
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::BadRequest);
@@ -472,14 +603,25 @@ mod events {
         );
         let events = recorder.events();
         match &events[3] {
-            Event::RoundCompleted { round, message, history, .. } => {
+            Event::RoundCompleted {
+                round,
+                message,
+                history,
+                ..
+            } => {
                 assert_eq!(*round, 1);
                 assert!(message.has_tool_calls());
                 assert_eq!(history.len(), 2, "user + assistant, before the tool ran");
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(&events[5], Event::ToolFinished { is_error: false, .. }));
+        assert!(matches!(
+            &events[5],
+            Event::ToolFinished {
+                is_error: false,
+                ..
+            }
+        ));
     }
 
     #[tokio::test]
@@ -520,12 +662,16 @@ mod state {
         struct Note {
             text: String,
         }
-        let remember = tool_fn("remember", "Remember.", |note: Note, ctx: RunContext| async move {
-            let mut notes: Vec<String> = ctx.state("notes").unwrap_or_default();
-            notes.push(note.text);
-            ctx.set_state("notes", &notes);
-            Ok::<_, Error>("saved")
-        });
+        let remember = tool_fn(
+            "remember",
+            "Remember.",
+            |note: Note, ctx: RunContext| async move {
+                let mut notes: Vec<String> = ctx.state("notes").unwrap_or_default();
+                notes.push(note.text);
+                ctx.set_state("notes", &notes);
+                Ok::<_, Error>("saved")
+            },
+        );
         let model = ScriptedModel::new([
             ModelResponse::tool_calls([call("c1", "remember", json!({"text": "buy milk"}))]),
             ModelResponse::text("noted"),
@@ -542,7 +688,10 @@ mod state {
         let mut session = Session::new();
         session.state.insert("notes".into(), json!(["call mom"]));
         let agent = Agent::new(model, ToolSet::new().tool(remember));
-        let res = agent.oneshot(AgentRequest::new(session, "remember milk")).await.unwrap();
+        let res = agent
+            .oneshot(AgentRequest::new(session, "remember milk"))
+            .await
+            .unwrap();
         assert_eq!(res.session.state["notes"], json!(["call mom", "buy milk"]));
         let seen = seen.lock().unwrap();
         assert_eq!(seen[0].as_deref(), Some(&["call mom".to_string()][..]));
@@ -568,10 +717,20 @@ mod state {
             })
             .service(model.clone());
         let agent = Agent::new(model, calculator());
-        let res = agent.oneshot(AgentRequest::new(Session::new(), "1+1")).await.unwrap();
+        let res = agent
+            .oneshot(AgentRequest::new(Session::new(), "1+1"))
+            .await
+            .unwrap();
         let texts: Vec<String> = res.session.history.iter().map(|m| m.text()).collect();
-        assert!(!texts.iter().any(|t| t.contains("reminder")), "request-only edit leaked: {texts:?}");
-        assert_eq!(res.session.history.len(), 3, "the user message was committed away: {texts:?}");
+        assert!(
+            !texts.iter().any(|t| t.contains("reminder")),
+            "request-only edit leaked: {texts:?}"
+        );
+        assert_eq!(
+            res.session.history.len(),
+            3,
+            "the user message was committed away: {texts:?}"
+        );
         assert_eq!(res.session.history[0].role, Role::Assistant);
     }
 }

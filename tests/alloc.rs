@@ -61,13 +61,25 @@ fn pass_through_callbacks_allocate_nothing() {
     });
 
     let bare = allocations(stub, 100);
-    assert_eq!(bare, 0, "the stub must not allocate, or the comparison means nothing");
+    assert_eq!(
+        bare, 0,
+        "the stub must not allocate, or the comparison means nothing"
+    );
 
     let before = before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) });
-    assert_eq!(allocations(before.clone().layer(stub), 100), 0, "before_model");
+    assert_eq!(
+        allocations(before.clone().layer(stub), 100),
+        0,
+        "before_model"
+    );
 
-    let after = after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) });
-    assert_eq!(allocations(after.clone().layer(stub), 100), 0, "after_model");
+    let after =
+        after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) });
+    assert_eq!(
+        allocations(after.clone().layer(stub), 100),
+        0,
+        "after_model"
+    );
 
     let observe = ObserveLayer::new()
         .on_request(|_: &ModelRequest| {})
@@ -96,5 +108,9 @@ fn pass_through_callbacks_allocate_nothing() {
         let _boxed = Box::new(1_u64);
         Ok(Flow::Continue(req))
     });
-    assert_eq!(allocations(boxing.layer(stub), 100), 100, "the counter sees allocations");
+    assert_eq!(
+        allocations(boxing.layer(stub), 100),
+        100,
+        "the counter sees allocations"
+    );
 }

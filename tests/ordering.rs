@@ -46,18 +46,102 @@ struct Row {
 use L::*;
 
 const ROWS: &[Row] = &[
-    Row { n: 1, stack: &[Before("A"), Before("B")], request: &["A", "B", "S"], response: &[], result: Some("S"), observer_saw: None },
-    Row { n: 2, stack: &[Answers("A"), Before("B")], request: &["A"], response: &[], result: Some("answer A"), observer_saw: None },
-    Row { n: 3, stack: &[Before("A"), Answers("B")], request: &["A", "B"], response: &[], result: Some("answer B"), observer_saw: None },
-    Row { n: 4, stack: &[After("A"), After("B")], request: &["S"], response: &["B", "A"], result: Some("S|B|A"), observer_saw: None },
-    Row { n: 5, stack: &[After("A"), Replaces("B")], request: &["S"], response: &["B"], result: Some("replaced by B"), observer_saw: None },
-    Row { n: 6, stack: &[Replaces("A"), After("B")], request: &["S"], response: &["B", "A"], result: Some("replaced by A"), observer_saw: None },
-    Row { n: 7, stack: &[After("A"), Answers("B")], request: &["B"], response: &["A"], result: Some("answer B|A"), observer_saw: None },
-    Row { n: 8, stack: &[Answers("A"), After("B")], request: &["A"], response: &[], result: Some("answer A"), observer_saw: None },
-    Row { n: 9, stack: &[Observe("O"), Answers("B")], request: &["O", "B"], response: &["O"], result: Some("answer B"), observer_saw: Some("answer B") },
-    Row { n: 10, stack: &[Observe("O"), Replaces("A")], request: &["O", "S"], response: &["A", "O"], result: Some("replaced by A"), observer_saw: Some("replaced") },
-    Row { n: 11, stack: &[Observe("O"), After("A"), Fails("B")], request: &["O", "B"], response: &["O"], result: None, observer_saw: Some("error") },
-    Row { n: 12, stack: &[After("A"), Observe("O"), Replaces("B")], request: &["O", "S"], response: &["B", "O"], result: Some("replaced by B"), observer_saw: Some("replaced") },
+    Row {
+        n: 1,
+        stack: &[Before("A"), Before("B")],
+        request: &["A", "B", "S"],
+        response: &[],
+        result: Some("S"),
+        observer_saw: None,
+    },
+    Row {
+        n: 2,
+        stack: &[Answers("A"), Before("B")],
+        request: &["A"],
+        response: &[],
+        result: Some("answer A"),
+        observer_saw: None,
+    },
+    Row {
+        n: 3,
+        stack: &[Before("A"), Answers("B")],
+        request: &["A", "B"],
+        response: &[],
+        result: Some("answer B"),
+        observer_saw: None,
+    },
+    Row {
+        n: 4,
+        stack: &[After("A"), After("B")],
+        request: &["S"],
+        response: &["B", "A"],
+        result: Some("S|B|A"),
+        observer_saw: None,
+    },
+    Row {
+        n: 5,
+        stack: &[After("A"), Replaces("B")],
+        request: &["S"],
+        response: &["B"],
+        result: Some("replaced by B"),
+        observer_saw: None,
+    },
+    Row {
+        n: 6,
+        stack: &[Replaces("A"), After("B")],
+        request: &["S"],
+        response: &["B", "A"],
+        result: Some("replaced by A"),
+        observer_saw: None,
+    },
+    Row {
+        n: 7,
+        stack: &[After("A"), Answers("B")],
+        request: &["B"],
+        response: &["A"],
+        result: Some("answer B|A"),
+        observer_saw: None,
+    },
+    Row {
+        n: 8,
+        stack: &[Answers("A"), After("B")],
+        request: &["A"],
+        response: &[],
+        result: Some("answer A"),
+        observer_saw: None,
+    },
+    Row {
+        n: 9,
+        stack: &[Observe("O"), Answers("B")],
+        request: &["O", "B"],
+        response: &["O"],
+        result: Some("answer B"),
+        observer_saw: Some("answer B"),
+    },
+    Row {
+        n: 10,
+        stack: &[Observe("O"), Replaces("A")],
+        request: &["O", "S"],
+        response: &["A", "O"],
+        result: Some("replaced by A"),
+        observer_saw: Some("replaced"),
+    },
+    Row {
+        n: 11,
+        stack: &[Observe("O"), After("A"), Fails("B")],
+        request: &["O", "B"],
+        response: &["O"],
+        result: None,
+        observer_saw: Some("error"),
+    },
+    Row {
+        n: 12,
+        stack: &[After("A"), Observe("O"), Replaces("B")],
+        request: &["O", "S"],
+        response: &["B", "O"],
+        result: Some("replaced by B"),
+        observer_saw: Some("replaced"),
+    },
 ];
 
 fn push(log: &Log, entry: String) {
@@ -116,7 +200,10 @@ fn build(stack: &[L], log: &Log) -> Svc {
                     push(&log, format!("{name}<"));
                     async move {
                         let call = ToolCall::new(&res.result.call_id, &res.result.name, json!({}));
-                        Ok(Flow::Answer(ToolResponse::success(&call, format!("replaced by {name}"))))
+                        Ok(Flow::Answer(ToolResponse::success(
+                            &call,
+                            format!("replaced by {name}"),
+                        )))
                     }
                 })
                 .layer(svc),
@@ -126,15 +213,17 @@ fn build(stack: &[L], log: &Log) -> Svc {
                 BoxCloneService::new(
                     ObserveLayer::new()
                         .on_request(move |_req: &ToolRequest| push(&on_req, format!("{name}>")))
-                        .on_response(move |res: &Result<ToolResponse, Error>, _ctx: &RunContext| {
-                            push(&log, format!("{name}<"));
-                            let saw = match res {
-                                Ok(r) if r.is_replaced() => "replaced".to_owned(),
-                                Ok(r) => r.result.content.clone(),
-                                Err(_) => "error".to_owned(),
-                            };
-                            push(&log, format!("{name} saw {saw}"));
-                        })
+                        .on_response(
+                            move |res: &Result<ToolResponse, Error>, _ctx: &RunContext| {
+                                push(&log, format!("{name}<"));
+                                let saw = match res {
+                                    Ok(r) if r.is_replaced() => "replaced".to_owned(),
+                                    Ok(r) => r.result.content.clone(),
+                                    Err(_) => "error".to_owned(),
+                                };
+                                push(&log, format!("{name} saw {saw}"));
+                            },
+                        )
                         .layer(svc),
                 )
             }
@@ -159,8 +248,18 @@ async fn every_row_of_the_onion_table() {
                 .filter_map(|e| e.strip_suffix(suffix).map(str::to_owned))
                 .collect()
         };
-        assert_eq!(seen('>'), row.request, "row {}: request order ({trace:?})", row.n);
-        assert_eq!(seen('<'), row.response, "row {}: response order ({trace:?})", row.n);
+        assert_eq!(
+            seen('>'),
+            row.request,
+            "row {}: request order ({trace:?})",
+            row.n
+        );
+        assert_eq!(
+            seen('<'),
+            row.response,
+            "row {}: response order ({trace:?})",
+            row.n
+        );
         match (row.result, &result) {
             (Some(expected), Ok(res)) => {
                 assert_eq!(res.result.content, expected, "row {}: result", row.n)
@@ -172,7 +271,11 @@ async fn every_row_of_the_onion_table() {
         match row.observer_saw {
             Some(expected) => {
                 assert_eq!(saw.len(), 1, "row {}: observer ran once ({trace:?})", row.n);
-                assert!(saw[0].ends_with(expected), "row {}: observer saw {saw:?}", row.n);
+                assert!(
+                    saw[0].ends_with(expected),
+                    "row {}: observer saw {saw:?}",
+                    row.n
+                );
             }
             None => assert!(saw.is_empty(), "row {}", row.n),
         }
@@ -181,11 +284,28 @@ async fn every_row_of_the_onion_table() {
 
 /// The canonical order of `docs/ordering.md`: observer, user after, built-in after, built-in
 /// before, user before, service.
-fn canonical(builtin_before_answers: bool, user_before_answers: bool, builtin_after_replaces: bool, log: &Log) -> Svc {
+fn canonical(
+    builtin_before_answers: bool,
+    user_before_answers: bool,
+    builtin_after_replaces: bool,
+    log: &Log,
+) -> Svc {
     let mut stack = vec![Observe("O"), After("user_after")];
-    stack.push(if builtin_after_replaces { Replaces("builtin_after") } else { After("builtin_after") });
-    stack.push(if builtin_before_answers { Answers("builtin_before") } else { Before("builtin_before") });
-    stack.push(if user_before_answers { Answers("user_before") } else { Before("user_before") });
+    stack.push(if builtin_after_replaces {
+        Replaces("builtin_after")
+    } else {
+        After("builtin_after")
+    });
+    stack.push(if builtin_before_answers {
+        Answers("builtin_before")
+    } else {
+        Before("builtin_before")
+    });
+    stack.push(if user_before_answers {
+        Answers("user_before")
+    } else {
+        Before("user_before")
+    });
     build(&stack, log)
 }
 
@@ -195,29 +315,66 @@ async fn builtin_first_its_answer_wins() {
     let cases: &[((bool, bool, bool), &[&str], &str)] = &[
         (
             (false, false, false),
-            &["O>", "builtin_before>", "user_before>", "S>", "builtin_after<", "user_after<", "O<"],
+            &[
+                "O>",
+                "builtin_before>",
+                "user_before>",
+                "S>",
+                "builtin_after<",
+                "user_after<",
+                "O<",
+            ],
             "S|builtin_after|user_after",
         ),
         (
             (true, false, false),
-            &["O>", "builtin_before>", "builtin_after<", "user_after<", "O<"],
+            &[
+                "O>",
+                "builtin_before>",
+                "builtin_after<",
+                "user_after<",
+                "O<",
+            ],
             "answer builtin_before|builtin_after|user_after",
         ),
         (
             (false, true, false),
-            &["O>", "builtin_before>", "user_before>", "builtin_after<", "user_after<", "O<"],
+            &[
+                "O>",
+                "builtin_before>",
+                "user_before>",
+                "builtin_after<",
+                "user_after<",
+                "O<",
+            ],
             "answer user_before|builtin_after|user_after",
         ),
         (
             (false, false, true),
-            &["O>", "builtin_before>", "user_before>", "S>", "builtin_after<", "O<"],
+            &[
+                "O>",
+                "builtin_before>",
+                "user_before>",
+                "S>",
+                "builtin_after<",
+                "O<",
+            ],
             "replaced by builtin_after",
         ),
     ];
     for ((bb, ub, ba), trace, result) in cases {
         let log: Log = Arc::default();
-        let res = canonical(*bb, *ub, *ba, &log).oneshot(call()).await.unwrap();
-        let got: Vec<String> = log.lock().unwrap().iter().filter(|e| !e.contains(" saw ")).cloned().collect();
+        let res = canonical(*bb, *ub, *ba, &log)
+            .oneshot(call())
+            .await
+            .unwrap();
+        let got: Vec<String> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| !e.contains(" saw "))
+            .cloned()
+            .collect();
         assert_eq!(&got, trace, "case {:?}", (bb, ub, ba));
         assert_eq!(res.result.content, *result, "case {:?}", (bb, ub, ba));
     }
@@ -230,7 +387,14 @@ async fn six_points_in_run_order() {
         ModelResponse::tool_calls([ToolCall::new("c1", "t", json!({}))]),
         ModelResponse::text("done"),
     ]);
-    let (l1, l2, l3, l4, l5, l6) = (log.clone(), log.clone(), log.clone(), log.clone(), log.clone(), log.clone());
+    let (l1, l2, l3, l4, l5, l6) = (
+        log.clone(),
+        log.clone(),
+        log.clone(),
+        log.clone(),
+        log.clone(),
+        log.clone(),
+    );
     let model = ServiceBuilder::new()
         .after_model(move |res: ModelResponse, ctx: RunContext| {
             push(&l1, format!("after_model {}", ctx.round()));
@@ -261,7 +425,10 @@ async fn six_points_in_run_order() {
             async move { Ok(Flow::Continue(req)) }
         })
         .service(Agent::new(model, tools));
-    agent.oneshot(AgentRequest::new(Session::new(), "go")).await.unwrap();
+    agent
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .unwrap();
     assert_eq!(
         *log.lock().unwrap(),
         [
@@ -289,7 +456,10 @@ async fn before_agent_answer_skips_the_loop() {
             )))
         })
         .service(Agent::new(model.clone(), ToolSet::new()));
-    let res = agent.oneshot(AgentRequest::new(Session::new(), "hi")).await.unwrap();
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "hi"))
+        .await
+        .unwrap();
     assert_eq!(res.text().as_deref(), Some("cached answer"));
     assert_eq!(model.request_count(), 0, "the model must not be called");
 }

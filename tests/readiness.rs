@@ -13,16 +13,17 @@ fn req(id: &str) -> ToolRequest {
     ToolRequest::new(ToolCall::new(id, "t", json!({})), RunContext::new())
 }
 
+type Decision =
+    std::pin::Pin<Box<dyn Future<Output = Result<Flow<ToolRequest, ToolResponse>, Error>> + Send>>;
+
 /// A before callback that yields before deciding, so the inner call happens later, inside
 /// the response future: the layer must hand the *ready* inner service to that future.
-fn slow_before() -> BeforeLayer<
-    impl FnMut(ToolRequest) -> std::pin::Pin<Box<dyn Future<Output = Result<Flow<ToolRequest, ToolResponse>, Error>> + Send>> + Clone,
-> {
-    BeforeLayer::new(|req: ToolRequest| {
+fn slow_before() -> BeforeLayer<impl FnMut(ToolRequest) -> Decision + Clone> {
+    BeforeLayer::new(|req: ToolRequest| -> Decision {
         Box::pin(async move {
             tokio::task::yield_now().await;
             Ok(Flow::Continue(req))
-        }) as std::pin::Pin<Box<dyn Future<Output = _> + Send>>
+        })
     })
 }
 
@@ -36,14 +37,23 @@ async fn before_hands_the_ready_service_to_its_future() {
     assert!(svc.poll_ready::<ToolRequest>().is_pending());
 
     handle.allow(1);
-    assert!(matches!(svc.poll_ready::<ToolRequest>(), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        svc.poll_ready::<ToolRequest>(),
+        Poll::Ready(Ok(()))
+    ));
     let first = svc.call(req("one"));
 
     // Driving `first` calls the mock only after the callback yielded. It must use the clone
     // that was polled ready: the mock panics on a `call` without `poll_ready`.
     let mut first = Box::pin(first);
-    assert!(futures_util::poll!(first.as_mut()).is_pending(), "the callback yields first");
-    assert!(futures_util::poll!(first.as_mut()).is_pending(), "then it calls the mock");
+    assert!(
+        futures_util::poll!(first.as_mut()).is_pending(),
+        "the callback yields first"
+    );
+    assert!(
+        futures_util::poll!(first.as_mut()).is_pending(),
+        "then it calls the mock"
+    );
     let (request, send) = handle.next_request().await.unwrap();
     assert_eq!(request.call.id, "one");
     // The capacity is used up: the service left in the layer waits again.
@@ -58,16 +68,19 @@ async fn after_and_observe_call_the_polled_service_directly() {
     let (mock, mut handle) = mock::pair::<ToolRequest, ToolResponse>();
     let stack = tower::ServiceBuilder::new()
         .observe(ObserveLayer::new())
-        .layer(AfterLayer::new(|res: ToolResponse, _: RunContext| async move {
-            Ok(Flow::Continue(res))
-        }))
+        .layer(AfterLayer::new(
+            |res: ToolResponse, _: RunContext| async move { Ok(Flow::Continue(res)) },
+        ))
         .service(mock);
     let mut svc = mock::Spawn::new(stack);
 
     handle.allow(0);
     assert!(svc.poll_ready::<ToolRequest>().is_pending());
     handle.allow(1);
-    assert!(matches!(svc.poll_ready::<ToolRequest>(), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        svc.poll_ready::<ToolRequest>(),
+        Poll::Ready(Ok(()))
+    ));
     let fut = tokio::spawn(svc.call(req("two")));
     let (got, send) = handle.next_request().await.unwrap();
     assert_eq!(got.call.id, "two");
@@ -80,7 +93,10 @@ async fn inner_errors_pass_through_unchanged() {
     let (mock, mut handle) = mock::pair::<ToolRequest, ToolResponse>();
     let mut svc = mock::Spawn::new(slow_before().layer(mock));
     handle.allow(1);
-    assert!(matches!(svc.poll_ready::<ToolRequest>(), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        svc.poll_ready::<ToolRequest>(),
+        Poll::Ready(Ok(()))
+    ));
     let mut fut = Box::pin(svc.call(req("three")));
     assert!(futures_util::poll!(fut.as_mut()).is_pending());
     assert!(futures_util::poll!(fut.as_mut()).is_pending());

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use futures_util::StreamExt;
 use serde_json::json;
 use tower::service_fn;
-use tower_agent::prelude::*;
 use tower_agent::Blocking;
+use tower_agent::prelude::*;
 use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
 
 fn echo_model() -> ScriptedModel {
@@ -39,7 +39,11 @@ async fn spawn_streams_live_events_then_joins() {
 #[tokio::test]
 async fn the_handle_cancels_a_hanging_run() {
     let hang = StubTool::hanging("hang");
-    let model = ScriptedModel::new([ModelResponse::tool_calls([ToolCall::new("c1", "hang", json!({}))])]);
+    let model = ScriptedModel::new([ModelResponse::tool_calls([ToolCall::new(
+        "c1",
+        "hang",
+        json!({}),
+    )])]);
     let agent = Agent::new(model, ToolSet::new().tool(hang.clone()));
     let run = agent.spawn(AgentRequest::new(Session::new(), "go"));
     while hang.calls().is_empty() {
@@ -73,7 +77,11 @@ async fn a_slow_reader_applies_backpressure() {
     }
     assert!(!run.is_finished(), "the run waits for the reader");
     // run_started and round_started fill the buffer; round_completed waits.
-    assert_eq!(rounds.load(Ordering::SeqCst), 1, "blocked in the first round");
+    assert_eq!(
+        rounds.load(Ordering::SeqCst),
+        1,
+        "blocked in the first round"
+    );
     let mut count = 0;
     while events.recv().await.is_some() {
         count += 1;
@@ -103,7 +111,10 @@ async fn batches_keep_input_order_within_the_bound() {
     let agent = Agent::new(model, ToolSet::new());
     let requests = (0..8).map(|i| AgentRequest::new(Session::new(), format!("q{i}")));
     let results = agent.run_batch(requests, 3).await;
-    let texts: Vec<String> = results.into_iter().map(|r| r.unwrap().text().unwrap()).collect();
+    let texts: Vec<String> = results
+        .into_iter()
+        .map(|r| r.unwrap().text().unwrap())
+        .collect();
     let expected: Vec<String> = (0..8).map(|i| format!("echo q{i}")).collect();
     assert_eq!(texts, expected);
     let peak = peak.load(Ordering::SeqCst);
@@ -115,10 +126,10 @@ fn blocking_runs_without_a_runtime() {
     let agent = Blocking::new(Agent::new(echo_model(), ToolSet::new())).unwrap();
     let res = agent.run(AgentRequest::new(Session::new(), "hi")).unwrap();
     assert_eq!(res.text().as_deref(), Some("echo hi"));
-    let batch = agent.run_batch(
-        ["a", "b"].map(|q| AgentRequest::new(Session::new(), q)),
-        2,
-    );
-    let texts: Vec<String> = batch.into_iter().map(|r| r.unwrap().text().unwrap()).collect();
+    let batch = agent.run_batch(["a", "b"].map(|q| AgentRequest::new(Session::new(), q)), 2);
+    let texts: Vec<String> = batch
+        .into_iter()
+        .map(|r| r.unwrap().text().unwrap())
+        .collect();
     assert_eq!(texts, ["echo a", "echo b"]);
 }

@@ -3,6 +3,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -53,6 +54,8 @@ struct Shared {
     state: Mutex<Map<String, Value>>,
     extensions: Mutex<Extensions>,
     commit: Mutex<Option<History>>,
+    /// Whether `commit` holds a history: lets the agent skip the lock every round.
+    has_commit: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,6 +83,7 @@ impl RunContext {
             state: Mutex::new(Map::new()),
             extensions: Mutex::new(Extensions::default()),
             commit: Mutex::new(None),
+            has_commit: AtomicBool::new(false),
         })
     }
 
@@ -103,6 +107,7 @@ impl RunContext {
                 state: Mutex::new(lock(&s.state).clone()),
                 extensions: Mutex::new(lock(&s.extensions).clone()),
                 commit: Mutex::new(lock(&s.commit).clone()),
+                has_commit: AtomicBool::new(s.has_commit.load(Ordering::Acquire)),
             };
             self.shared = Arc::new(copy);
         }
@@ -200,9 +205,7 @@ impl RunContext {
     /// Read a value of the session's JSON state. `None` when missing or not of type `T`.
     pub fn state<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
         let state = lock(&self.shared.state);
-        state
-            .get(key)
-            .and_then(|v| T::deserialize(v).ok())
+        state.get(key).and_then(|v| T::deserialize(v).ok())
     }
 
     /// Write a value into the session's JSON state. A value that does not serialize to JSON
@@ -235,11 +238,17 @@ impl RunContext {
     /// A later commit in the same round replaces an earlier one.
     pub fn commit_history(&self, history: History) {
         *lock(&self.shared.commit) = Some(history);
+        self.shared.has_commit.store(true, Ordering::Release);
     }
 
     /// Take the pending history commit, if any. The agent calls this; layers do not need to.
     pub fn take_committed_history(&self) -> Option<History> {
-        lock(&self.shared.commit).take()
+        if !self.shared.has_commit.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut commit = lock(&self.shared.commit);
+        self.shared.has_commit.store(false, Ordering::Release);
+        commit.take()
     }
 
     /// Merge `state` into the JSON state; keys already present win.

@@ -240,8 +240,11 @@ impl Error {
             return Error::new(ErrorKind::Timeout, error.to_string()).with_source(error);
         }
         if error.is::<tower::load_shed::error::Overloaded>() {
-            return Error::new(ErrorKind::Overloaded { retry_after: None }, error.to_string())
-                .with_source(error);
+            return Error::new(
+                ErrorKind::Overloaded { retry_after: None },
+                error.to_string(),
+            )
+            .with_source(error);
         }
         Error::new(ErrorKind::Other, error.to_string()).with_source(error)
     }
@@ -261,7 +264,10 @@ impl fmt::Debug for Error {
             d.field("source", &format_args!("{source}"));
         }
         if let Some(session) = &self.session {
-            d.field("session", &format_args!("<{} messages>", session.history.len()));
+            d.field(
+                "session",
+                &format_args!("<{} messages>", session.history.len()),
+            );
         }
         d.finish()
     }

@@ -299,7 +299,10 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Observer);
         assert!(err.to_string().contains("disk full"));
-        assert_eq!(*seen.lock().unwrap(), ["1:round_started", "2:round_started"]);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["1:round_started", "2:round_started"]
+        );
     }
 
     #[tokio::test]

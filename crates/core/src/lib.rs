@@ -58,14 +58,12 @@ pub mod message;
 pub mod model;
 pub mod tool;
 
-pub use agent::{
-    AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopReason,
-};
+pub use agent::{AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopReason};
+pub use builder::ServiceBuilderExt;
 pub use callback::{
     AfterCallback, AfterLayer, BeforeCallback, BeforeLayer, Flow, ObserveLayer, Replaceable,
     after_agent, after_model, after_tool, before_agent, before_model, before_tool,
 };
-pub use builder::ServiceBuilderExt;
 pub use context::{RunContext, new_id};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
@@ -74,5 +72,5 @@ pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
 pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,
 };
-pub use tool::{Interrupt, ToolAction, ToolRequest, ToolResponse};
 pub use tokio_util::sync::CancellationToken;
+pub use tool::{Interrupt, ToolAction, ToolRequest, ToolResponse};

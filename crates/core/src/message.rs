@@ -52,7 +52,11 @@ impl ToolCall {
     }
 
     /// A call whose arguments are kept as the given text, valid JSON or not.
-    pub fn raw(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+    pub fn raw(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
         Self {
             id: id.into(),
             name: name.into(),
@@ -117,7 +121,8 @@ impl ToolResult {
     }
 
     /// The content of [`ToolResult::cancelled`].
-    pub const CANCELLED: &'static str = "cancelled: the run was cancelled before this tool call completed";
+    pub const CANCELLED: &'static str =
+        "cancelled: the run was cancelled before this tool call completed";
 }
 
 /// One part of a message.

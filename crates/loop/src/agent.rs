@@ -9,13 +9,15 @@ use std::task::{Context, Poll};
 
 use futures_util::FutureExt;
 use futures_util::stream::{self, StreamExt};
+use pin_project_lite::pin_project;
 use serde_json::Value;
+use tokio_util::sync::WaitForCancellationFuture;
 use tower::ServiceExt;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, BoxError, ContentPart, Error, ErrorKind, Event,
-    GenerationOptions, History, Interrupt, Message, ModelRequest, ModelResponse, Outcome, Role,
-    RunContext, Session, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
-    ToolSpec, Usage,
+    AgentInput, AgentRequest, AgentResponse, BoxError, CancellationToken, ContentPart, Error,
+    ErrorKind, Event, GenerationOptions, History, Interrupt, Message, ModelRequest, ModelResponse,
+    Outcome, Role, RunContext, Session, StopReason, ToolAction, ToolCall, ToolRequest,
+    ToolResponse, ToolResult, ToolSpec, Usage,
 };
 use tower_service::Service;
 use tracing::Instrument;
@@ -250,6 +252,7 @@ where
             ctx,
             usage: Usage::default(),
             rounds: 0,
+            scratch: RoundTools::default(),
         };
         Box::pin(run.run(input).instrument(span))
     }
@@ -264,6 +267,8 @@ struct Run<M, T> {
     ctx: RunContext,
     usage: Usage,
     rounds: u32,
+    /// Reused every round, so a round allocates no bookkeeping of its own.
+    scratch: RoundTools,
 }
 
 /// What the tools of one round produced.
@@ -281,6 +286,17 @@ enum ToolOutcome {
     Response(ToolResponse),
     Failed(Error),
     Panicked(String),
+}
+
+/// Build and emit an event only when something listens (evaluates to the emit's result).
+macro_rules! emit {
+    ($ctx:expr, $event:expr) => {
+        if $ctx.events().is_enabled() {
+            $ctx.emit($event).await
+        } else {
+            Ok(())
+        }
+    };
 }
 
 const NOT_DECIDED: &str =
@@ -303,11 +319,13 @@ where
 
     async fn drive(&mut self, input: AgentInput) -> Result<Outcome, Error> {
         let (run_id, session_id) = (self.ctx.run_id(), self.ctx.session_id());
-        emit(&self.ctx, || Event::RunStarted {
-            run_id: run_id.into(),
-            session_id: session_id.into(),
-        })
-        .await?;
+        emit!(
+            self.ctx,
+            Event::RunStarted {
+                run_id: run_id.into(),
+                session_id: session_id.into(),
+            }
+        )?;
 
         let pending = std::mem::take(&mut self.session.interrupts);
         match input {
@@ -317,14 +335,19 @@ where
                         "cannot resume: the session has no pending interrupt",
                     ));
                 }
-                let calls: Vec<&ToolCall> = pending.iter().map(|i| &i.call).collect();
+                let calls: Vec<ContentPart> = pending
+                    .into_iter()
+                    .map(|i| ContentPart::ToolCall(i.call))
+                    .collect();
                 let ctx = self.ctx.with_round(0);
-                let out = execute(
+                let mut out = std::mem::take(&mut self.scratch);
+                execute(
                     &mut self.tools,
                     &ctx,
                     self.config.tool_execution,
                     &calls,
                     Some(&value),
+                    &mut out,
                 )
                 .await;
                 if let Some(outcome) = self.absorb_round(out)? {
@@ -366,29 +389,27 @@ where
             }
             self.rounds += 1;
             let round = self.rounds;
-            emit(&self.ctx, || Event::RoundStarted { round }).await?;
+            emit!(self.ctx, Event::RoundStarted { round })?;
 
-            let ctx = self.ctx.with_round(round);
             let request = ModelRequest {
                 system: self.config.system.clone(),
                 messages: self.session.history.clone(),
                 tools: Arc::clone(&self.config.tool_specs),
                 options: self.config.options.clone(),
-                ctx: ctx.clone(),
+                ctx: self.ctx.with_round(round),
             };
             let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
             let token = self.ctx.cancellation_token();
-            let response = tokio::select! {
-                biased;
-                _ = token.cancelled() => None,
-                response = call_model(&mut self.model, request).instrument(span) => Some(response),
-            };
+            let response =
+                cancellable(token, call_model(&mut self.model, request).instrument(span)).await;
             // The request is gone: a history committed by a layer replaces ours before the
             // model's message is appended.
             self.apply_commit();
             let response = match response {
                 None => return Ok(Outcome::Cancelled),
-                Some(Err(error)) if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() => {
+                Some(Err(error))
+                    if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() =>
+                {
                     return Ok(Outcome::Cancelled);
                 }
                 Some(Err(error)) => return Err(error),
@@ -402,37 +423,45 @@ where
             normalize_call_ids(&mut message, round);
             self.usage += usage;
             if message.has_text() {
-                emit(&self.ctx, || Event::Text {
-                    round,
-                    text: message.text(),
-                })
-                .await?;
+                emit!(
+                    self.ctx,
+                    Event::Text {
+                        round,
+                        text: message.text(),
+                    }
+                )?;
             }
             self.session.history.push(message);
             let history = &self.session.history;
-            emit(&self.ctx, || Event::RoundCompleted {
-                round,
-                message: history.last().cloned().unwrap_or_else(|| Message::assistant("")),
-                history: history.clone(),
-                usage,
-            })
-            .await?;
+            emit!(
+                self.ctx,
+                Event::RoundCompleted {
+                    round,
+                    message: history
+                        .last()
+                        .cloned()
+                        .unwrap_or_else(|| Message::assistant("")),
+                    history: history.clone(),
+                    usage,
+                }
+            )?;
 
             let Some(message) = self.session.history.last() else {
                 continue;
             };
-            let calls: Vec<&ToolCall> = message.tool_calls().collect();
-            if calls.is_empty() {
+            if !message.has_tool_calls() {
                 return Ok(Outcome::Completed {
                     message: message.clone(),
                 });
             }
-            let out = execute(
+            let mut out = std::mem::take(&mut self.scratch);
+            execute(
                 &mut self.tools,
-                &ctx,
+                &self.ctx.with_round(round),
                 self.config.tool_execution,
-                &calls,
+                &message.content,
                 None,
+                &mut out,
             )
             .await;
             if let Some(outcome) = self.absorb_round(out)? {
@@ -442,17 +471,16 @@ where
     }
 
     /// Append a round's results; the outcome if the round ends the run.
-    fn absorb_round(&mut self, out: RoundTools) -> Result<Option<Outcome>, Error> {
-        let RoundTools {
-            results,
-            mut interrupts,
-            stop,
-            cancelled,
-            error,
-        } = out;
+    fn absorb_round(&mut self, mut out: RoundTools) -> Result<Option<Outcome>, Error> {
         self.session
             .history
-            .extend(results.into_iter().map(Message::tool_result));
+            .extend(out.results.drain(..).map(Message::tool_result));
+        let mut interrupts = std::mem::take(&mut out.interrupts);
+        let stop = out.stop.take();
+        let cancelled = std::mem::take(&mut out.cancelled);
+        let error = out.error.take();
+        // Keep the (empty) buffers for the next round.
+        self.scratch = out;
         // Calls that would wait for a decision cannot wait when the run ends otherwise.
         let closing = if error.is_some() {
             Some(RUN_FAILED.to_owned())
@@ -496,10 +524,12 @@ where
                 if let Outcome::Interrupted { interrupts } = &outcome {
                     self.session.interrupts = interrupts.clone();
                 }
-                let emitted = emit(&self.ctx, || Event::RunFinished {
+                let emitted = emit!(
+                    self.ctx,
+                    Event::RunFinished {
                         outcome: outcome.clone(),
-                    })
-                    .await;
+                    }
+                );
                 if let Err(error) = emitted {
                     return Err(error.with_session(self.session));
                 }
@@ -516,22 +546,15 @@ where
                     RUN_FAILED,
                 );
                 // The run already failed: an observer failing on this event changes nothing.
-                let _ = emit(&self.ctx, || Event::RunFailed {
+                let _ = emit!(
+                    self.ctx,
+                    Event::RunFailed {
                         error: error.clone(),
-                    })
-                    .await;
+                    }
+                );
                 Err(error.with_session(self.session))
             }
         }
-    }
-}
-
-/// Build and emit an event only when something listens.
-async fn emit(ctx: &RunContext, event: impl FnOnce() -> Event) -> Result<(), Error> {
-    if ctx.events().is_enabled() {
-        ctx.emit(event()).await
-    } else {
-        Ok(())
     }
 }
 
@@ -598,25 +621,22 @@ async fn execute<T>(
     tools: &mut T,
     ctx: &RunContext,
     mode: ToolExecution,
-    calls: &[&ToolCall],
+    parts: &[ContentPart],
     resume: Option<&Value>,
-) -> RoundTools
-where
+    out: &mut RoundTools,
+) where
     T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
     T::Error: Into<BoxError>,
     T::Future: Send,
 {
-    let mut out = RoundTools {
-        results: Vec::with_capacity(calls.len()),
-        ..RoundTools::default()
-    };
     let events = ctx.events().is_enabled();
     let token = ctx.cancellation_token();
     match mode {
         ToolExecution::Sequential => {
-            for call in calls {
+            for call in parts.iter().filter_map(as_call) {
                 if let Some(reason) = &out.stop {
-                    out.results.push(ToolResult::error(call, not_executed(reason)));
+                    out.results
+                        .push(ToolResult::error(call, not_executed(reason)));
                     continue;
                 }
                 if out.error.is_some() {
@@ -641,12 +661,8 @@ where
                     resume: resume.cloned(),
                 };
                 let span = tool_span(call);
-                let outcome = tokio::select! {
-                    biased;
-                    _ = token.cancelled() => None,
-                    outcome = call_tool(tools, request).instrument(span) => Some(outcome),
-                };
-                let is_error = absorb(&mut out, call, outcome, token.is_cancelled());
+                let outcome = cancellable(token, call_tool(tools, request).instrument(span)).await;
+                let is_error = absorb(out, call, outcome, token);
                 if events {
                     if let Err(error) = ctx.emit(finished(ctx, call, is_error)).await {
                         out.error.get_or_insert(error);
@@ -655,6 +671,7 @@ where
             }
         }
         ToolExecution::Concurrent { limit } => {
+            let calls: Vec<&ToolCall> = parts.iter().filter_map(as_call).collect();
             // Each future owns what it needs (no borrows), which keeps the run future `Send`.
             let mut running = Vec::with_capacity(calls.len());
             for (index, call) in calls.iter().enumerate() {
@@ -682,7 +699,9 @@ where
                         );
                         slots[index] = Some(Some(outcome));
                         if events {
-                            if let Err(error) = ctx.emit(finished(ctx, calls[index], is_error)).await {
+                            if let Err(error) =
+                                ctx.emit(finished(ctx, calls[index], is_error)).await
+                            {
                                 out.error = Some(error);
                                 break;
                             }
@@ -698,7 +717,7 @@ where
             for (call, slot) in calls.iter().zip(slots) {
                 match slot {
                     Some(outcome) => {
-                        absorb(&mut out, call, outcome, token.is_cancelled());
+                        absorb(out, call, outcome, token);
                     }
                     None if out.error.is_some() => {
                         out.results.push(ToolResult::error(call, RUN_FAILED));
@@ -711,7 +730,52 @@ where
             }
         }
     }
-    out
+}
+
+fn as_call(part: &ContentPart) -> Option<&ToolCall> {
+    match part {
+        ContentPart::ToolCall(call) => Some(call),
+        _ => None,
+    }
+}
+
+pin_project! {
+    /// Await `future` unless the run is cancelled first (`None`). The future is polled first,
+    /// and the token is only waited on once the future is pending: a call that completes at
+    /// once costs no cancellation bookkeeping. When both are ready, the future's output wins.
+    struct Cancellable<'a, F> {
+        #[pin]
+        future: F,
+        token: &'a CancellationToken,
+        #[pin]
+        wait: Option<WaitForCancellationFuture<'a>>,
+    }
+}
+
+fn cancellable<F: Future>(token: &CancellationToken, future: F) -> Cancellable<'_, F> {
+    Cancellable {
+        future,
+        token,
+        wait: None,
+    }
+}
+
+impl<F: Future> Future for Cancellable<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        if this.wait.is_none() {
+            this.wait.set(Some(this.token.cancelled()));
+        }
+        match this.wait.as_pin_mut() {
+            Some(wait) => wait.poll(cx).map(|()| None),
+            None => Poll::Pending,
+        }
+    }
 }
 
 /// One call of a concurrent round: announce it, run it.
@@ -732,7 +796,10 @@ where
         }
     }
     let span = tool_span(&request.call);
-    (index, Ok(call_tool(&mut service, request).instrument(span).await))
+    (
+        index,
+        Ok(call_tool(&mut service, request).instrument(span).await),
+    )
 }
 
 fn tool_span(call: &ToolCall) -> tracing::Span {
@@ -763,13 +830,20 @@ fn finished(ctx: &RunContext, call: &ToolCall, is_error: bool) -> Event {
 
 /// Turn one call's outcome (`None`: cancelled while running) into a result, an interrupt or
 /// a stop. Returns whether the model sees an error.
-fn absorb(out: &mut RoundTools, call: &ToolCall, outcome: Option<ToolOutcome>, cancelled: bool) -> bool {
+fn absorb(
+    out: &mut RoundTools,
+    call: &ToolCall,
+    outcome: Option<ToolOutcome>,
+    token: &CancellationToken,
+) -> bool {
     let result = match outcome {
         None => {
             out.cancelled = true;
             ToolResult::cancelled(call)
         }
-        Some(ToolOutcome::Failed(error)) if error.kind() == ErrorKind::Cancelled && cancelled => {
+        Some(ToolOutcome::Failed(error))
+            if error.kind() == ErrorKind::Cancelled && token.is_cancelled() =>
+        {
             out.cancelled = true;
             ToolResult::cancelled(call)
         }

@@ -331,7 +331,10 @@ impl StubTool {
 
     /// The calls received so far, in order.
     pub fn calls(&self) -> Vec<ToolCall> {
-        lock(&self.requests).iter().map(|r| r.call.clone()).collect()
+        lock(&self.requests)
+            .iter()
+            .map(|r| r.call.clone())
+            .collect()
     }
 
     /// The requests received so far, in order (with their contexts and resume values).
@@ -492,9 +495,17 @@ mod tests {
     #[tokio::test]
     async fn script_runs_out_with_a_clear_error() {
         let model = ScriptedModel::new([ModelResponse::text("one")]);
-        let first = model.clone().oneshot(ModelRequest::new(vec![])).await.unwrap();
+        let first = model
+            .clone()
+            .oneshot(ModelRequest::new(vec![]))
+            .await
+            .unwrap();
         assert_eq!(first.message.text(), "one");
-        let err = model.clone().oneshot(ModelRequest::new(vec![])).await.unwrap_err();
+        let err = model
+            .clone()
+            .oneshot(ModelRequest::new(vec![]))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("script is exhausted"), "{err}");
         assert!(err.to_string().contains("held 1 responses"), "{err}");
         assert_eq!(model.request_count(), 2);

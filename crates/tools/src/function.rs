@@ -95,7 +95,11 @@ where
 /// });
 /// assert_eq!(remember.spec().name, "remember");
 /// ```
-pub fn tool_fn<H, M>(name: impl Into<String>, description: impl Into<String>, handler: H) -> FnTool<H, M>
+pub fn tool_fn<H, M>(
+    name: impl Into<String>,
+    description: impl Into<String>,
+    handler: H,
+) -> FnTool<H, M>
 where
     H: ToolHandler<M>,
 {
@@ -217,13 +221,17 @@ mod tests {
 
     #[tokio::test]
     async fn outputs_render_as_text_or_json() {
-        let text = tool_fn("t", "", |a: Args| async move { Ok::<_, Error>(format!("n={}", a.n)) });
+        let text = tool_fn("t", "", |a: Args| async move {
+            Ok::<_, Error>(format!("n={}", a.n))
+        });
         let res = text.oneshot(req(r#"{"n":1}"#)).await.unwrap();
         assert_eq!(res.result.content, "n=1");
         assert_eq!(res.result.call_id, "c1");
         assert!(!res.result.is_error);
 
-        let json = tool_fn("t", "", |a: Args| async move { Ok::<_, Error>(json!({ "double": a.n * 2 })) });
+        let json = tool_fn("t", "", |a: Args| async move {
+            Ok::<_, Error>(json!({ "double": a.n * 2 }))
+        });
         let res = json.oneshot(req(r#"{"n":4}"#)).await.unwrap();
         assert_eq!(res.result.content, r#"{"double":8}"#);
     }
@@ -239,11 +247,21 @@ mod tests {
         });
         let res = tool.clone().oneshot(req("not json")).await.unwrap();
         assert!(res.result.is_error);
-        assert!(res.result.content.contains("invalid arguments for tool `t`"), "{}", res.result.content);
+        assert!(
+            res.result
+                .content
+                .contains("invalid arguments for tool `t`"),
+            "{}",
+            res.result.content
+        );
 
         let res = tool.clone().oneshot(req(r#"{"n":"three"}"#)).await.unwrap();
         assert!(res.result.is_error);
-        assert!(res.result.content.contains("invalid type"), "{}", res.result.content);
+        assert!(
+            res.result.content.contains("invalid type"),
+            "{}",
+            res.result.content
+        );
 
         let res = tool.oneshot(req(r#"{"n":0}"#)).await.unwrap();
         assert!(res.result.is_error);

@@ -82,7 +82,10 @@ mod tests {
     fn nested_types_are_inlined() {
         let schema = parameters_schema::<Outer>();
         assert!(!schema.to_string().contains("$ref"), "{schema}");
-        assert_eq!(schema["properties"]["inner"]["properties"]["x"]["type"], "integer");
+        assert_eq!(
+            schema["properties"]["inner"]["properties"]["x"]["type"],
+            "integer"
+        );
     }
 
     #[test]

@@ -171,15 +171,25 @@ mod tests {
     #[tokio::test]
     async fn routes_by_name_and_names_the_alternatives() {
         let set = ToolSet::new()
-            .tool(tool_fn("a", "A.", |_: NoArgs| async { Ok::<_, Error>("from a") }))
-            .tool(tool_fn("b", "B.", |_: NoArgs| async { Ok::<_, Error>("from b") }));
+            .tool(tool_fn("a", "A.", |_: NoArgs| async {
+                Ok::<_, Error>("from a")
+            }))
+            .tool(tool_fn("b", "B.", |_: NoArgs| async {
+                Ok::<_, Error>("from b")
+            }));
         assert_eq!(set.len(), 2);
         let names: Vec<_> = set.specs().iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
-        assert_eq!(set.clone().oneshot(call("b")).await.unwrap().result.content, "from b");
+        assert_eq!(
+            set.clone().oneshot(call("b")).await.unwrap().result.content,
+            "from b"
+        );
         let res = set.oneshot(call("c")).await.unwrap();
         assert!(res.result.is_error);
-        assert_eq!(res.result.content, "unknown tool `c`. Available tools: a, b");
+        assert_eq!(
+            res.result.content,
+            "unknown tool `c`. Available tools: a, b"
+        );
     }
 
     #[tokio::test]
