@@ -145,7 +145,7 @@ const ROWS: &[Row] = &[
 ];
 
 fn push(log: &Log, entry: String) {
-    log.lock().unwrap().push(entry);
+    log.lock().expect("the log lock").push(entry);
 }
 
 /// Build the stack of a row around a service answering `"S"`; every layer writes to `log`:
@@ -312,7 +312,8 @@ fn canonical(
 #[tokio::test]
 async fn builtin_first_its_answer_wins() {
     // (builtin before answers, user before answers, builtin after replaces) -> trace, result
-    let cases: &[((bool, bool, bool), &[&str], &str)] = &[
+    type Case = ((bool, bool, bool), &'static [&'static str], &'static str);
+    let cases: &[Case] = &[
         (
             (false, false, false),
             &[
