@@ -112,3 +112,8 @@ pub mod docs {
     #[doc = include_str!("../docs/testing.md")]
     pub mod testing {}
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

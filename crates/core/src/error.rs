@@ -128,7 +128,7 @@ impl fmt::Display for ErrorKind {
 /// message.
 ///
 /// When a run fails, the agent attaches the session as it stood at the failure (every tool
-/// call answered), so nothing is lost: take it back with [`Error::into_session`] and resume.
+/// call answered), so nothing is lost: take it back with [`Error::take_session`] and resume.
 #[derive(Clone, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct Error {
