@@ -5,6 +5,7 @@
 //! - `loop/*`: a 100-round run, one tool call per round, on stub services, starting from a
 //!   history of 10 or 1,000 messages; next to two hand-written reference loops (history shared
 //!   copy-on-write, and history cloned every round). Divide by 100 for the per-round cost.
+//!   `loop/agent_streaming` spawns the run with its event stream and a reader that drains it.
 //!
 //! Run: `cargo bench --bench overhead`.
 
@@ -125,45 +126,32 @@ fn layer(c: &mut Criterion) {
 
 // ------------------------------------------------------------------------- loop benchmarks
 
-/// Hand-written reference: the history is shared copy-on-write with the request.
-fn reference_cow(mut messages: History) -> History {
-    let model = |req: &ModelRequest| model_answer(req.ctx.round());
-    let ctx = RunContext::new();
-    let tools: Arc<[ToolSpec]> = Arc::from(Vec::new());
-    let options = tower_agent::GenerationOptions::default();
-    for round in 1..=ROUNDS {
-        let req = ModelRequest {
-            system: None,
-            messages: messages.clone(),
-            tools: tools.clone(),
-            options: options.clone(),
-            ctx: ctx.with_round(round),
-        };
-        let res = black_box(model(&req));
-        drop(req);
-        let call = res.message.tool_calls().next().cloned().expect("a call");
-        messages.push(res.message);
-        let out = tool_answer(&call);
-        messages.push(Message::tool_result(out.result));
-    }
-    messages
+/// How a hand-written reference loop hands the history to the model.
+#[derive(Clone, Copy)]
+enum Handoff {
+    /// Shared copy-on-write: O(1) per round, appended in place once the request is dropped.
+    Shared,
+    /// The message vector cloned into every request.
+    Cloned,
 }
 
-/// Hand-written reference: the message vector is cloned into every request.
-fn reference_clone(mut messages: Vec<Message>) -> Vec<Message> {
-    let model = |req: &ModelRequest| model_answer(req.ctx.round());
+/// A hand-written loop on the same stubs, no layers, no events, no cancellation.
+fn reference(mut messages: History, handoff: Handoff) -> History {
     let ctx = RunContext::new();
     let tools: Arc<[ToolSpec]> = Arc::from(Vec::new());
     let options = tower_agent::GenerationOptions::default();
     for round in 1..=ROUNDS {
         let req = ModelRequest {
             system: None,
-            messages: History::from(messages.clone()),
+            messages: match handoff {
+                Handoff::Shared => messages.clone(),
+                Handoff::Cloned => History::from(messages.to_vec()),
+            },
             tools: tools.clone(),
             options: options.clone(),
             ctx: ctx.with_round(round),
         };
-        let res = black_box(model(&req));
+        let res = black_box(model_answer(req.ctx.round()));
         drop(req);
         let call = res.message.tool_calls().next().cloned().expect("a call");
         messages.push(res.message);
@@ -212,23 +200,52 @@ fn agent_loop(c: &mut Criterion) {
         assert_eq!(res.rounds, ROUNDS);
         assert_eq!(res.session.history.len(), 10 + 2 * ROUNDS as usize);
     }
-    assert_eq!(reference_cow(History::from(history(10))).len(), 210);
+    assert_eq!(
+        reference(History::from(history(10)), Handoff::Shared).len(),
+        210
+    );
 
     for len in [10_usize, 1000] {
         group.bench_with_input(BenchmarkId::new("reference_cow", len), &len, |b, &len| {
             b.iter_batched(
                 || History::from(history(len)),
-                reference_cow,
+                |h| reference(h, Handoff::Shared),
                 BatchSize::SmallInput,
             )
         });
         group.bench_with_input(BenchmarkId::new("reference_clone", len), &len, |b, &len| {
-            b.iter_batched(|| history(len), reference_clone, BatchSize::SmallInput)
+            b.iter_batched(
+                || History::from(history(len)),
+                |h| reference(h, Handoff::Cloned),
+                BatchSize::SmallInput,
+            )
         });
         group.bench_with_input(BenchmarkId::new("agent", len), &len, |b, &len| {
             b.iter_batched(
                 || request(len),
                 |req| rt.block_on(bare.clone().oneshot(req)).expect("the run"),
+                BatchSize::SmallInput,
+            )
+        });
+        group.bench_with_input(BenchmarkId::new("agent_streaming", len), &len, |b, &len| {
+            b.iter_batched(
+                || request(len),
+                |req| {
+                    rt.block_on(async {
+                        let mut run = bare.clone().spawn(req);
+                        let mut events = run.take_events().expect("the stream");
+                        let reader = tokio::spawn(async move {
+                            let mut n = 0_usize;
+                            while events.recv().await.is_some() {
+                                n += 1;
+                            }
+                            n
+                        });
+                        let res = run.join().await.expect("the run");
+                        let events = reader.await.expect("the reader");
+                        (res, events)
+                    })
+                },
                 BatchSize::SmallInput,
             )
         });

@@ -322,21 +322,57 @@ async fn a_panicking_model_is_an_error_not_a_crash() {
 }
 
 #[tokio::test]
-async fn calls_without_ids_get_unique_ones() {
-    let model = ScriptedModel::new([
-        ModelResponse::tool_calls([
-            call("", "add", json!({"a": 1, "b": 1})),
-            call("dup", "add", json!({"a": 2, "b": 2})),
-            call("dup", "add", json!({"a": 3, "b": 3})),
-        ]),
-        ModelResponse::text("ok"),
-    ]);
-    let res = run(model, calculator(), "go").await.unwrap();
-    let ids: Vec<String> = results(&res.session.history)
+async fn calls_get_ids_unique_in_the_whole_session() {
+    // A provider that sends no ids, or reuses them (some do), run after run.
+    let model = ScriptedModel::from_fn(|req| {
+        Ok(match req.messages.last().map(|m| m.role) {
+            Some(Role::Tool) => ModelResponse::text("ok"),
+            _ => ModelResponse::tool_calls([
+                call("", "add", json!({"a": 1, "b": 1})),
+                call("dup", "add", json!({"a": 2, "b": 2})),
+                call("dup", "add", json!({"a": 3, "b": 3})),
+            ]),
+        })
+    });
+    let agent = Agent::new(model, calculator());
+    let mut req = AgentRequest::new(Session::new(), "go");
+    req.ctx = req.ctx.with_run_id("run1-abcdef");
+    let first = agent.clone().oneshot(req).await.unwrap();
+    let ids: Vec<String> = results(&first.session.history)
         .into_iter()
         .map(|r| r.0)
         .collect();
-    assert_eq!(ids, ["call_1_1", "dup", "call_1_3"]);
+    assert_eq!(ids, ["call_run1-abc_1_1", "dup", "call_run1-abc_1_3"]);
+
+    // The next run of the same session gets the same answers from the model: no id repeats.
+    let mut req = AgentRequest::new(first.session, "again");
+    req.ctx = req.ctx.with_run_id("run2-abcdef");
+    let second = agent.oneshot(req).await.unwrap();
+    let ids: Vec<String> = results(&second.session.history)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(ids.len(), 6);
+    assert_eq!(
+        &ids[3..],
+        [
+            "call_run2-abc_1_1",
+            "call_run2-abc_1_2",
+            "call_run2-abc_1_3"
+        ]
+    );
+    assert_valid_history(&second.session.history);
+}
+
+#[tokio::test]
+async fn tool_result_parts_from_the_model_are_dropped() {
+    let bogus = ToolResult::success(&call("x", "add", json!({})), "forged");
+    let model = ScriptedModel::new([ModelResponse::from_parts(vec![
+        tower_agent::ContentPart::Text { text: "hi".into() },
+        tower_agent::ContentPart::ToolResult(bogus),
+    ])]);
+    let res = run(model, calculator(), "go").await.unwrap();
+    assert_eq!(res.session.history.last().unwrap().content.len(), 1);
     assert_valid_history(&res.session.history);
 }
 
@@ -415,7 +451,7 @@ mod cancellation {
             let tools = calculator().tool(hang.clone());
             let builder = Agent::builder();
             let builder = if concurrent {
-                builder.concurrent_tools(1)
+                builder.concurrent_tools(3)
             } else {
                 builder
             };
@@ -438,7 +474,13 @@ mod cancellation {
                 "concurrent: {concurrent}"
             );
             assert_eq!(got[1].2, ToolResult::CANCELLED, "concurrent: {concurrent}");
-            assert_eq!(got[2].2, ToolResult::CANCELLED, "concurrent: {concurrent}");
+            // Sequentially c3 never started; concurrently it ran beside the hanging c2.
+            let c3 = if concurrent {
+                "4"
+            } else {
+                ToolResult::CANCELLED
+            };
+            assert_eq!(got[2].2, c3, "concurrent: {concurrent}");
             assert_valid_history(&res.session.history);
         }
     }
@@ -611,6 +653,7 @@ mod events {
             } => {
                 assert_eq!(*round, 1);
                 assert!(message.has_tool_calls());
+                let history = history.as_ref().expect("observers get the snapshot");
                 assert_eq!(history.len(), 2, "user + assistant, before the tool ran");
             }
             other => panic!("{other:?}"),
@@ -749,4 +792,220 @@ fn layered_agents_are_clone_send_static() {
         .before_agent(|req: AgentRequest| async move { Ok(Flow::Continue(req)) })
         .service(Agent::new(model, tools));
     assert_clone_send_static(&agent);
+}
+
+mod robustness {
+    use super::*;
+
+    #[tokio::test]
+    async fn commits_outside_a_model_call_are_discarded_and_bad_commits_refused() {
+        // A tool tries to commit: ignored, the session keeps its history.
+        let committer = StubTool::from_fn("commit", |req: &ToolRequest| {
+            req.ctx.commit_history(History::new());
+            ToolResponse::success(&req.call, "committed")
+        });
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([call("c1", "commit", json!({}))]),
+            ModelResponse::text("done"),
+        ]);
+        let res = run(model, ToolSet::new().tool(committer), "go")
+            .await
+            .unwrap();
+        assert_eq!(res.session.history.len(), 4, "user, call, result, answer");
+        assert_valid_history(&res.session.history);
+
+        // A before_model layer commits a history that splits a call from its result.
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([call("c1", "add", json!({"a": 1, "b": 1}))]),
+            ModelResponse::text("unreachable"),
+        ]);
+        let model = ServiceBuilder::new()
+            .before_model(|req: ModelRequest| async move {
+                if req.ctx.round() == 2 {
+                    let broken: History = req.messages.iter().take(2).cloned().collect();
+                    req.ctx.commit_history(broken);
+                }
+                Ok(Flow::Continue(req))
+            })
+            .service(model);
+        let mut err = Agent::new(model, calculator())
+            .oneshot(AgentRequest::new(Session::new(), "1+1"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::BadRequest);
+        assert!(
+            err.to_string().contains("committed an invalid history"),
+            "{err}"
+        );
+        let session = err.take_session().unwrap();
+        assert_eq!(session.history.len(), 3, "left as it was");
+        assert_valid_history(&session.history);
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_with_open_calls_resumes_cleanly() {
+        // Saved at RoundCompleted: the assistant asked for a call, then the process died.
+        let session = Session::new().with_history(vec![
+            Message::user("go"),
+            Message::assistant_with_calls("", [call("c1", "add", json!({"a": 1, "b": 1}))]),
+        ]);
+        let model = ScriptedModel::new([ModelResponse::text("recovered")]);
+        let res = Agent::new(model.clone(), calculator())
+            .oneshot(AgentRequest::new(session, AgentInput::Continue))
+            .await
+            .unwrap();
+        assert_eq!(res.text().as_deref(), Some("recovered"));
+        let sent = &model.requests()[0].messages;
+        assert_valid_history(sent);
+        assert!(
+            results(sent)[0]
+                .2
+                .starts_with("cancelled: the previous run ended")
+        );
+    }
+
+    #[tokio::test]
+    async fn stale_interrupts_are_refused() {
+        let mut session = Session::new().with_history(vec![Message::user("hi")]);
+        session.interrupts.push(tower_agent::Interrupt {
+            call: call("ghost", "add", json!({})),
+            payload: json!(null),
+        });
+        let mut err = Agent::new(ScriptedModel::new([]), calculator())
+            .oneshot(AgentRequest::new(session, AgentInput::Resume(json!(true))))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::BadRequest);
+        assert!(err.to_string().contains("`ghost`"), "{err}");
+        assert_eq!(
+            err.take_session().unwrap().interrupts.len(),
+            1,
+            "nothing lost"
+        );
+    }
+
+    #[tokio::test]
+    async fn resumed_results_are_put_back_in_call_order() {
+        let ask = StubTool::interrupting("ask", json!({}));
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([
+                call("c1", "ask", json!({})),
+                call("c2", "add", json!({"a": 1, "b": 1})),
+            ]),
+            ModelResponse::text("done"),
+        ]);
+        let agent = Agent::new(model, calculator().tool(ask));
+        let paused = agent
+            .clone()
+            .oneshot(AgentRequest::new(Session::new(), "go"))
+            .await
+            .unwrap();
+        let res = agent
+            .oneshot(AgentRequest::new(
+                paused.session,
+                AgentInput::Resume(json!("yes")),
+            ))
+            .await
+            .unwrap();
+        let ids: Vec<String> = results(&res.session.history)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(ids, ["c1", "c2"]);
+        assert_valid_history(&res.session.history);
+    }
+
+    #[tokio::test]
+    async fn cancellation_during_a_resumed_call() {
+        let hang = StubTool::hanging("slow_approval");
+        let session = Session::new().with_history(vec![
+            Message::user("go"),
+            Message::assistant_with_calls("", [call("c1", "slow_approval", json!({}))]),
+        ]);
+        let mut session = session;
+        session.interrupts.push(tower_agent::Interrupt {
+            call: call("c1", "slow_approval", json!({})),
+            payload: json!({}),
+        });
+        let agent = Agent::new(ScriptedModel::new([]), ToolSet::new().tool(hang.clone()));
+        let run = agent.spawn(AgentRequest::new(session, AgentInput::Resume(json!("ok"))));
+        while hang.calls().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        run.cancel();
+        let res = run.join().await.unwrap();
+        assert_eq!(res.outcome, Outcome::Cancelled);
+        assert_eq!(results(&res.session.history)[0].2, ToolResult::CANCELLED);
+        assert_valid_history(&res.session.history);
+    }
+
+    #[tokio::test]
+    async fn concurrent_rounds_stop_interrupt_and_fail_like_sequential_ones() {
+        // Stop: every call of the round ran (concurrent mode), then the loop stopped.
+        let model = ScriptedModel::new([ModelResponse::tool_calls([
+            call("c1", "halt", json!({})),
+            call("c2", "add", json!({"a": 1, "b": 1})),
+        ])]);
+        let tools = calculator().tool(StubTool::stopping("halt", "halted", "enough"));
+        let agent = Agent::builder().concurrent_tools(4).build(model, tools);
+        let res = agent
+            .oneshot(AgentRequest::new(Session::new(), "go"))
+            .await
+            .unwrap();
+        assert!(matches!(res.outcome, Outcome::Stopped { .. }));
+        assert_eq!(
+            results(&res.session.history)[1],
+            ("c2".into(), false, "2".into())
+        );
+        assert_valid_history(&res.session.history);
+
+        // Interrupt: the other call ran; the interrupted one waits; no error is reported.
+        let model = ScriptedModel::new([ModelResponse::tool_calls([
+            call("c1", "ask", json!({})),
+            call("c2", "add", json!({"a": 1, "b": 1})),
+        ])]);
+        let recorder = EventRecorder::new();
+        let tools = calculator().tool(StubTool::interrupting("ask", json!({})));
+        let agent = Agent::builder().concurrent_tools(4).build(model, tools);
+        let res = agent
+            .oneshot(AgentRequest::new(Session::new(), "go").with_observer(recorder.clone()))
+            .await
+            .unwrap();
+        assert!(matches!(res.outcome, Outcome::Interrupted { .. }));
+        assert_valid_history_with_pending(&res.session.history, &["c1"]);
+        let errors: Vec<bool> = recorder
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::ToolFinished { is_error, .. } => Some(is_error),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(errors, [false, false], "an interrupt is not an error");
+
+        // Observer failure mid-round: the run fails, every call is answered.
+        let model = ScriptedModel::new([ModelResponse::tool_calls([
+            call("c1", "add", json!({"a": 1, "b": 1})),
+            call("c2", "add", json!({"a": 2, "b": 2})),
+        ])]);
+        let failing = observer_fn(|event: &Event| {
+            let fail = matches!(event, Event::ToolFinished { .. });
+            async move {
+                if fail {
+                    Err(Error::other("audit down"))
+                } else {
+                    Ok(())
+                }
+            }
+        });
+        let agent = Agent::builder()
+            .concurrent_tools(4)
+            .build(model, calculator());
+        let mut err = agent
+            .oneshot(AgentRequest::new(Session::new(), "go").with_observer(failing))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Observer);
+        assert_valid_history(&err.take_session().unwrap().history);
+    }
 }

@@ -32,6 +32,19 @@ async fn spawn_streams_live_events_then_joins() {
     assert_eq!(names.first(), Some(&"run_started"));
     assert_eq!(names.last(), Some(&"run_finished"));
     assert_eq!(names.iter().filter(|n| **n == "tool_finished").count(), 1);
+    // The stream carries no history snapshot (it would make every round copy the history).
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::RoundCompleted { history: None, .. }))
+    );
+    assert!(!events.iter().any(|e| matches!(
+        e,
+        Event::RoundCompleted {
+            history: Some(_),
+            ..
+        }
+    )));
     let res = run.join().await.unwrap();
     assert_eq!(res.text().as_deref(), Some("done"));
 }
@@ -117,8 +130,57 @@ async fn batches_keep_input_order_within_the_bound() {
         .collect();
     let expected: Vec<String> = (0..8).map(|i| format!("echo q{i}")).collect();
     assert_eq!(texts, expected);
-    let peak = peak.load(Ordering::SeqCst);
-    assert!((1..=3).contains(&peak), "peak {peak}");
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        3,
+        "runs overlap, at most 3 at once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_stream_ends_with_the_run_even_if_a_stub_keeps_contexts() {
+    // The scripted model records requests (and their contexts) and the test keeps it.
+    let model = ScriptedModel::new([ModelResponse::text("done")]);
+    let agent = Agent::new(model.clone(), ToolSet::new());
+    let mut run = agent.spawn(AgentRequest::new(Session::new(), "go"));
+    let mut events = run.take_events().unwrap();
+    let drained = tokio::time::timeout(std::time::Duration::from_secs(3600), async {
+        let mut names = Vec::new();
+        while let Some(event) = events.recv().await {
+            names.push(event.name());
+        }
+        names
+    })
+    .await
+    .expect("the stream must end when the run ends");
+    assert_eq!(drained.last(), Some(&"run_finished"));
+    assert_eq!(model.requests().len(), 1, "the contexts are still held");
+    run.join().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_is_prompt_even_when_nobody_reads_the_stream() {
+    let model = ScriptedModel::from_fn(|req| {
+        let n = req.ctx.round();
+        Ok(ModelResponse::tool_calls([ToolCall::new(
+            format!("c{n}"),
+            "t",
+            json!({}),
+        )]))
+    });
+    let agent = Agent::new(model, ToolSet::new().tool(StubTool::returning("t", "ok")));
+    let mut run = agent.spawn(AgentRequest::new(Session::new(), "go"));
+    let _unread = run.take_events().unwrap(); // held, never read: the run blocks on it
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    run.cancel();
+    let res = tokio::time::timeout(std::time::Duration::from_secs(3600), run.join())
+        .await
+        .expect("cancel must end a run blocked on a full stream")
+        .unwrap();
+    assert_eq!(res.outcome, Outcome::Cancelled);
+    assert_valid_history(&res.session.history);
 }
 
 #[test]

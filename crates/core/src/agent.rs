@@ -211,7 +211,9 @@ pub enum Outcome {
 }
 
 /// What the agent service returns: the session after the run and how it ended.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Equality ignores whether an after callback replaced the response.
+#[derive(Debug, Clone)]
 pub struct AgentResponse {
     /// The session after the run, ready to save or run again.
     pub session: Session,
@@ -242,5 +244,14 @@ impl AgentResponse {
             Outcome::Completed { message } => Some(message.text()),
             _ => None,
         }
+    }
+}
+
+impl PartialEq for AgentResponse {
+    fn eq(&self, other: &Self) -> bool {
+        self.session == other.session
+            && self.outcome == other.outcome
+            && self.usage == other.usage
+            && self.rounds == other.rounds
     }
 }

@@ -231,11 +231,18 @@ impl RunContext {
     }
 
     /// Replace the session's history with `history`, for a layer whose edit must outlast the
-    /// request (summarization, patching). The agent applies it right after the current model
-    /// call returns, before appending the model's message. Edits made to a
+    /// request (summarization, patching). Edits made to a
     /// [`ModelRequest`](crate::ModelRequest) otherwise shape that request only.
     ///
-    /// A later commit in the same round replaces an earlier one.
+    /// A commit is made *during a model call*: in a `before_model` or `after_model` layer, or
+    /// in the model service. The agent applies it when the call returns (even if the call
+    /// failed), before appending the model's message, so `history` should be derived from the
+    /// request's `messages`. The agent checks it: a history whose tool calls are not answered
+    /// exactly once fails the run with [`ErrorKind::BadRequest`](crate::ErrorKind::BadRequest)
+    /// (the session is returned uncommitted). A commit made at any other point (a tool, a
+    /// `before_agent` layer: edit `AgentRequest::session` there instead) is discarded.
+    ///
+    /// A later commit during the same call replaces an earlier one.
     pub fn commit_history(&self, history: History) {
         *lock(&self.shared.commit) = Some(history);
         self.shared.has_commit.store(true, Ordering::Release);

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! RunStarted
+//! (ToolStarted ToolFinished)*      calls resumed after an interrupt, round 0
 //! ( RoundStarted  TextDelta* ReasoningDelta*  Text?  RoundCompleted  (ToolStarted ToolFinished)* )*
 //! RunFinished | RunFailed
 //! ```
@@ -12,12 +13,13 @@
 //! before any tool runs: it carries the history at that point, so a consumer can persist
 //! progress there. Deltas come from providers that stream. With concurrent tool execution,
 //! `ToolStarted`/`ToolFinished` of one round may interleave; the history is still appended in
-//! call order.
+//! call order. When the run is cancelled while a reader or an observer holds an event up,
+//! that event is dropped so the run can end promptly.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
@@ -71,9 +73,11 @@ pub enum Event {
         round: u32,
         /// The model's message.
         message: Message,
-        /// The session's history at this point (shared; holding it makes the next append
-        /// copy once).
-        history: History,
+        /// The session's history at this point, for observers that persist progress: an
+        /// observer is awaited, so the run goes on only once it has saved. `None` on the event
+        /// stream: a snapshot waiting in a buffer would make the loop copy the whole history at
+        /// its next append. (An observer that keeps the snapshot causes that copy too.)
+        history: Option<History>,
         /// Tokens of this round's model call.
         usage: Usage,
     },
@@ -110,6 +114,14 @@ pub enum Event {
 }
 
 impl Event {
+    /// The event without the history snapshot of `RoundCompleted`, as the stream carries it.
+    fn without_snapshot(mut self) -> Event {
+        if let Event::RoundCompleted { history, .. } = &mut self {
+            *history = None;
+        }
+        self
+    }
+
     /// The variant's name in snake case, e.g. `"tool_started"`: handy in logs and tests.
     pub fn name(&self) -> &'static str {
         match self {
@@ -189,10 +201,24 @@ where
 
 /// Where a run's events go: observers (called in order, awaited) and at most one bounded
 /// stream. The default sink is disabled and costs nothing.
-#[derive(Clone, Default)]
+///
+/// The agent closes the stream when the run ends ([`EventSink::close`]), so a reader's loop
+/// ends even if a layer or a stub still holds a clone of the run context.
+#[derive(Default)]
 pub struct EventSink {
     observers: Vec<Arc<dyn Observer>>,
-    sender: Option<mpsc::Sender<Event>>,
+    sender: Mutex<Option<mpsc::Sender<Event>>>,
+    has_stream: bool,
+}
+
+impl Clone for EventSink {
+    fn clone(&self) -> Self {
+        Self {
+            observers: self.observers.clone(),
+            sender: Mutex::new(self.stream_sender()),
+            has_stream: self.has_stream,
+        }
+    }
 }
 
 impl EventSink {
@@ -211,13 +237,30 @@ impl EventSink {
     /// emitting waits for the consumer.
     pub fn with_stream(mut self, capacity: usize) -> (Self, EventStream) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        self.sender = Some(tx);
+        self.sender = Mutex::new(Some(tx));
+        self.has_stream = true;
         (self, EventStream { rx })
     }
 
     /// Whether anything listens. Emitters skip building events when this is false.
     pub fn is_enabled(&self) -> bool {
-        !self.observers.is_empty() || self.sender.is_some()
+        !self.observers.is_empty() || self.has_stream
+    }
+
+    /// End the stream: its reader gets `None` once it has read what was sent. Later events
+    /// still reach the observers.
+    pub fn close(&self) {
+        self.sender
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
+
+    fn stream_sender(&self) -> Option<mpsc::Sender<Event>> {
+        self.sender
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Deliver `event` to every observer in order, then to the stream.
@@ -236,9 +279,9 @@ impl EventSink {
                 });
             }
         }
-        if let Some(sender) = &self.sender {
+        if let Some(sender) = self.stream_sender() {
             // A dropped stream means nobody reads any more: the run goes on.
-            let _ = sender.send(event).await;
+            let _ = sender.send(event.without_snapshot()).await;
         }
         Ok(())
     }
@@ -248,7 +291,7 @@ impl fmt::Debug for EventSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EventSink")
             .field("observers", &self.observers.len())
-            .field("stream", &self.sender.is_some())
+            .field("stream", &self.has_stream)
             .finish()
     }
 }
@@ -303,6 +346,24 @@ mod tests {
             *seen.lock().unwrap(),
             ["1:round_started", "2:round_started"]
         );
+    }
+
+    #[tokio::test]
+    async fn closing_ends_the_stream_while_contexts_are_alive() {
+        let (ctx, mut stream) = crate::RunContext::new().with_event_stream(4);
+        let held = ctx.clone(); // e.g. a stub that recorded a request
+        ctx.emit(Event::RoundStarted { round: 1 }).await.unwrap();
+        ctx.events().close();
+        held.emit(Event::RoundStarted { round: 2 }).await.unwrap();
+        assert!(matches!(
+            stream.recv().await,
+            Some(Event::RoundStarted { round: 1 })
+        ));
+        assert!(
+            stream.recv().await.is_none(),
+            "closed, though `held` is alive"
+        );
+        drop(held);
     }
 
     #[tokio::test]

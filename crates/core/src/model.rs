@@ -163,7 +163,9 @@ pub enum FinishReason {
 }
 
 /// What the model service returns: the assistant message, usage and why it stopped.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Equality ignores whether an after callback replaced the response.
+#[derive(Debug, Clone)]
 pub struct ModelResponse {
     /// The assistant message. The agent appends it to the history as an assistant message.
     pub message: Message,
@@ -212,5 +214,13 @@ impl ModelResponse {
             role: Role::Assistant,
             content: parts,
         })
+    }
+}
+
+impl PartialEq for ModelResponse {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+            && self.usage == other.usage
+            && self.finish_reason == other.finish_reason
     }
 }

@@ -71,7 +71,9 @@ pub enum ToolAction {
 }
 
 /// What the tool service returns: the result the model sees, and what the loop does next.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Equality ignores whether an after callback replaced the response.
+#[derive(Debug, Clone)]
 pub struct ToolResponse {
     /// The result. Ignored when `action` is [`ToolAction::Interrupt`].
     pub result: ToolResult,
@@ -113,5 +115,11 @@ impl ToolResponse {
     pub fn with_action(mut self, action: ToolAction) -> Self {
         self.action = action;
         self
+    }
+}
+
+impl PartialEq for ToolResponse {
+    fn eq(&self, other: &Self) -> bool {
+        self.result == other.result && self.action == other.action
     }
 }

@@ -1,5 +1,6 @@
 //! The agent service: the loop.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -253,6 +254,7 @@ where
             usage: Usage::default(),
             rounds: 0,
             scratch: RoundTools::default(),
+            call_ids: HashSet::new(),
         };
         Box::pin(run.run(input).instrument(span))
     }
@@ -269,6 +271,8 @@ struct Run<M, T> {
     rounds: u32,
     /// Reused every round, so a round allocates no bookkeeping of its own.
     scratch: RoundTools,
+    /// Hashes of every tool call id in the history, so new calls get unique ids.
+    call_ids: HashSet<u64>,
 }
 
 /// What the tools of one round produced.
@@ -288,20 +292,42 @@ enum ToolOutcome {
     Panicked(String),
 }
 
+impl ToolOutcome {
+    /// Whether the model will see an error (an interrupt is not one).
+    fn is_error(&self) -> bool {
+        match self {
+            ToolOutcome::Response(r) => {
+                r.result.is_error && !matches!(r.action, ToolAction::Interrupt { .. })
+            }
+            ToolOutcome::Failed(_) | ToolOutcome::Panicked(_) => true,
+        }
+    }
+}
+
 /// Build and emit an event only when something listens (evaluates to the emit's result).
 macro_rules! emit {
     ($ctx:expr, $event:expr) => {
         if $ctx.events().is_enabled() {
-            $ctx.emit($event).await
+            emit_event(&$ctx, $event).await
         } else {
             Ok(())
         }
     };
 }
 
+/// Deliver an event, unless the run is cancelled while a slow reader or observer holds it up:
+/// then the event is dropped, so cancellation stays prompt.
+async fn emit_event(ctx: &RunContext, event: Event) -> Result<(), Error> {
+    cancellable(ctx.cancellation_token(), ctx.emit(event))
+        .await
+        .unwrap_or(Ok(()))
+}
+
 const NOT_DECIDED: &str =
     "not executed: the run was interrupted here and continued with new input instead of a decision";
 const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
+const DANGLING: &str =
+    "cancelled: the previous run ended before this tool call completed (resumed from a checkpoint)";
 
 impl<M, T> Run<M, T>
 where
@@ -327,53 +353,8 @@ where
             }
         )?;
 
-        let pending = std::mem::take(&mut self.session.interrupts);
-        match input {
-            AgentInput::Resume(value) => {
-                if pending.is_empty() {
-                    return Err(Error::bad_request(
-                        "cannot resume: the session has no pending interrupt",
-                    ));
-                }
-                let calls: Vec<ContentPart> = pending
-                    .into_iter()
-                    .map(|i| ContentPart::ToolCall(i.call))
-                    .collect();
-                let ctx = self.ctx.with_round(0);
-                let mut out = std::mem::take(&mut self.scratch);
-                execute(
-                    &mut self.tools,
-                    &ctx,
-                    self.config.tool_execution,
-                    &calls,
-                    Some(&value),
-                    &mut out,
-                )
-                .await;
-                if let Some(outcome) = self.absorb_round(out)? {
-                    return Ok(outcome);
-                }
-            }
-            AgentInput::Continue => {
-                if !pending.is_empty() {
-                    return Ok(Outcome::Interrupted {
-                        interrupts: pending,
-                    });
-                }
-            }
-            AgentInput::Messages(messages) => {
-                for interrupt in &pending {
-                    let result = ToolResult::error(&interrupt.call, NOT_DECIDED);
-                    self.session.history.push(Message::tool_result(result));
-                }
-                self.session.history.extend(messages);
-            }
-            other => {
-                self.session.interrupts = pending;
-                return Err(Error::bad_request(format!(
-                    "this agent does not support the input {other:?}"
-                )));
-            }
+        if let Some(outcome) = self.prepare(input).await? {
+            return Ok(outcome);
         }
 
         loop {
@@ -390,6 +371,7 @@ where
             self.rounds += 1;
             let round = self.rounds;
             emit!(self.ctx, Event::RoundStarted { round })?;
+            self.discard_stale_commit();
 
             let request = ModelRequest {
                 system: self.config.system.clone(),
@@ -404,7 +386,7 @@ where
                 cancellable(token, call_model(&mut self.model, request).instrument(span)).await;
             // The request is gone: a history committed by a layer replaces ours before the
             // model's message is appended.
-            self.apply_commit();
+            self.apply_commit()?;
             let response = match response {
                 None => return Ok(Outcome::Cancelled),
                 Some(Err(error))
@@ -420,7 +402,7 @@ where
                 mut message, usage, ..
             } = response;
             message.role = Role::Assistant;
-            normalize_call_ids(&mut message, round);
+            self.normalize(&mut message, round);
             self.usage += usage;
             if message.has_text() {
                 emit!(
@@ -441,7 +423,7 @@ where
                         .last()
                         .cloned()
                         .unwrap_or_else(|| Message::assistant("")),
-                    history: history.clone(),
+                    history: Some(history.clone()),
                     usage,
                 }
             )?;
@@ -464,14 +446,116 @@ where
                 &mut out,
             )
             .await;
-            if let Some(outcome) = self.absorb_round(out)? {
+            if let Some(outcome) = self.absorb_round(out, false)? {
                 return Ok(outcome);
             }
         }
     }
 
-    /// Append a round's results; the outcome if the round ends the run.
-    fn absorb_round(&mut self, mut out: RoundTools) -> Result<Option<Outcome>, Error> {
+    /// Check the session, repair what a crash left, and apply the input. An outcome when the
+    /// run ends before the first round.
+    async fn prepare(&mut self, input: AgentInput) -> Result<Option<Outcome>, Error> {
+        check_interrupts(&self.session)?;
+        // Calls a previous run left unanswered without waiting for a decision (a process that
+        // stopped after `RoundCompleted`): they get a cancelled result, the model sees why.
+        answer_open_calls(
+            &mut self.session.history,
+            &self.session.interrupts,
+            DANGLING,
+        );
+        self.call_ids = self
+            .session
+            .history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .map(|call| id_hash(&call.id))
+            .collect();
+
+        match input {
+            AgentInput::Resume(value) => {
+                if self.session.interrupts.is_empty() {
+                    return Err(Error::bad_request(
+                        "cannot resume: the session has no pending interrupt",
+                    ));
+                }
+                let calls: Vec<ContentPart> = std::mem::take(&mut self.session.interrupts)
+                    .into_iter()
+                    .map(|i| ContentPart::ToolCall(i.call))
+                    .collect();
+                let mut out = std::mem::take(&mut self.scratch);
+                execute(
+                    &mut self.tools,
+                    &self.ctx.with_round(0),
+                    self.config.tool_execution,
+                    &calls,
+                    Some(&value),
+                    &mut out,
+                )
+                .await;
+                self.absorb_round(out, true)
+            }
+            AgentInput::Continue => {
+                if self.session.interrupts.is_empty() {
+                    Ok(None)
+                } else {
+                    // Nothing was decided: the calls keep waiting.
+                    Ok(Some(Outcome::Interrupted {
+                        interrupts: std::mem::take(&mut self.session.interrupts),
+                    }))
+                }
+            }
+            AgentInput::Messages(messages) => {
+                for interrupt in std::mem::take(&mut self.session.interrupts) {
+                    let result = ToolResult::error(&interrupt.call, NOT_DECIDED);
+                    self.session.history.push(Message::tool_result(result));
+                }
+                order_results(&mut self.session.history);
+                self.session.history.extend(messages);
+                Ok(None)
+            }
+            other => Err(Error::bad_request(format!(
+                "this agent does not support the input {other:?}"
+            ))),
+        }
+    }
+
+    /// Make the model's message safe to append: only text, reasoning and calls, each call with
+    /// an id no other call in the session uses.
+    fn normalize(&mut self, message: &mut Message, round: u32) {
+        if message
+            .content
+            .iter()
+            .any(|part| matches!(part, ContentPart::ToolResult(_)))
+        {
+            // A model cannot answer calls; a result part would break the history.
+            message
+                .content
+                .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
+        }
+        let mut index = 0;
+        for part in &mut message.content {
+            let ContentPart::ToolCall(call) = part else {
+                continue;
+            };
+            index += 1;
+            if call.id.is_empty() || !self.call_ids.insert(id_hash(&call.id)) {
+                let prefix: String = self.ctx.run_id().chars().take(8).collect();
+                let mut id = format!("call_{prefix}_{round}_{index}");
+                while !self.call_ids.insert(id_hash(&id)) {
+                    id.push('_');
+                }
+                call.id = id;
+            }
+        }
+    }
+
+    /// Append a round's results; the outcome if the round ends the run. `resumed`: the results
+    /// answer calls that waited, and are put back in call order.
+    fn absorb_round(
+        &mut self,
+        mut out: RoundTools,
+        resumed: bool,
+    ) -> Result<Option<Outcome>, Error> {
         self.session
             .history
             .extend(out.results.drain(..).map(Message::tool_result));
@@ -489,11 +573,15 @@ where
         } else {
             stop.as_ref().map(not_executed)
         };
+        let closed = closing.is_some() && !interrupts.is_empty();
         if let Some(content) = closing {
             for interrupt in interrupts.drain(..) {
                 let result = ToolResult::error(&interrupt.call, content.clone());
                 self.session.history.push(Message::tool_result(result));
             }
+        }
+        if resumed || closed {
+            order_results(&mut self.session.history);
         }
         if let Some(error) = error {
             return Err(error);
@@ -510,14 +598,37 @@ where
         Ok(None)
     }
 
-    fn apply_commit(&mut self) {
-        if let Some(history) = self.ctx.take_committed_history() {
-            self.session.history = history;
+    /// Apply the history a layer committed during the model call, after checking it.
+    fn apply_commit(&mut self) -> Result<(), Error> {
+        let Some(history) = self.ctx.take_committed_history() else {
+            return Ok(());
+        };
+        if let Err(defect) = history.validate() {
+            return Err(Error::bad_request(format!(
+                "a layer committed an invalid history ({defect}); the session was left as it was"
+            )));
+        }
+        self.call_ids = history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .map(|call| id_hash(&call.id))
+            .collect();
+        self.session.history = history;
+        Ok(())
+    }
+
+    /// Commits are made during a model call; one made elsewhere is dropped.
+    fn discard_stale_commit(&mut self) {
+        if self.ctx.take_committed_history().is_some() {
+            tracing::warn!(
+                "a history committed outside a model call was discarded; commit from a \
+                 before_model or after_model layer"
+            );
         }
     }
 
     async fn finish(mut self, result: Result<Outcome, Error>) -> Result<AgentResponse, Error> {
-        self.apply_commit();
+        self.discard_stale_commit();
         self.session.state = self.ctx.state_snapshot();
         match result {
             Ok(outcome) => {
@@ -530,6 +641,7 @@ where
                         outcome: outcome.clone(),
                     }
                 );
+                self.ctx.events().close();
                 if let Err(error) = emitted {
                     return Err(error.with_session(self.session));
                 }
@@ -552,6 +664,7 @@ where
                         error: error.clone(),
                     }
                 );
+                self.ctx.events().close();
                 Err(error.with_session(self.session))
             }
         }
@@ -649,7 +762,7 @@ async fn execute<T>(
                     continue;
                 }
                 if events {
-                    if let Err(error) = ctx.emit(started(ctx, call)).await {
+                    if let Err(error) = emit_event(ctx, started(ctx, call)).await {
                         out.error = Some(error);
                         out.results.push(ToolResult::error(call, RUN_FAILED));
                         continue;
@@ -664,7 +777,7 @@ async fn execute<T>(
                 let outcome = cancellable(token, call_tool(tools, request).instrument(span)).await;
                 let is_error = absorb(out, call, outcome, token);
                 if events {
-                    if let Err(error) = ctx.emit(finished(ctx, call, is_error)).await {
+                    if let Err(error) = emit_event(ctx, finished(ctx, call, is_error)).await {
                         out.error.get_or_insert(error);
                     }
                 }
@@ -693,14 +806,11 @@ async fn execute<T>(
                 let Some((index, outcome)) = next else { break };
                 match outcome {
                     Ok(outcome) => {
-                        let is_error = !matches!(
-                            &outcome,
-                            ToolOutcome::Response(r) if !r.result.is_error
-                        );
+                        let is_error = outcome.is_error();
                         slots[index] = Some(Some(outcome));
                         if events {
                             if let Err(error) =
-                                ctx.emit(finished(ctx, calls[index], is_error)).await
+                                emit_event(ctx, finished(ctx, calls[index], is_error)).await
                             {
                                 out.error = Some(error);
                                 break;
@@ -791,7 +901,7 @@ where
 {
     if events {
         let ctx = request.ctx.clone();
-        if let Err(error) = ctx.emit(started(&ctx, &request.call)).await {
+        if let Err(error) = emit_event(&ctx, started(&ctx, &request.call)).await {
             return (index, Err(error));
         }
     }
@@ -889,37 +999,64 @@ fn absorb(
     is_error
 }
 
-/// Give unique, non-empty ids to the calls of a message (some providers send none).
-/// Allocates nothing when the ids are already fine.
-fn normalize_call_ids(message: &mut Message, round: u32) {
-    let parts = &message.content;
-    let needs_fix = parts.iter().enumerate().any(|(i, part)| match part {
-        ContentPart::ToolCall(call) => {
-            call.id.is_empty()
-                || parts[..i]
+fn id_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Every pending interrupt must be an unanswered call of the last assistant message.
+fn check_interrupts(session: &Session) -> Result<(), Error> {
+    if session.interrupts.is_empty() {
+        return Ok(());
+    }
+    let history = &session.history;
+    let start = history.iter().rposition(|m| m.role == Role::Assistant);
+    let open = |id: &str| {
+        start.is_some_and(|start| {
+            history[start].tool_calls().any(|c| c.id == id)
+                && !history[start + 1..]
                     .iter()
-                    .any(|p| matches!(p, ContentPart::ToolCall(c) if c.id == call.id))
-        }
-        _ => false,
-    });
-    if !needs_fix {
+                    .flat_map(Message::tool_results)
+                    .any(|r| r.call_id == id)
+        })
+    };
+    match session.interrupts.iter().find(|i| !open(&i.call.id)) {
+        None => Ok(()),
+        Some(stale) => Err(Error::bad_request(format!(
+            "the session's pending interrupt for call `{}` does not match an unanswered call of \
+             its last assistant message",
+            stale.call.id
+        ))),
+    }
+}
+
+/// Put the tool messages after the last assistant message in the order of its calls (after
+/// results of calls that waited were appended). Copies nothing when already in order.
+fn order_results(history: &mut History) {
+    let Some(start) = history.iter().rposition(|m| m.role == Role::Assistant) else {
+        return;
+    };
+    let position = |message: &Message, calls: &Message| {
+        message
+            .tool_results()
+            .next()
+            .and_then(|r| calls.tool_calls().position(|c| c.id == r.call_id))
+            .unwrap_or(usize::MAX)
+    };
+    let calls = &history[start];
+    let tail = &history[start + 1..];
+    if tail
+        .windows(2)
+        .all(|w| position(&w[0], calls) <= position(&w[1], calls))
+    {
         return;
     }
-    let mut seen: Vec<String> = Vec::new();
-    let mut index = 0;
-    for part in &mut message.content {
-        if let ContentPart::ToolCall(call) = part {
-            index += 1;
-            if call.id.is_empty() || seen.contains(&call.id) {
-                let mut id = format!("call_{round}_{index}");
-                while seen.contains(&id) {
-                    id.push('_');
-                }
-                call.id = id;
-            }
-            seen.push(call.id.clone());
-        }
-    }
+    let messages = history.make_mut();
+    let (head, tail) = messages.split_at_mut(start + 1);
+    let calls = &head[start];
+    tail.sort_by_key(|m| position(m, calls));
 }
 
 /// Append a synthetic error result for each call of the last assistant message that has

@@ -95,6 +95,10 @@ where
 /// });
 /// assert_eq!(remember.spec().name, "remember");
 /// ```
+///
+/// # Panics
+///
+/// When the argument type is not a JSON object (see [`parameters_schema`]).
 pub fn tool_fn<H, M>(
     name: impl Into<String>,
     description: impl Into<String>,
@@ -115,6 +119,10 @@ pub struct FnTool<H, M> {
 
 impl<H: ToolHandler<M>, M> FnTool<H, M> {
     /// A tool named `name`.
+    ///
+    /// # Panics
+    ///
+    /// When the argument type is not a JSON object (see [`parameters_schema`]).
     pub fn new(name: impl Into<String>, description: impl Into<String>, handler: H) -> Self {
         let spec = ToolSpec::new(name, description, parameters_schema::<H::Args>());
         Self {

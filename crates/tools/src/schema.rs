@@ -12,6 +12,16 @@ pub struct NoArgs {}
 /// The JSON Schema of `T` as tool parameters: subschemas inlined (no `$ref`), no `$schema` or
 /// `title` keys, always an object schema — the shape every provider accepts.
 ///
+/// A struct gives an object schema. An enum whose variants are all objects (internally or
+/// adjacently tagged) gets `"type": "object"` added. The unit type `()` gives an empty object
+/// (prefer [`NoArgs`]).
+///
+/// # Panics
+///
+/// When `T` is not described by an object (a string, a number, a list, an untagged enum of
+/// those): providers require an object, so wrap the value in a struct. This is a programming
+/// error, found when the tool is built.
+///
 /// ```
 /// use schemars::JsonSchema;
 /// use tower_agent_tools::parameters_schema;
@@ -44,13 +54,35 @@ pub fn parameters_schema<T: JsonSchema>() -> Value {
         return empty_object();
     };
     map.remove("title");
-    if map.get("type").and_then(Value::as_str) != Some("object") {
-        // Not an object (e.g. `()`): providers need an object schema.
-        return empty_object();
+    match map.get("type").and_then(Value::as_str) {
+        Some("object") => {
+            map.entry("properties")
+                .or_insert_with(|| Value::Object(Map::new()));
+        }
+        Some("null") => return empty_object(),
+        None if variants_are_objects(map) => {
+            map.insert("type".into(), "object".into());
+        }
+        _ => panic!(
+            "tool arguments must be a JSON object, but `{}` is not; wrap it in a struct",
+            std::any::type_name::<T>()
+        ),
     }
-    map.entry("properties")
-        .or_insert_with(|| Value::Object(Map::new()));
     value
+}
+
+/// Whether the schema is a `oneOf`/`anyOf` whose branches all describe objects.
+fn variants_are_objects(map: &Map<String, Value>) -> bool {
+    ["oneOf", "anyOf"].iter().any(|key| {
+        map.get(*key)
+            .and_then(Value::as_array)
+            .is_some_and(|branches| {
+                !branches.is_empty()
+                    && branches
+                        .iter()
+                        .all(|b| b.get("type").and_then(Value::as_str) == Some("object"))
+            })
+    })
 }
 
 fn empty_object() -> Value {
@@ -86,6 +118,29 @@ mod tests {
             schema["properties"]["inner"]["properties"]["x"]["type"],
             "integer"
         );
+    }
+
+    #[derive(JsonSchema)]
+    #[serde(tag = "op", rename_all = "snake_case")]
+    #[allow(dead_code)]
+    enum Edit {
+        Insert { text: String },
+        Delete { count: u32 },
+    }
+
+    #[test]
+    fn tagged_enums_are_objects() {
+        let schema = parameters_schema::<Edit>();
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["oneOf"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "tool arguments must be a JSON object, but `alloc::string::String` is not"
+    )]
+    fn scalars_are_refused_when_the_tool_is_built() {
+        let _ = parameters_schema::<String>();
     }
 
     #[test]

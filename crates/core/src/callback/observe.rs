@@ -57,7 +57,8 @@ where
 /// sees every request, and every final response even when an inner callback answered or
 /// replaced it (check [`Replaceable::is_replaced`](super::Replaceable::is_replaced) to tell).
 /// Use it for logging, audit and metrics. Hooks are synchronous: hand slow work to a channel
-/// or a task.
+/// or a task. A call whose future is dropped before it completes (its run was cancelled)
+/// reaches no response hook; the run's events record the cancellation.
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
