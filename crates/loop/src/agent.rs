@@ -254,7 +254,7 @@ where
             usage: Usage::default(),
             rounds: 0,
             scratch: RoundTools::default(),
-            call_ids: HashSet::new(),
+            call_ids: IdSet::default(),
         };
         Box::pin(run.run(input).instrument(span))
     }
@@ -272,7 +272,7 @@ struct Run<M, T> {
     /// Reused every round, so a round allocates no bookkeeping of its own.
     scratch: RoundTools,
     /// Hashes of every tool call id in the history, so new calls get unique ids.
-    call_ids: HashSet<u64>,
+    call_ids: IdSet,
 }
 
 /// What the tools of one round produced.
@@ -439,7 +439,8 @@ where
             let mut out = std::mem::take(&mut self.scratch);
             execute(
                 &mut self.tools,
-                &self.ctx.with_round(round),
+                &self.ctx,
+                round,
                 self.config.tool_execution,
                 &message.content,
                 None,
@@ -463,13 +464,15 @@ where
             &self.session.interrupts,
             DANGLING,
         );
-        self.call_ids = self
-            .session
-            .history
-            .iter()
-            .flat_map(Message::tool_calls)
-            .map(|call| id_hash(&call.id))
-            .collect();
+        self.call_ids.clear();
+        self.call_ids.reserve(self.session.history.len() / 2 + 16);
+        self.call_ids.extend(
+            self.session
+                .history
+                .iter()
+                .flat_map(Message::tool_calls)
+                .map(|call| id_hash(&call.id)),
+        );
 
         match input {
             AgentInput::Resume(value) => {
@@ -485,7 +488,8 @@ where
                 let mut out = std::mem::take(&mut self.scratch);
                 execute(
                     &mut self.tools,
-                    &self.ctx.with_round(0),
+                    &self.ctx,
+                    0,
                     self.config.tool_execution,
                     &calls,
                     Some(&value),
@@ -733,6 +737,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 async fn execute<T>(
     tools: &mut T,
     ctx: &RunContext,
+    round: u32,
     mode: ToolExecution,
     parts: &[ContentPart],
     resume: Option<&Value>,
@@ -762,7 +767,7 @@ async fn execute<T>(
                     continue;
                 }
                 if events {
-                    if let Err(error) = emit_event(ctx, started(ctx, call)).await {
+                    if let Err(error) = emit_event(ctx, started(round, call)).await {
                         out.error = Some(error);
                         out.results.push(ToolResult::error(call, RUN_FAILED));
                         continue;
@@ -770,14 +775,14 @@ async fn execute<T>(
                 }
                 let request = ToolRequest {
                     call: (*call).clone(),
-                    ctx: ctx.clone(),
+                    ctx: ctx.with_round(round),
                     resume: resume.cloned(),
                 };
                 let span = tool_span(call);
                 let outcome = cancellable(token, call_tool(tools, request).instrument(span)).await;
                 let is_error = absorb(out, call, outcome, token);
                 if events {
-                    if let Err(error) = emit_event(ctx, finished(ctx, call, is_error)).await {
+                    if let Err(error) = emit_event(ctx, finished(round, call, is_error)).await {
                         out.error.get_or_insert(error);
                     }
                 }
@@ -790,7 +795,7 @@ async fn execute<T>(
             for (index, call) in calls.iter().enumerate() {
                 let request = ToolRequest {
                     call: (*call).clone(),
-                    ctx: ctx.clone(),
+                    ctx: ctx.with_round(round),
                     resume: resume.cloned(),
                 };
                 running.push(run_one(index, tools.clone(), request, events));
@@ -810,7 +815,7 @@ async fn execute<T>(
                         slots[index] = Some(Some(outcome));
                         if events {
                             if let Err(error) =
-                                emit_event(ctx, finished(ctx, calls[index], is_error)).await
+                                emit_event(ctx, finished(round, calls[index], is_error)).await
                             {
                                 out.error = Some(error);
                                 break;
@@ -901,7 +906,7 @@ where
 {
     if events {
         let ctx = request.ctx.clone();
-        if let Err(error) = emit_event(&ctx, started(&ctx, &request.call)).await {
+        if let Err(error) = emit_event(&ctx, started(ctx.round(), &request.call)).await {
             return (index, Err(error));
         }
     }
@@ -921,17 +926,17 @@ fn tool_span(call: &ToolCall) -> tracing::Span {
     )
 }
 
-fn started(ctx: &RunContext, call: &ToolCall) -> Event {
+fn started(round: u32, call: &ToolCall) -> Event {
     Event::ToolStarted {
-        round: ctx.round(),
+        round,
         call_id: call.id.clone(),
         name: call.name.clone(),
     }
 }
 
-fn finished(ctx: &RunContext, call: &ToolCall, is_error: bool) -> Event {
+fn finished(round: u32, call: &ToolCall, is_error: bool) -> Event {
     Event::ToolFinished {
-        round: ctx.round(),
+        round,
         call_id: call.id.clone(),
         name: call.name.clone(),
         is_error,
@@ -999,11 +1004,35 @@ fn absorb(
     is_error
 }
 
+/// A set of call-id hashes. The ids are hashed once with FNV-1a (they come from the model,
+/// not an adversary that could flood one bucket, and a collision only renames a call), so the
+/// set itself needs no second hash.
+type IdSet = HashSet<u64, std::hash::BuildHasherDefault<PassThrough>>;
+
 fn id_hash(id: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    id.hash(&mut hasher);
-    hasher.finish()
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A hasher for keys that are already hashes.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
 }
 
 /// Every pending interrupt must be an unanswered call of the last assistant message.
