@@ -1009,3 +1009,125 @@ mod robustness {
         assert_valid_history(&err.take_session().unwrap().history);
     }
 }
+
+mod cancellation_and_events {
+    use super::*;
+
+    /// An observer that cancels the run when it sees `trigger`, after yielding once (as an
+    /// observer doing real I/O would).
+    fn cancel_on(trigger: &'static str, token: CancellationToken) -> impl tower_agent::Observer {
+        observer_fn(move |event: &Event| {
+            let hit = event.name() == trigger;
+            let token = token.clone();
+            async move {
+                tokio::task::yield_now().await;
+                if hit {
+                    token.cancel();
+                }
+                Ok(())
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn nothing_starts_after_a_cancel_that_lands_during_an_event() {
+        for (trigger, concurrent) in [
+            ("round_started", false),
+            ("tool_started", false),
+            ("tool_started", true),
+        ] {
+            let model =
+                ScriptedModel::new([ModelResponse::tool_calls([call("c1", "t", json!({}))])]);
+            let tool = StubTool::returning("t", "side effect!");
+            let builder = if concurrent {
+                Agent::builder().concurrent_tools(2)
+            } else {
+                Agent::builder()
+            };
+            let agent = builder.build(model.clone(), ToolSet::new().tool(tool.clone()));
+            let token = CancellationToken::new();
+            let recorder = EventRecorder::new();
+            let req = AgentRequest::new(Session::new(), "go")
+                .with_cancellation(token.clone())
+                .with_observer(cancel_on(trigger, token))
+                .with_observer(recorder.clone());
+            let res = agent.oneshot(req).await.unwrap();
+            let case = format!("{trigger}, concurrent: {concurrent}");
+            assert_eq!(res.outcome, Outcome::Cancelled, "{case}");
+            assert!(
+                tool.calls().is_empty(),
+                "the tool ran after the cancel ({case})"
+            );
+            if trigger == "round_started" {
+                assert_eq!(
+                    model.request_count(),
+                    0,
+                    "the model was called after the cancel"
+                );
+            }
+            assert_valid_history(&res.session.history);
+            // The final event reached every observer, though the run was cancelled and the
+            // first observer awaits before returning.
+            match recorder.events().last() {
+                Some(Event::RunFinished { outcome }) => assert_eq!(*outcome, Outcome::Cancelled),
+                other => panic!("last event {other:?} ({case})"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn ids_of_input_messages_are_not_reused() {
+        let earlier = call("c1", "add", json!({"a": 1, "b": 1}));
+        let input = vec![
+            Message::assistant_with_calls("", [earlier.clone()]),
+            Message::tool_result(ToolResult::success(&earlier, "2")),
+            Message::user("again"),
+        ];
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([call("c1", "add", json!({"a": 2, "b": 2}))]),
+            ModelResponse::text("4"),
+        ]);
+        let res = Agent::new(model, calculator())
+            .oneshot(AgentRequest::new(Session::new(), input))
+            .await
+            .unwrap();
+        let ids: Vec<String> = results(&res.session.history)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert_ne!(ids[1], "c1", "the reused id was renamed");
+        assert_valid_history(&res.session.history);
+    }
+
+    #[tokio::test]
+    async fn new_input_drops_stale_interrupts_and_duplicates_are_refused() {
+        let ghost = tower_agent::Interrupt {
+            call: call("ghost", "add", json!({})),
+            payload: json!(null),
+        };
+        let mut session = Session::new().with_history(vec![Message::user("hi")]);
+        session.interrupts.push(ghost.clone());
+        let model = ScriptedModel::new([ModelResponse::text("fresh start")]);
+        let res = Agent::new(model, calculator())
+            .oneshot(AgentRequest::new(session, "moving on"))
+            .await
+            .unwrap();
+        assert_eq!(res.text().as_deref(), Some("fresh start"));
+        assert!(res.session.interrupts.is_empty());
+
+        let pending = call("c1", "add", json!({"a": 1, "b": 1}));
+        let mut session =
+            Session::new().with_history(vec![Message::assistant_with_calls("", [pending.clone()])]);
+        let twice = tower_agent::Interrupt {
+            call: pending,
+            payload: json!(null),
+        };
+        session.interrupts = vec![twice.clone(), twice];
+        let err = Agent::new(ScriptedModel::new([]), calculator())
+            .oneshot(AgentRequest::new(session, AgentInput::Resume(json!(true))))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("twice"), "{err}");
+    }
+}

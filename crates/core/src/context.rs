@@ -192,14 +192,19 @@ impl RunContext {
         &self.shared.events
     }
 
-    /// Emit an event to the observers and the stream, in order.
+    /// Emit an event to the observers (awaited, in order) and the stream. While the stream is
+    /// full the call waits for the reader, unless the run is cancelled: then the event goes to
+    /// the stream only if it fits (see [`EventSink::emit_until_cancelled`]).
     ///
     /// # Errors
     ///
     /// An observer's error ([`ErrorKind::Observer`](crate::ErrorKind::Observer) unless the
     /// observer chose another kind): the caller should stop and return it.
     pub async fn emit(&self, event: Event) -> Result<(), Error> {
-        self.shared.events.emit(event).await
+        self.shared
+            .events
+            .emit_until_cancelled(event, &self.shared.cancel)
+            .await
     }
 
     /// Read a value of the session's JSON state. `None` when missing or not of type `T`.

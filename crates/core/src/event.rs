@@ -10,11 +10,14 @@
 //! ```
 //!
 //! `RoundCompleted` comes right after the model answered and its message was appended,
-//! before any tool runs: it carries the history at that point, so a consumer can persist
-//! progress there. Deltas come from providers that stream. With concurrent tool execution,
-//! `ToolStarted`/`ToolFinished` of one round may interleave; the history is still appended in
-//! call order. When the run is cancelled while a reader or an observer holds an event up,
-//! that event is dropped so the run can end promptly.
+//! before any tool runs: observers get the history at that point with it, so an observer can
+//! persist progress there (the stream gets the event without the snapshot). Deltas come from
+//! providers that stream. With concurrent tool execution, `ToolStarted`/`ToolFinished` of one
+//! round may interleave; the history is still appended in call order.
+//!
+//! Observers are always awaited, also after the run was cancelled: keep them quick. A full
+//! stream is waited on only until the run is cancelled; after that an event that does not fit
+//! is dropped, so a reader that stopped reading cannot hold a cancelled run up.
 
 use std::fmt;
 use std::future::Future;
@@ -23,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::Outcome;
 use crate::error::{Error, ErrorKind};
@@ -144,7 +148,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// An async consumer of events. Its error stops the run, which returns it.
 ///
-/// Write one with [`observer_fn`], or implement the trait.
+/// Observers are awaited in order, on the run's task, also after the run was cancelled: a slow
+/// observer slows the run. Write one with [`observer_fn`], or implement the trait.
 pub trait Observer: Send + Sync + 'static {
     /// Handle one event.
     fn on_event<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), Error>>;
@@ -202,23 +207,12 @@ where
 /// Where a run's events go: observers (called in order, awaited) and at most one bounded
 /// stream. The default sink is disabled and costs nothing.
 ///
-/// The agent closes the stream when the run ends ([`EventSink::close`]), so a reader's loop
-/// ends even if a layer or a stub still holds a clone of the run context.
-#[derive(Default)]
+/// Clones share the stream. The agent closes it when the run ends ([`EventSink::close`]), so a
+/// reader's loop ends even if a layer or a stub still holds a clone of the run context.
+#[derive(Clone, Default)]
 pub struct EventSink {
     observers: Vec<Arc<dyn Observer>>,
-    sender: Mutex<Option<mpsc::Sender<Event>>>,
-    has_stream: bool,
-}
-
-impl Clone for EventSink {
-    fn clone(&self) -> Self {
-        Self {
-            observers: self.observers.clone(),
-            sender: Mutex::new(self.stream_sender()),
-            has_stream: self.has_stream,
-        }
-    }
+    stream: Option<Arc<Mutex<Option<mpsc::Sender<Event>>>>>,
 }
 
 impl EventSink {
@@ -237,51 +231,100 @@ impl EventSink {
     /// emitting waits for the consumer.
     pub fn with_stream(mut self, capacity: usize) -> (Self, EventStream) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        self.sender = Mutex::new(Some(tx));
-        self.has_stream = true;
+        // A new slot: a clone made earlier keeps its own stream.
+        self.stream = Some(Arc::new(Mutex::new(Some(tx))));
         (self, EventStream { rx })
     }
 
     /// Whether anything listens. Emitters skip building events when this is false.
     pub fn is_enabled(&self) -> bool {
-        !self.observers.is_empty() || self.has_stream
+        !self.observers.is_empty() || self.stream.is_some()
     }
 
-    /// End the stream: its reader gets `None` once it has read what was sent. Later events
-    /// still reach the observers.
+    /// End the stream for every clone: its reader gets `None` once it has read what was
+    /// sent. Later events still reach the observers.
     pub fn close(&self) {
-        self.sender
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        if let Some(slot) = &self.stream {
+            slot.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+        }
     }
 
     fn stream_sender(&self) -> Option<mpsc::Sender<Event>> {
-        self.sender
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.stream.as_ref().and_then(|slot| {
+            slot.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        })
     }
 
-    /// Deliver `event` to every observer in order, then to the stream.
+    /// Deliver `event` to every observer in order, then to the stream (waiting for room).
     ///
     /// # Errors
     ///
     /// The first observer error. Its kind is kept if the observer set one other than
     /// `Other`; otherwise it becomes [`ErrorKind::Observer`].
     pub async fn emit(&self, event: Event) -> Result<(), Error> {
+        self.notify_observers(&event).await?;
+        if let Some(sender) = self.stream_sender() {
+            // A dropped stream means nobody reads any more: the run goes on.
+            let _ = sender.send(event.without_snapshot()).await;
+        }
+        Ok(())
+    }
+
+    /// Like [`EventSink::emit`], but once `token` is cancelled the stream no longer waits
+    /// for room: the event is sent if it fits, else dropped. Observers are still awaited, so
+    /// an observer saving progress is never cut off, and a reader that stopped reading cannot
+    /// keep a cancelled run from ending.
+    ///
+    /// # Errors
+    ///
+    /// As [`EventSink::emit`].
+    pub async fn emit_until_cancelled(
+        &self,
+        event: Event,
+        token: &CancellationToken,
+    ) -> Result<(), Error> {
+        self.notify_observers(&event).await?;
+        let Some(sender) = self.stream_sender() else {
+            return Ok(());
+        };
+        let event = event.without_snapshot();
+        let permit = {
+            let mut reserve = std::pin::pin!(sender.reserve());
+            let mut cancelled = std::pin::pin!(token.cancelled());
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(permit) = reserve.as_mut().poll(cx) {
+                    return Poll::Ready(permit.ok());
+                }
+                if cancelled.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        match permit {
+            Some(permit) => permit.send(event),
+            None => {
+                // Cancelled (or the reader is gone): deliver only if there is room.
+                let _ = sender.try_send(event);
+            }
+        }
+        Ok(())
+    }
+
+    async fn notify_observers(&self, event: &Event) -> Result<(), Error> {
         for observer in &self.observers {
-            if let Err(error) = observer.on_event(&event).await {
+            if let Err(error) = observer.on_event(event).await {
                 return Err(if error.kind() == ErrorKind::Other {
                     Error::new(ErrorKind::Observer, error.message().to_owned()).with_source(error)
                 } else {
                     error
                 });
             }
-        }
-        if let Some(sender) = self.stream_sender() {
-            // A dropped stream means nobody reads any more: the run goes on.
-            let _ = sender.send(event.without_snapshot()).await;
         }
         Ok(())
     }
@@ -291,7 +334,7 @@ impl fmt::Debug for EventSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EventSink")
             .field("observers", &self.observers.len())
-            .field("stream", &self.has_stream)
+            .field("stream", &self.stream.is_some())
             .finish()
     }
 }
@@ -364,6 +407,47 @@ mod tests {
             "closed, though `held` is alive"
         );
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn clones_share_the_stream_and_its_closing() {
+        let (sink, mut stream) = EventSink::new().with_stream(4);
+        let clone = sink.clone(); // e.g. a layer keeping `ctx.events().clone()`
+        clone.emit(Event::RoundStarted { round: 1 }).await.unwrap();
+        sink.close();
+        clone.emit(Event::RoundStarted { round: 2 }).await.unwrap();
+        assert!(matches!(
+            stream.recv().await,
+            Some(Event::RoundStarted { round: 1 })
+        ));
+        assert!(stream.recv().await.is_none(), "closing one closes all");
+        drop(clone);
+    }
+
+    #[tokio::test]
+    async fn once_cancelled_a_full_stream_is_not_waited_for() {
+        let (sink, mut stream) = EventSink::new().with_stream(1);
+        let token = CancellationToken::new();
+        sink.emit_until_cancelled(Event::RoundStarted { round: 1 }, &token)
+            .await
+            .unwrap();
+        token.cancel();
+        // Full and unread: this returns at once and drops the event.
+        sink.emit_until_cancelled(Event::RoundStarted { round: 2 }, &token)
+            .await
+            .unwrap();
+        assert!(matches!(
+            stream.recv().await,
+            Some(Event::RoundStarted { round: 1 })
+        ));
+        // Room again: delivered even though cancelled.
+        sink.emit_until_cancelled(Event::RoundStarted { round: 3 }, &token)
+            .await
+            .unwrap();
+        assert!(matches!(
+            stream.recv().await,
+            Some(Event::RoundStarted { round: 3 })
+        ));
     }
 
     #[tokio::test]

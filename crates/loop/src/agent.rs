@@ -315,12 +315,11 @@ macro_rules! emit {
     };
 }
 
-/// Deliver an event, unless the run is cancelled while a slow reader or observer holds it up:
-/// then the event is dropped, so cancellation stays prompt.
+/// Deliver an event. Observers are awaited; a full stream is waited on only until the run is
+/// cancelled (see `RunContext::emit`), so a reader that stopped reading cannot hold up a
+/// cancellation.
 async fn emit_event(ctx: &RunContext, event: Event) -> Result<(), Error> {
-    cancellable(ctx.cancellation_token(), ctx.emit(event))
-        .await
-        .unwrap_or(Ok(()))
+    ctx.emit(event).await
 }
 
 const NOT_DECIDED: &str =
@@ -371,6 +370,10 @@ where
             self.rounds += 1;
             let round = self.rounds;
             emit!(self.ctx, Event::RoundStarted { round })?;
+            // Delivering the event may have waited: no model call once the run is cancelled.
+            if self.ctx.events().is_enabled() && self.ctx.is_cancelled() {
+                return Ok(Outcome::Cancelled);
+            }
             self.discard_stale_commit();
 
             let request = ModelRequest {
@@ -386,7 +389,7 @@ where
                 cancellable(token, call_model(&mut self.model, request).instrument(span)).await;
             // The request is gone: a history committed by a layer replaces ours before the
             // model's message is appended.
-            self.apply_commit()?;
+            let committed = self.apply_commit();
             let response = match response {
                 None => return Ok(Outcome::Cancelled),
                 Some(Err(error))
@@ -397,13 +400,13 @@ where
                 Some(Err(error)) => return Err(error),
                 Some(Ok(response)) => response,
             };
-
             let ModelResponse {
                 mut message, usage, ..
             } = response;
+            self.usage += usage;
+            committed?;
             message.role = Role::Assistant;
             self.normalize(&mut message, round);
-            self.usage += usage;
             if message.has_text() {
                 emit!(
                     self.ctx,
@@ -456,26 +459,10 @@ where
     /// Check the session, repair what a crash left, and apply the input. An outcome when the
     /// run ends before the first round.
     async fn prepare(&mut self, input: AgentInput) -> Result<Option<Outcome>, Error> {
-        check_interrupts(&self.session)?;
-        // Calls a previous run left unanswered without waiting for a decision (a process that
-        // stopped after `RoundCompleted`): they get a cancelled result, the model sees why.
-        answer_open_calls(
-            &mut self.session.history,
-            &self.session.interrupts,
-            DANGLING,
-        );
-        self.call_ids.clear();
-        self.call_ids.reserve(self.session.history.len() / 2 + 16);
-        self.call_ids.extend(
-            self.session
-                .history
-                .iter()
-                .flat_map(Message::tool_calls)
-                .map(|call| id_hash(&call.id)),
-        );
-
-        match input {
+        let outcome = match input {
             AgentInput::Resume(value) => {
+                check_interrupts(&self.session)?;
+                self.answer_dangling_calls();
                 if self.session.interrupts.is_empty() {
                     return Err(Error::bad_request(
                         "cannot resume: the session has no pending interrupt",
@@ -496,31 +483,70 @@ where
                     &mut out,
                 )
                 .await;
-                self.absorb_round(out, true)
+                self.absorb_round(out, true)?
             }
             AgentInput::Continue => {
+                check_interrupts(&self.session)?;
+                self.answer_dangling_calls();
                 if self.session.interrupts.is_empty() {
-                    Ok(None)
+                    None
                 } else {
                     // Nothing was decided: the calls keep waiting.
-                    Ok(Some(Outcome::Interrupted {
+                    Some(Outcome::Interrupted {
                         interrupts: std::mem::take(&mut self.session.interrupts),
-                    }))
+                    })
                 }
             }
             AgentInput::Messages(messages) => {
-                for interrupt in std::mem::take(&mut self.session.interrupts) {
-                    let result = ToolResult::error(&interrupt.call, NOT_DECIDED);
-                    self.session.history.push(Message::tool_result(result));
+                // The user moved on: calls that waited for a decision are answered as not
+                // executed. An interrupt that matches no open call (a stale session) is
+                // dropped: there is nothing left to answer.
+                let pending = std::mem::take(&mut self.session.interrupts);
+                let open = open_calls(&self.session.history);
+                let mut answered = Vec::new();
+                for interrupt in pending {
+                    let id = interrupt.call.id.as_str();
+                    if open.iter().any(|o| o == id) && !answered.iter().any(|a| a == id) {
+                        let result = ToolResult::error(&interrupt.call, NOT_DECIDED);
+                        self.session.history.push(Message::tool_result(result));
+                        answered.push(interrupt.call.id);
+                    } else {
+                        tracing::warn!(call_id = id, "dropped a stale interrupt");
+                    }
                 }
+                self.answer_dangling_calls();
                 order_results(&mut self.session.history);
                 self.session.history.extend(messages);
-                Ok(None)
+                None
             }
-            other => Err(Error::bad_request(format!(
-                "this agent does not support the input {other:?}"
-            ))),
-        }
+            other => {
+                return Err(Error::bad_request(format!(
+                    "this agent does not support the input {other:?}"
+                )));
+            }
+        };
+        // Every call id in the session, the input included, so new calls get unique ones.
+        self.call_ids.clear();
+        self.call_ids.reserve(self.session.history.len() / 2 + 16);
+        self.call_ids.extend(
+            self.session
+                .history
+                .iter()
+                .flat_map(Message::tool_calls)
+                .map(|call| id_hash(&call.id)),
+        );
+        Ok(outcome)
+    }
+
+    /// Calls a previous run left unanswered without waiting for a decision (a process that
+    /// stopped after `RoundCompleted`) get a cancelled result: the model sees why. Running
+    /// them again could repeat their side effects.
+    fn answer_dangling_calls(&mut self) {
+        answer_open_calls(
+            &mut self.session.history,
+            &self.session.interrupts,
+            DANGLING,
+        );
     }
 
     /// Make the model's message safe to append: only text, reasoning and calls, each call with
@@ -772,6 +798,12 @@ async fn execute<T>(
                         out.results.push(ToolResult::error(call, RUN_FAILED));
                         continue;
                     }
+                    // Delivering the event may have waited: no call once the run is cancelled.
+                    if token.is_cancelled() {
+                        out.cancelled = true;
+                        out.results.push(ToolResult::cancelled(call));
+                        continue;
+                    }
                 }
                 let request = ToolRequest {
                     call: (*call).clone(),
@@ -810,7 +842,8 @@ async fn execute<T>(
                 };
                 let Some((index, outcome)) = next else { break };
                 match outcome {
-                    Ok(outcome) => {
+                    Ok(None) => slots[index] = Some(None),
+                    Ok(Some(outcome)) => {
                         let is_error = outcome.is_error();
                         slots[index] = Some(Some(outcome));
                         if events {
@@ -899,7 +932,7 @@ async fn run_one<T>(
     mut service: T,
     request: ToolRequest,
     events: bool,
-) -> (usize, Result<ToolOutcome, Error>)
+) -> (usize, Result<Option<ToolOutcome>, Error>)
 where
     T: Service<ToolRequest, Response = ToolResponse>,
     T::Error: Into<BoxError>,
@@ -909,12 +942,14 @@ where
         if let Err(error) = emit_event(&ctx, started(ctx.round(), &request.call)).await {
             return (index, Err(error));
         }
+        // Delivering the event may have waited: no call once the run is cancelled.
+        if ctx.is_cancelled() {
+            return (index, Ok(None));
+        }
     }
     let span = tool_span(&request.call);
-    (
-        index,
-        Ok(call_tool(&mut service, request).instrument(span).await),
-    )
+    let outcome = call_tool(&mut service, request).instrument(span).await;
+    (index, Ok(Some(outcome)))
 }
 
 fn tool_span(call: &ToolCall) -> tracing::Span {
@@ -1051,6 +1086,17 @@ fn check_interrupts(session: &Session) -> Result<(), Error> {
                     .any(|r| r.call_id == id)
         })
     };
+    let duplicate = session.interrupts.iter().enumerate().find(|(index, i)| {
+        session.interrupts[..*index]
+            .iter()
+            .any(|earlier| earlier.call.id == i.call.id)
+    });
+    if let Some((_, twice)) = duplicate {
+        return Err(Error::bad_request(format!(
+            "the session lists the pending interrupt for call `{}` twice",
+            twice.call.id
+        )));
+    }
     match session.interrupts.iter().find(|i| !open(&i.call.id)) {
         None => Ok(()),
         Some(stale) => Err(Error::bad_request(format!(
@@ -1059,6 +1105,23 @@ fn check_interrupts(session: &Session) -> Result<(), Error> {
             stale.call.id
         ))),
     }
+}
+
+/// The ids of the calls of the last assistant message that have no result yet.
+fn open_calls(history: &History) -> Vec<String> {
+    let Some(start) = history.iter().rposition(|m| m.role == Role::Assistant) else {
+        return Vec::new();
+    };
+    history[start]
+        .tool_calls()
+        .filter(|c| {
+            !history[start + 1..]
+                .iter()
+                .flat_map(Message::tool_results)
+                .any(|r| r.call_id == c.id)
+        })
+        .map(|c| c.id.clone())
+        .collect()
 }
 
 /// Put the tool messages after the last assistant message in the order of its calls (after
