@@ -8,48 +8,14 @@
 
 use std::future::ready;
 use std::hint::black_box;
-use std::sync::Arc;
 
 use tower::{ServiceBuilder, ServiceExt, service_fn};
+use tower_agent::ModelRequest;
 use tower_agent::prelude::*;
-use tower_agent::{GenerationOptions, History, ModelRequest};
 
-const ROUNDS: u32 = 100;
+mod common;
 
-fn model_answer(round: u32) -> ModelResponse {
-    ModelResponse::tool_calls([ToolCall::raw(format!("call_{round}"), "echo", "{}")])
-}
-
-fn tool_answer(call: &ToolCall) -> ToolResponse {
-    ToolResponse::success(call, "ok")
-}
-
-fn history(len: usize) -> Vec<Message> {
-    (0..len)
-        .map(|i| Message::user(format!("question {i} with a little text")))
-        .collect()
-}
-
-fn reference(mut messages: History) -> History {
-    let ctx = RunContext::new();
-    let tools: Arc<[ToolSpec]> = Arc::from(Vec::new());
-    let options = GenerationOptions::default();
-    for round in 1..=ROUNDS {
-        let req = ModelRequest {
-            system: None,
-            messages: messages.clone(),
-            tools: tools.clone(),
-            options: options.clone(),
-            ctx: ctx.with_round(round),
-        };
-        let res = black_box(model_answer(req.ctx.round()));
-        drop(req);
-        let call = res.message.tool_calls().next().cloned().expect("a call");
-        messages.push(res.message);
-        messages.push(Message::tool_result(tool_answer(&call).result));
-    }
-    messages
-}
+use common::{Handoff, ROUNDS, history, model_answer, reference, tool_answer};
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -108,7 +74,7 @@ fn main() {
         for req in requests {
             let history = match workload {
                 "baseline" => req.session.history,
-                "reference" => reference(req.session.history),
+                "reference" => reference(req.session.history, Handoff::Shared),
                 "agent" => {
                     rt.block_on(bare.clone().oneshot(req))
                         .expect("run")

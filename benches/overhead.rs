@@ -9,10 +9,9 @@
 //!
 //! Run: `cargo bench --bench overhead`.
 
-use std::future::{Future, Ready, ready};
+use std::future::{Future, ready};
 use std::hint::black_box;
 use std::pin::pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -21,7 +20,9 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_agent::prelude::*;
 use tower_agent::{History, ModelRequest};
 
-const ROUNDS: u32 = 100;
+mod common;
+
+use common::{Handoff, ROUNDS, history, reference, request, stub_model, stub_tools};
 
 fn poll_once<F: Future>(future: F) -> F::Output {
     let mut cx = Context::from_waker(Waker::noop());
@@ -29,52 +30,6 @@ fn poll_once<F: Future>(future: F) -> F::Output {
         Poll::Ready(output) => output,
         Poll::Pending => panic!("stubs complete at once"),
     }
-}
-
-// ---------------------------------------------------------------- stubs shared by all loops
-
-/// The stub model: one tool call per round.
-fn model_answer(round: u32) -> ModelResponse {
-    ModelResponse::tool_calls([ToolCall::raw(format!("call_{round}"), "echo", "{}")])
-}
-
-/// The stub tool.
-fn tool_answer(call: &ToolCall) -> ToolResponse {
-    ToolResponse::success(call, "ok")
-}
-
-fn stub_model() -> impl Service<
-    ModelRequest,
-    Response = ModelResponse,
-    Error = Error,
-    Future = Ready<Result<ModelResponse, Error>>,
-> + Clone {
-    service_fn(|req: ModelRequest| ready(Ok(model_answer(req.ctx.round()))))
-}
-
-fn stub_tools() -> impl Service<
-    ToolRequest,
-    Response = ToolResponse,
-    Error = Error,
-    Future = Ready<Result<ToolResponse, Error>>,
-> + Clone {
-    service_fn(|req: ToolRequest| ready(Ok(tool_answer(&req.call))))
-}
-
-fn history(len: usize) -> Vec<Message> {
-    (0..len)
-        .map(|i| {
-            if i % 2 == 0 {
-                Message::user(format!(
-                    "question {i} with a little text to make it realistic"
-                ))
-            } else {
-                Message::assistant(format!(
-                    "answer {i} with a little more text to make it realistic"
-                ))
-            }
-        })
-        .collect()
 }
 
 // ------------------------------------------------------------------- layer micro-benchmarks
@@ -125,48 +80,6 @@ fn layer(c: &mut Criterion) {
 }
 
 // ------------------------------------------------------------------------- loop benchmarks
-
-/// How a hand-written reference loop hands the history to the model.
-#[derive(Clone, Copy)]
-enum Handoff {
-    /// Shared copy-on-write: O(1) per round, appended in place once the request is dropped.
-    Shared,
-    /// The message vector cloned into every request.
-    Cloned,
-}
-
-/// A hand-written loop on the same stubs, no layers, no events, no cancellation.
-fn reference(mut messages: History, handoff: Handoff) -> History {
-    let ctx = RunContext::new();
-    let tools: Arc<[ToolSpec]> = Arc::from(Vec::new());
-    let options = tower_agent::GenerationOptions::default();
-    for round in 1..=ROUNDS {
-        let req = ModelRequest {
-            system: None,
-            messages: match handoff {
-                Handoff::Shared => messages.clone(),
-                Handoff::Cloned => History::from(messages.to_vec()),
-            },
-            tools: tools.clone(),
-            options: options.clone(),
-            ctx: ctx.with_round(round),
-        };
-        let res = black_box(model_answer(req.ctx.round()));
-        drop(req);
-        let call = res.message.tool_calls().next().cloned().expect("a call");
-        messages.push(res.message);
-        let out = tool_answer(&call);
-        messages.push(Message::tool_result(out.result));
-    }
-    messages
-}
-
-fn request(len: usize) -> AgentRequest {
-    AgentRequest::new(
-        Session::new().with_history(history(len)),
-        AgentInput::Continue,
-    )
-}
 
 fn agent_loop(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
