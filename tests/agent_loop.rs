@@ -235,12 +235,9 @@ async fn concurrent_tools_append_in_call_order_within_the_bound() {
         "at most 3 at once, and really concurrent"
     );
     let finished: Vec<String> = recorder
-        .events()
+        .tools_finished()
         .into_iter()
-        .filter_map(|e| match e {
-            Event::ToolFinished { call_id, .. } => Some(call_id),
-            _ => None,
-        })
+        .map(|(id, _)| id)
         .collect();
     assert_ne!(finished, ids, "completion order differs from call order");
     assert_valid_history(&res.session.history);
@@ -958,12 +955,9 @@ mod robustness {
         assert!(matches!(res.outcome, Outcome::Interrupted { .. }));
         assert_valid_history_with_pending(&res.session.history, &["c1"]);
         let errors: Vec<bool> = recorder
-            .events()
+            .tools_finished()
             .into_iter()
-            .filter_map(|e| match e {
-                Event::ToolFinished { is_error, .. } => Some(is_error),
-                _ => None,
-            })
+            .map(|(_, e)| e)
             .collect();
         assert_eq!(errors, [false, false], "an interrupt is not an error");
 

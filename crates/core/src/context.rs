@@ -58,6 +58,22 @@ struct Shared {
     has_commit: AtomicBool,
 }
 
+/// A copy for [`Arc::make_mut`]: the locks are copied by value.
+impl Clone for Shared {
+    fn clone(&self) -> Self {
+        Self {
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            cancel: self.cancel.clone(),
+            events: self.events.clone(),
+            state: Mutex::new(lock(&self.state).clone()),
+            extensions: Mutex::new(lock(&self.extensions).clone()),
+            commit: Mutex::new(lock(&self.commit).clone()),
+            has_commit: AtomicBool::new(self.has_commit.load(Ordering::Acquire)),
+        }
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock (in user code) must not poison the run.
     mutex
@@ -95,23 +111,9 @@ impl RunContext {
     }
 
     /// Mutable access for the builder-style methods: in place when this is the only clone,
-    /// else on a fresh copy (ids, token, sink and state are carried over).
+    /// else on a copy (ids, token, sink and state are carried over).
     fn shared_mut(&mut self) -> &mut Shared {
-        if Arc::get_mut(&mut self.shared).is_none() {
-            let s = &self.shared;
-            let copy = Shared {
-                run_id: s.run_id.clone(),
-                session_id: s.session_id.clone(),
-                cancel: s.cancel.clone(),
-                events: s.events.clone(),
-                state: Mutex::new(lock(&s.state).clone()),
-                extensions: Mutex::new(lock(&s.extensions).clone()),
-                commit: Mutex::new(lock(&s.commit).clone()),
-                has_commit: AtomicBool::new(s.has_commit.load(Ordering::Acquire)),
-            };
-            self.shared = Arc::new(copy);
-        }
-        Arc::get_mut(&mut self.shared).expect("just made unique")
+        Arc::make_mut(&mut self.shared)
     }
 
     /// Set the run id.
@@ -134,17 +136,17 @@ impl RunContext {
 
     /// Add an observer: it receives every event, in order, and its error stops the run.
     pub fn with_observer(mut self, observer: impl Observer) -> Self {
-        let sink = std::mem::take(&mut self.shared_mut().events);
-        self.shared_mut().events = sink.with_observer(observer);
+        let events = &mut self.shared_mut().events;
+        *events = std::mem::take(events).with_observer(observer);
         self
     }
 
     /// Add an event stream with room for `capacity` events: when it is full, the run waits
     /// for the consumer (backpressure). Dropping the stream stops the sending, not the run.
     pub fn with_event_stream(mut self, capacity: usize) -> (Self, EventStream) {
-        let sink = std::mem::take(&mut self.shared_mut().events);
-        let (sink, stream) = sink.with_stream(capacity);
-        self.shared_mut().events = sink;
+        let events = &mut self.shared_mut().events;
+        let (sink, stream) = std::mem::take(events).with_stream(capacity);
+        *events = sink;
         (self, stream)
     }
 

@@ -292,24 +292,13 @@ impl EventSink {
             return Ok(());
         };
         let event = event.without_snapshot();
-        let permit = {
-            let mut reserve = std::pin::pin!(sender.reserve());
-            let mut cancelled = std::pin::pin!(token.cancelled());
-            std::future::poll_fn(|cx| {
-                if let Poll::Ready(permit) = reserve.as_mut().poll(cx) {
-                    return Poll::Ready(permit.ok());
-                }
-                if cancelled.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(None);
-                }
-                Poll::Pending
-            })
-            .await
-        };
+        // Waits for room unless (or until) the run is cancelled.
+        let permit = token.run_until_cancelled(sender.reserve()).await;
         match permit {
-            Some(permit) => permit.send(event),
+            Some(Ok(permit)) => permit.send(event),
+            Some(Err(_closed)) => {} // nobody reads any more
             None => {
-                // Cancelled (or the reader is gone): deliver only if there is room.
+                // Cancelled: deliver only if there is room.
                 let _ = sender.try_send(event);
             }
         }

@@ -58,7 +58,7 @@ impl History {
 
     /// The messages as an owned vector (no copy if this is the only clone).
     pub fn into_vec(self) -> Vec<Message> {
-        Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+        Arc::unwrap_or_clone(self.0)
     }
 
     /// Whether `self` and `other` share the same storage (no copy happened between them).

@@ -194,16 +194,9 @@ impl ScriptedModel {
 
 impl fmt::Debug for ScriptedModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = lock(&self.state);
         f.debug_struct("ScriptedModel")
-            .field("served", &state.served)
-            .field(
-                "remaining",
-                &match &state.script {
-                    Script::Queue(q) => Some(q.len()),
-                    Script::Fn(_) => None,
-                },
-            )
+            .field("served", &self.request_count())
+            .field("remaining", &self.remaining())
             .finish()
     }
 }
@@ -393,14 +386,28 @@ impl Tool for StubTool {
 /// An observer keeping every event of the runs it watches.
 ///
 /// ```
-/// use tower_agent_core::{AgentRequest, Session};
-/// use tower_agent_test::EventRecorder;
+/// use serde_json::json;
+/// use tower::ServiceExt;
+/// use tower_agent_core::{AgentRequest, Error, ModelResponse, Session, ToolCall};
+/// use tower_agent_loop::Agent;
+/// use tower_agent_test::{EventRecorder, ScriptedModel, StubTool};
+/// use tower_agent_tools::ToolSet;
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let model = ScriptedModel::new([
+///     ModelResponse::tool_calls([ToolCall::new("c1", "fetch", json!({}))]),
+///     ModelResponse::text("done"),
+/// ]);
+/// let agent = Agent::new(model, ToolSet::new().tool(StubTool::failing("fetch", "404")));
 /// let recorder = EventRecorder::new();
 /// let request = AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone());
-/// # let _ = request;
-/// // ... run it, then:
-/// assert!(recorder.names().is_empty());
+/// agent.oneshot(request).await?;
+///
+/// assert_eq!(recorder.names().first(), Some(&"run_started"));
+/// assert_eq!(recorder.tools_finished(), [("c1".to_string(), true)]);
+/// # Ok(())
+/// # }
 /// ```
 #[derive(Clone, Default)]
 pub struct EventRecorder {
@@ -421,6 +428,19 @@ impl EventRecorder {
     /// The events' names so far (see [`Event::name`]).
     pub fn names(&self) -> Vec<&'static str> {
         lock(&self.events).iter().map(Event::name).collect()
+    }
+
+    /// `(call id, is_error)` of every `ToolFinished` event so far, in the order they came.
+    pub fn tools_finished(&self) -> Vec<(String, bool)> {
+        lock(&self.events)
+            .iter()
+            .filter_map(|event| match event {
+                Event::ToolFinished {
+                    call_id, is_error, ..
+                } => Some((call_id.clone(), *is_error)),
+                _ => None,
+            })
+            .collect()
     }
 }
 
