@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use tower::service_fn;
+use tower_agent::Tool as _;
 use tower_agent::prelude::*;
 use tower_agent::{History, StopReason, Usage};
 use tower_agent_test::{
@@ -759,20 +760,133 @@ mod state {
     }
 }
 
-#[test]
-fn layered_agents_are_clone_send_static() {
+#[tokio::test]
+async fn a_stack_of_all_six_points_and_observers_serves_sessions_from_other_tasks() {
     fn assert_clone_send_static<T: Clone + Send + 'static>(_: &T) {}
     let model = ServiceBuilder::new()
-        .before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
+        .observe(ObserveLayer::new().on_request(|_: &ModelRequest| {}))
         .after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
-        .service(ScriptedModel::new([]));
+        .before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
+        .service(ScriptedModel::from_fn(|_| Ok(ModelResponse::text("hi"))));
     let tools = ServiceBuilder::new()
+        .after_tool(|res: ToolResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
         .before_tool(|req: ToolRequest| async move { Ok(Flow::Continue(req)) })
         .service(calculator());
     let agent = ServiceBuilder::new()
+        .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
         .before_agent(|req: AgentRequest| async move { Ok(Flow::Continue(req)) })
         .service(Agent::new(model, tools));
     assert_clone_send_static(&agent);
+    // One composed stack, several sessions at once, each on its own task.
+    let runs: Vec<_> = (0..4)
+        .map(|i| {
+            let agent = agent.clone();
+            tokio::spawn(agent.oneshot(AgentRequest::new(Session::with_id(format!("s{i}")), "hi")))
+        })
+        .collect();
+    for (i, run) in runs.into_iter().enumerate() {
+        let res = run.await.unwrap().unwrap();
+        assert_eq!(res.session.id, format!("s{i}"));
+        assert_eq!(res.text().as_deref(), Some("hi"));
+    }
+}
+
+#[tokio::test]
+async fn a_streaming_provider_emits_deltas_inside_its_round() {
+    // The contract for providers: deltas go through the request's context.
+    let model = service_fn(|req: ModelRequest| async move {
+        for delta in ["Hel", "lo"] {
+            req.ctx
+                .emit(Event::TextDelta {
+                    round: req.ctx.round(),
+                    delta: delta.into(),
+                })
+                .await?;
+        }
+        Ok::<_, Error>(ModelResponse::text("Hello"))
+    });
+    let recorder = EventRecorder::new();
+    Agent::new(model, calculator())
+        .oneshot(AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        recorder.names(),
+        [
+            "run_started",
+            "round_started",
+            "text_delta",
+            "text_delta",
+            "text",
+            "round_completed",
+            "run_finished"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_tool_middleware_bounds_one_tool_only() {
+    // A concurrent round of six calls: `slow` is limited to one at a time, `fast` is not.
+    let probe = |name: &'static str, in_flight: Arc<AtomicUsize>, peak: Arc<AtomicUsize>| {
+        StubTool::from_fn(name, move |req: &ToolRequest| {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            ToolResponse::success(&req.call, "ok")
+        })
+    };
+    let (slow_now, slow_peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let slow = probe("slow", slow_now.clone(), slow_peak.clone());
+    // Each call holds its permit until the stub's response is built; a delay makes calls
+    // overlap, and the counter is decremented by an after_tool callback.
+    let delayed = |tool: StubTool, now: Arc<AtomicUsize>| {
+        ServiceBuilder::new()
+            .after_tool(move |res: ToolResponse, _: RunContext| {
+                let now = now.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    Ok(Flow::Continue(res))
+                }
+            })
+            .service(tool)
+    };
+    let tools = ToolSet::new().service(
+        StubTool::returning("slow", "").spec(),
+        ServiceBuilder::new()
+            .concurrency_limit(1)
+            .service(delayed(slow, slow_now)),
+    );
+    let (fast_now, fast_peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let fast = probe("fast", fast_now.clone(), fast_peak.clone());
+    let tools = tools.service(
+        StubTool::returning("fast", "").spec(),
+        delayed(fast, fast_now),
+    );
+    let calls = (0..6).map(|i| {
+        call(
+            &format!("c{i}"),
+            if i % 2 == 0 { "slow" } else { "fast" },
+            json!({}),
+        )
+    });
+    let model = ScriptedModel::new([ModelResponse::tool_calls(calls), ModelResponse::text("ok")]);
+    let res = Agent::builder()
+        .concurrent_tools(6)
+        .build(model, tools)
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .unwrap();
+    assert_valid_history(&res.session.history);
+    assert_eq!(
+        slow_peak.load(Ordering::SeqCst),
+        1,
+        "the limited tool ran one at a time"
+    );
+    assert_eq!(
+        fast_peak.load(Ordering::SeqCst),
+        3,
+        "the other ran all its calls at once"
+    );
 }
 
 mod robustness {
