@@ -83,7 +83,7 @@ fn pass_through_callbacks_allocate_nothing() {
 
     let observe = ObserveLayer::new()
         .on_request(|_: &ModelRequest| {})
-        .on_response(|_: &Result<ModelResponse, Error>, _: &RunContext| {});
+        .on_response(|_: Result<&ModelResponse, &Error>, _: &RunContext| {});
     assert_eq!(allocations(observe.clone().layer(stub), 100), 0, "observe");
 
     // Callbacks capturing shared state (an Arc) clone it per call: a refcount, not a malloc.

@@ -214,7 +214,7 @@ fn build(stack: &[L], log: &Log) -> Svc {
                     ObserveLayer::new()
                         .on_request(move |_req: &ToolRequest| push(&on_req, format!("{name}>")))
                         .on_response(
-                            move |res: &Result<ToolResponse, Error>, _ctx: &RunContext| {
+                            move |res: Result<&ToolResponse, &Error>, _ctx: &RunContext| {
                                 push(&log, format!("{name}<"));
                                 let saw = match res {
                                     Ok(r) if r.is_replaced() => "replaced".to_owned(),

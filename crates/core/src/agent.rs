@@ -1,74 +1,12 @@
 //! The agent service's request and response: sessions, inputs and outcomes.
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{RunContext, new_id};
+use crate::context::RunContext;
 use crate::event::{EventStream, Observer};
-use crate::history::History;
 use crate::message::Message;
-use crate::model::Usage;
-use crate::tool::Interrupt;
-
-/// A conversation that outlives a run: history, JSON state and pending interrupts.
-///
-/// Serializes with serde, so a host saves it after a run and resumes it later, in another
-/// process:
-///
-/// ```
-/// use tower_agent_core::{Message, Session};
-///
-/// let mut session = Session::new();
-/// session.history.push(Message::user("hello"));
-/// session.state.insert("lang".into(), "fr".into());
-/// let saved = serde_json::to_string(&session).unwrap();
-/// let restored: Session = serde_json::from_str(&saved).unwrap();
-/// assert_eq!(restored, session);
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Session {
-    /// The session's id.
-    pub id: String,
-    /// The messages so far.
-    #[serde(default)]
-    pub history: History,
-    /// Durable state written by layers and tools (see [`RunContext::set_state`]).
-    #[serde(default)]
-    pub state: Map<String, Value>,
-    /// Calls waiting for a decision, when the last run was interrupted.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub interrupts: Vec<Interrupt>,
-}
-
-impl Default for Session {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Session {
-    /// An empty session with a fresh id.
-    pub fn new() -> Self {
-        Self::with_id(new_id())
-    }
-
-    /// An empty session with `id`.
-    pub fn with_id(id: impl Into<String>) -> Self {
-        Self {
-            id: id.into(),
-            history: History::new(),
-            state: Map::new(),
-            interrupts: Vec::new(),
-        }
-    }
-
-    /// A session starting from `history`.
-    pub fn with_history(mut self, history: impl Into<History>) -> Self {
-        self.history = history.into();
-        self
-    }
-}
+pub use crate::session::{Outcome, Session, StopReason, Usage};
 
 /// What the run starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +79,36 @@ impl AgentRequest {
         }
     }
 
+    /// Answer the run here, without running the loop: for a `before_agent` callback. The input
+    /// is applied to the session as the agent would ([`Session::push_input`]; pending calls
+    /// get a "not executed" result), `text` is appended as the assistant's final message, and
+    /// the run's JSON state is written back to the session.
+    ///
+    /// ```
+    /// use tower_agent_core::{AgentRequest, Outcome, Session};
+    ///
+    /// let res = AgentRequest::new(Session::new(), "hi").answer("The service is closed today.");
+    /// assert_eq!(res.text().as_deref(), Some("The service is closed today."));
+    /// assert_eq!(res.session.history.len(), 2); // the input and the answer
+    /// ```
+    pub fn answer(self, text: impl Into<String>) -> AgentResponse {
+        let AgentRequest {
+            mut session,
+            input,
+            ctx,
+        } = self;
+        let messages = match input {
+            AgentInput::Messages(messages) => messages,
+            AgentInput::Resume(_) | AgentInput::Continue => Vec::new(),
+        };
+        session.push_input(messages);
+        let message = Message::assistant(text);
+        session.history.push(message.clone());
+        ctx.absorb_state(std::mem::take(&mut session.state));
+        session.state = ctx.state_snapshot();
+        AgentResponse::new(session, Outcome::Completed { message })
+    }
+
     /// Cancel the run through `token`.
     pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
         self.ctx = self.ctx.with_cancellation(token);
@@ -165,49 +133,6 @@ impl AsRef<RunContext> for AgentRequest {
     fn as_ref(&self) -> &RunContext {
         &self.ctx
     }
-}
-
-/// Why the loop stopped before the model finished.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum StopReason {
-    /// The model was called `limit` times and still asked for tools.
-    MaxRounds {
-        /// The limit.
-        limit: u32,
-    },
-    /// A tool response asked to stop.
-    Tool {
-        /// The call whose response stopped the loop.
-        call_id: String,
-        /// The tool's name.
-        name: String,
-        /// The reason it gave.
-        reason: String,
-    },
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The model answered without asking for tools.
-    Completed {
-        /// Its final message.
-        message: Message,
-    },
-    /// The loop was stopped by a limit or a tool response.
-    Stopped {
-        /// Why.
-        reason: StopReason,
-    },
-    /// The run was cancelled. Every tool call in the history has a result.
-    Cancelled,
-    /// The run paused for the host: resume it with [`AgentInput::Resume`].
-    Interrupted {
-        /// The calls waiting (also in [`Session::interrupts`]).
-        interrupts: Vec<Interrupt>,
-    },
 }
 
 /// What the agent service returns: the session after the run and how it ended.

@@ -7,8 +7,9 @@ use tower_layer::Stack;
 
 use crate::agent::{AgentRequest, AgentResponse};
 use crate::callback::{
-    AfterLayer, BeforeLayer, Flow, ObserveLayer, after_agent, after_model, after_tool,
-    before_agent, before_model, before_tool,
+    AfterLayer, AgentNext, AroundLayer, BeforeLayer, Flow, ModelNext, ObserveLayer, ToolNext,
+    after_agent, after_model, after_tool, around_agent, around_model, around_tool, before_agent,
+    before_model, before_tool,
 };
 use crate::context::RunContext;
 use crate::error::Error;
@@ -83,6 +84,24 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
         F: FnMut(AgentResponse, RunContext) -> Fut + Clone,
         Fut: Future<Output = Result<Flow<AgentResponse, AgentResponse>, Error>>;
 
+    /// Add an [`around_model`] callback.
+    fn around_model<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AroundLayer<F>, L>>
+    where
+        F: FnMut(ModelRequest, ModelNext) -> Fut + Clone,
+        Fut: Future<Output = Result<ModelResponse, Error>>;
+
+    /// Add an [`around_tool`] callback.
+    fn around_tool<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AroundLayer<F>, L>>
+    where
+        F: FnMut(ToolRequest, ToolNext) -> Fut + Clone,
+        Fut: Future<Output = Result<ToolResponse, Error>>;
+
+    /// Add an [`around_agent`] callback.
+    fn around_agent<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AroundLayer<F>, L>>
+    where
+        F: FnMut(AgentRequest, AgentNext) -> Fut + Clone,
+        Fut: Future<Output = Result<AgentResponse, Error>>;
+
     /// Add an observer (see [`ObserveLayer`]); call it first so that it is outermost.
     fn observe<OnReq, OnRes>(
         self,
@@ -137,6 +156,30 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         Fut: Future<Output = Result<Flow<AgentResponse, AgentResponse>, Error>>,
     {
         self.layer(after_agent(f))
+    }
+
+    fn around_model<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AroundLayer<F>, L>>
+    where
+        F: FnMut(ModelRequest, ModelNext) -> Fut + Clone,
+        Fut: Future<Output = Result<ModelResponse, Error>>,
+    {
+        self.layer(around_model(f))
+    }
+
+    fn around_tool<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AroundLayer<F>, L>>
+    where
+        F: FnMut(ToolRequest, ToolNext) -> Fut + Clone,
+        Fut: Future<Output = Result<ToolResponse, Error>>,
+    {
+        self.layer(around_tool(f))
+    }
+
+    fn around_agent<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AroundLayer<F>, L>>
+    where
+        F: FnMut(AgentRequest, AgentNext) -> Fut + Clone,
+        Fut: Future<Output = Result<AgentResponse, Error>>,
+    {
+        self.layer(around_agent(f))
     }
 
     fn observe<OnReq, OnRes>(

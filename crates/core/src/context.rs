@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::event::{Event, EventSink, EventStream, Observer};
 use crate::history::History;
+pub use crate::session::new_id;
 
 /// What every request of one run carries: ids, the round, shared state, the event sink and
 /// the cancellation token.
@@ -222,6 +223,44 @@ impl RunContext {
         lock(&self.shared.state).insert(key.into(), value);
     }
 
+    /// Read, change and write back a typed value of the JSON state, atomically (other clones
+    /// wait meanwhile): a missing key starts from `T::default()`. Returns what `f` returns.
+    ///
+    /// ```
+    /// use tower_agent_core::RunContext;
+    ///
+    /// let ctx = RunContext::new();
+    /// let n = ctx.update_state("tool_calls", |n: &mut u32| { *n += 1; *n }).unwrap();
+    /// assert_eq!(n, 1);
+    /// ctx.update_state("tool_calls", |n: &mut u32| *n += 1).unwrap();
+    /// assert_eq!(ctx.state::<u32>("tool_calls"), Some(2));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::BadRequest`](crate::ErrorKind::BadRequest) when the stored value is not a
+    /// `T`, or the new value does not serialize; the state is left as it was.
+    pub fn update_state<T, R>(&self, key: &str, f: impl FnOnce(&mut T) -> R) -> Result<R, Error>
+    where
+        T: Serialize + DeserializeOwned + Default,
+    {
+        let mut state = lock(&self.shared.state);
+        let mut value = match state.get(key) {
+            None => T::default(),
+            Some(stored) => T::deserialize(stored).map_err(|error| {
+                Error::bad_request(format!(
+                    "the run state `{key}` is not of the expected type: {error}"
+                ))
+            })?,
+        };
+        let out = f(&mut value);
+        let value = serde_json::to_value(value).map_err(|error| {
+            Error::bad_request(format!("the run state `{key}` does not serialize: {error}"))
+        })?;
+        state.insert(key.to_owned(), value);
+        Ok(out)
+    }
+
     /// Run `f` with the JSON state locked. Do not block or await inside.
     pub fn with_state<R>(&self, f: impl FnOnce(&mut Map<String, Value>) -> R) -> R {
         f(&mut lock(&self.shared.state))
@@ -292,11 +331,6 @@ impl fmt::Debug for RunContext {
             .field("events", &self.shared.events)
             .finish()
     }
-}
-
-/// A fresh random id (UUID v4, hyphenated).
-pub fn new_id() -> String {
-    uuid::Uuid::new_v4().to_string()
 }
 
 /// Typed values by type, for one run.

@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agent::Session;
+use crate::session::Session;
 
 /// A type-erased error, as tower's middleware produce (`tower::BoxError`).
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -227,27 +227,40 @@ impl Error {
 
     /// Turn any error a tower service returns into an [`Error`].
     ///
-    /// An `Error` inside the box is unwrapped; tower's `timeout::error::Elapsed` becomes
-    /// [`ErrorKind::Timeout`] and `load_shed::error::Overloaded` becomes
-    /// [`ErrorKind::Overloaded`]; anything else is [`ErrorKind::Other`] with the original as
-    /// its source.
+    /// An `Error` inside the box is unwrapped; with the `tower` feature (default), tower's
+    /// `timeout::error::Elapsed` becomes [`ErrorKind::Timeout`] and
+    /// `load_shed::error::Overloaded` becomes [`ErrorKind::Overloaded`]; anything else is
+    /// [`ErrorKind::Other`] with the original as its source.
     pub fn from_boxed(error: BoxError) -> Self {
-        let error = match error.downcast::<Error>() {
-            Ok(error) => return *error,
-            Err(error) => error,
-        };
+        match error.downcast::<Error>() {
+            Ok(error) => *error,
+            Err(error) => Error::describe(&*error).with_source(error),
+        }
+    }
+
+    /// An error of the kind [`Error::from_boxed`] gives `error`, with its message, without
+    /// taking it (no source attached).
+    pub fn describe(error: &(dyn StdError + Send + Sync + 'static)) -> Self {
+        if let Some(error) = error.downcast_ref::<Error>() {
+            return error.clone();
+        }
+        Error::new(kind_of(error), error.to_string())
+    }
+}
+
+/// The kind of a foreign error: tower's timeout and load-shed errors are recognized.
+fn kind_of(error: &(dyn StdError + Send + Sync + 'static)) -> ErrorKind {
+    #[cfg(feature = "tower")]
+    {
         if error.is::<tower::timeout::error::Elapsed>() {
-            return Error::new(ErrorKind::Timeout, error.to_string()).with_source(error);
+            return ErrorKind::Timeout;
         }
         if error.is::<tower::load_shed::error::Overloaded>() {
-            return Error::new(
-                ErrorKind::Overloaded { retry_after: None },
-                error.to_string(),
-            )
-            .with_source(error);
+            return ErrorKind::Overloaded { retry_after: None };
         }
-        Error::new(ErrorKind::Other, error.to_string()).with_source(error)
     }
+    let _ = error;
+    ErrorKind::Other
 }
 
 impl From<BoxError> for Error {
@@ -290,6 +303,7 @@ mod tests {
         assert_eq!(back.to_string(), "rate limited (retry after 3s): slow");
     }
 
+    #[cfg(feature = "tower")]
     #[test]
     fn tower_elapsed_is_a_timeout() {
         let boxed: BoxError = Box::new(tower::timeout::error::Elapsed::new());

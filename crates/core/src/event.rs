@@ -28,11 +28,10 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Outcome;
 use crate::error::{Error, ErrorKind};
 use crate::history::History;
 use crate::message::Message;
-use crate::model::Usage;
+use crate::session::{Outcome, Usage};
 
 /// Something that happened during a run.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::message::{Message, Role};
+use crate::message::{Message, Role, ToolCall, ToolResult};
 
 /// The messages of a session, shared copy-on-write.
 ///
@@ -66,6 +66,111 @@ impl History {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
+    /// The calls of the last assistant message that wait for a result: the history ends with
+    /// that message and tool messages, and none of those answers them. Empty when anything
+    /// else follows the last assistant message.
+    pub fn open_calls(&self) -> Vec<&ToolCall> {
+        let Some(start) = self.iter().rposition(|m| m.role != Role::Tool) else {
+            return Vec::new();
+        };
+        let message = &self[start];
+        if message.role != Role::Assistant {
+            return Vec::new();
+        }
+        let block = &self[start + 1..];
+        message
+            .tool_calls()
+            .filter(|call| !answers(block, call))
+            .collect()
+    }
+
+    /// Give every tool call that has no result a synthetic one made by `answer`, inserted
+    /// right after its assistant message's tool messages (never after a later message), and
+    /// keep those tool messages in call order. Calls of the history's last message for which
+    /// `wait` returns true are left open (they wait for a decision). Returns how many calls
+    /// were answered; copies nothing when none was.
+    ///
+    /// This is the one repair of unanswered calls: the agent uses it for every input, and
+    /// layers use it to patch a history before a model sees it.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{History, Message, ToolCall, ToolResult};
+    ///
+    /// let call = ToolCall::new("c1", "search", json!({}));
+    /// let mut history = History::from(vec![
+    ///     Message::user("find it"),
+    ///     Message::assistant_with_calls("", [call]),
+    ///     Message::user("never mind"),
+    /// ]);
+    /// let answered = history.answer_unanswered(|_| false, |c| ToolResult::cancelled(c));
+    /// assert_eq!(answered, 1);
+    /// assert!(history[2].tool_results().next().is_some(), "placed right after its call");
+    /// assert_eq!(history[3].text(), "never mind");
+    /// assert!(history.validate().is_ok());
+    /// ```
+    pub fn answer_unanswered(
+        &mut self,
+        mut wait: impl FnMut(&ToolCall) -> bool,
+        mut answer: impl FnMut(&ToolCall) -> ToolResult,
+    ) -> usize {
+        let messages = self.as_slice();
+        // (assistant index, end of its tool messages, the results to insert there)
+        let mut repairs: Vec<(usize, usize, Vec<Message>)> = Vec::new();
+        let mut index = 0;
+        while index < messages.len() {
+            let message = &messages[index];
+            let end = index
+                + 1
+                + messages[index + 1..]
+                    .iter()
+                    .take_while(|m| m.role == Role::Tool)
+                    .count();
+            if message.role == Role::Assistant {
+                let block = &messages[index + 1..end];
+                let at_end = end == messages.len();
+                let missing: Vec<Message> = message
+                    .tool_calls()
+                    .filter(|call| !answers(block, call) && !(at_end && wait(call)))
+                    .map(|call| Message::tool_result(answer(call)))
+                    .collect();
+                if !missing.is_empty() {
+                    repairs.push((index, end, missing));
+                }
+            }
+            index = end;
+        }
+        let answered = repairs.iter().map(|(_, _, missing)| missing.len()).sum();
+        if answered == 0 {
+            return 0;
+        }
+        let messages = self.make_mut();
+        for (start, end, missing) in repairs.into_iter().rev() {
+            let added = missing.len();
+            messages.splice(end..end, missing);
+            order_block(messages, start, end + added);
+        }
+        answered
+    }
+
+    /// Put the tool messages after the last assistant message in the order of its calls
+    /// (results of calls that waited for a decision are appended when they come). Copies
+    /// nothing when they already are.
+    pub fn order_results(&mut self) {
+        let Some(start) = self.iter().rposition(|m| m.role != Role::Tool) else {
+            return;
+        };
+        if self[start].role != Role::Assistant {
+            return;
+        }
+        let calls = &self[start];
+        if self[start + 1..].is_sorted_by_key(|m| call_position(m, calls)) {
+            return;
+        }
+        let end = self.len();
+        order_block(self.make_mut(), start, end);
+    }
+
     /// Check that every tool call is answered exactly once and no result is an orphan.
     ///
     /// # Errors
@@ -121,6 +226,31 @@ impl<'de> Deserialize<'de> for History {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Vec::<Message>::deserialize(deserializer).map(History::from)
     }
+}
+
+/// Whether a tool message of `block` answers `call`.
+fn answers(block: &[Message], call: &ToolCall) -> bool {
+    block
+        .iter()
+        .flat_map(Message::tool_results)
+        .any(|result| result.call_id == call.id)
+}
+
+/// Where `message`'s first result stands among the calls of `calls` (last if nowhere).
+fn call_position(message: &Message, calls: &Message) -> usize {
+    message
+        .tool_results()
+        .next()
+        .and_then(|r| calls.tool_calls().position(|c| c.id == r.call_id))
+        .unwrap_or(usize::MAX)
+}
+
+/// Sort the tool messages `messages[start + 1..end]` by the position of their call in
+/// `messages[start]` (stable: results answering no call keep their order, last).
+fn order_block(messages: &mut [Message], start: usize, end: usize) {
+    let (head, tail) = messages.split_at_mut(start + 1);
+    let calls = &head[start];
+    tail[..end - start - 1].sort_by_key(|m| call_position(m, calls));
 }
 
 /// Why a history is not valid to send to a model.

@@ -48,6 +48,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+#[cfg(feature = "tower")]
 mod builder;
 pub mod callback;
 pub mod context;
@@ -56,13 +57,17 @@ pub mod event;
 pub mod history;
 pub mod message;
 pub mod model;
+pub mod session;
 pub mod tool;
 
 pub use agent::{AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopReason};
+#[cfg(feature = "tower")]
 pub use builder::ServiceBuilderExt;
 pub use callback::{
-    AfterCallback, AfterLayer, BeforeCallback, BeforeLayer, Flow, ObserveLayer, Replaceable,
-    after_agent, after_model, after_tool, before_agent, before_model, before_tool,
+    AfterCallback, AfterLayer, AgentNext, AroundCallback, AroundLayer, BeforeCallback,
+    BeforeLayer, BoxNext, Flow, ModelNext, Next, ObserveLayer, Replaceable, ToolNext,
+    after_agent, after_model, after_tool, around_agent, around_model, around_tool,
+    before_agent, before_model, before_tool,
 };
 pub use context::{RunContext, new_id};
 pub use error::{BoxError, Error, ErrorKind};

@@ -123,6 +123,38 @@ impl ToolResult {
     /// The content of [`ToolResult::cancelled`].
     pub const CANCELLED: &'static str =
         "cancelled: the run was cancelled before this tool call completed";
+
+    /// The content of the result of a call that waited for a decision when the run went on
+    /// with new input instead.
+    pub const NOT_DECIDED: &'static str = "not executed: the run was interrupted here and \
+         continued with new input instead of a decision";
+
+    /// The content of the result of a call a previous run left without a result (it stopped
+    /// or crashed while the call ran).
+    pub const DANGLING: &'static str = "cancelled: the previous run ended before this tool \
+         call completed (resumed from a checkpoint)";
+
+    /// The same result with `content` instead: for an `after_tool` callback that rewrites what
+    /// the model sees. The call id, the tool name and the error flag are kept.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{ToolCall, ToolResult};
+    ///
+    /// let call = ToolCall::new("c1", "search", json!({}));
+    /// let result = ToolResult::success(&call, "a very long page").with_content("[trimmed]");
+    /// assert_eq!((result.call_id.as_str(), result.content.as_str()), ("c1", "[trimmed]"));
+    /// ```
+    pub fn with_content(mut self, content: impl Into<String>) -> Self {
+        self.content = content.into();
+        self
+    }
+
+    /// The same result marked as an error (`true`) or a success (`false`).
+    pub fn with_error(mut self, is_error: bool) -> Self {
+        self.is_error = is_error;
+        self
+    }
 }
 
 /// One part of a message.
@@ -225,6 +257,36 @@ impl Message {
             }
         }
         out
+    }
+
+    /// Rewrite the message's text with `f` (it gets the text parts joined, as
+    /// [`Message::text`] gives them), keeping everything else: tool calls, reasoning and their
+    /// order. The new text takes the place of the first text part (or goes first when there
+    /// was none); an empty new text removes the text.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{Message, ToolCall};
+    ///
+    /// let msg = Message::assistant_with_calls("my key is sk-123", [ToolCall::new("c1", "t", json!({}))]);
+    /// let msg = msg.map_text(|text| text.replace("sk-123", "[redacted]"));
+    /// assert_eq!(msg.text(), "my key is [redacted]");
+    /// assert_eq!(msg.tool_calls().count(), 1);
+    /// ```
+    pub fn map_text(mut self, f: impl FnOnce(String) -> String) -> Self {
+        let at = self
+            .content
+            .iter()
+            .position(|p| matches!(p, ContentPart::Text { .. }))
+            .unwrap_or(0);
+        let text = self.text();
+        self.content
+            .retain(|p| !matches!(p, ContentPart::Text { .. }));
+        let text = f(text);
+        if !text.is_empty() {
+            self.content.insert(at, ContentPart::Text { text });
+        }
+        self
     }
 
     /// Whether the message has any non-empty text part.

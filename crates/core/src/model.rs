@@ -1,6 +1,5 @@
 //! The model service's request and response.
 
-use std::ops::{Add, AddAssign};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -9,6 +8,7 @@ use serde_json::Value;
 use crate::context::RunContext;
 use crate::history::History;
 use crate::message::{ContentPart, Message, Role, ToolCall};
+pub use crate::session::Usage;
 
 /// A tool offered to the model: its name, what it does, and its parameters as JSON Schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -119,32 +119,6 @@ impl AsRef<RunContext> for ModelRequest {
     }
 }
 
-/// Tokens used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Usage {
-    /// Prompt tokens.
-    pub input_tokens: u64,
-    /// Completion tokens.
-    pub output_tokens: u64,
-}
-
-impl Add for Usage {
-    type Output = Usage;
-
-    fn add(self, rhs: Usage) -> Usage {
-        Usage {
-            input_tokens: self.input_tokens.saturating_add(rhs.input_tokens),
-            output_tokens: self.output_tokens.saturating_add(rhs.output_tokens),
-        }
-    }
-}
-
-impl AddAssign for Usage {
-    fn add_assign(&mut self, rhs: Usage) {
-        *self = *self + rhs;
-    }
-}
-
 /// Why the model stopped generating.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -205,6 +179,27 @@ impl ModelResponse {
     /// Set the usage.
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = usage;
+        self
+    }
+
+    /// Rewrite the message's text with `f`, keeping its tool calls, reasoning, usage and
+    /// finish reason (see [`Message::map_text`]). Use it to redact or reformat in an
+    /// `after_model` callback: building a new `ModelResponse::text` instead would drop the
+    /// tool calls, and the run would stop calling tools.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{ModelResponse, ToolCall, Usage};
+    ///
+    /// let usage = Usage { input_tokens: 10, output_tokens: 5 };
+    /// let res = ModelResponse::tool_calls([ToolCall::new("c1", "t", json!({}))]).with_usage(usage);
+    /// let res = res.map_text(|_| "checking...".into());
+    /// assert_eq!(res.message.text(), "checking...");
+    /// assert_eq!(res.message.tool_calls().count(), 1);
+    /// assert_eq!(res.usage, usage);
+    /// ```
+    pub fn map_text(mut self, f: impl FnOnce(String) -> String) -> Self {
+        self.message = self.message.map_text(f);
         self
     }
 

@@ -1,10 +1,10 @@
 //! The tool service's request and response.
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::context::RunContext;
 use crate::message::{ToolCall, ToolResult};
+pub use crate::session::Interrupt;
 
 /// What the tool service receives: one call, and the run context.
 #[derive(Debug, Clone)]
@@ -33,19 +33,6 @@ impl AsRef<RunContext> for ToolRequest {
     fn as_ref(&self) -> &RunContext {
         &self.ctx
     }
-}
-
-/// A run paused at a tool call, waiting for the host (typically a human decision).
-///
-/// Stored in [`Session::interrupts`](crate::Session::interrupts) and reported in
-/// [`Outcome::Interrupted`](crate::Outcome::Interrupted). The call stays unanswered in the
-/// history until the run is resumed with [`AgentInput::Resume`](crate::AgentInput::Resume).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Interrupt {
-    /// The call that waits.
-    pub call: ToolCall,
-    /// What the host needs to decide (for example the question to show a human).
-    pub payload: Value,
 }
 
 /// What the agent does after a tool call.

@@ -1,13 +1,16 @@
-//! The six callback points as tower layers, and read-only observers.
+//! The callback points as tower layers, and read-only observers.
 //!
 //! | point | wraps | built from |
 //! |---|---|---|
 //! | `before_agent` | the agent service | [`before_agent`] or [`BeforeLayer::new`] |
+//! | `after_agent` | the agent service | [`after_agent`] or [`AfterLayer::new`] |
+//! | `around_agent` | the agent service | [`around_agent`] or [`AroundLayer::new`] |
 //! | `before_model` | the model service | [`before_model`] or [`BeforeLayer::new`] |
 //! | `after_model` | the model service | [`after_model`] or [`AfterLayer::new`] |
+//! | `around_model` | the model service | [`around_model`] or [`AroundLayer::new`] |
 //! | `before_tool` | the tool service | [`before_tool`] or [`BeforeLayer::new`] |
 //! | `after_tool` | the tool service | [`after_tool`] or [`AfterLayer::new`] |
-//! | `after_agent` | the agent service | [`after_agent`] or [`AfterLayer::new`] |
+//! | `around_tool` | the tool service | [`around_tool`] or [`AroundLayer::new`] |
 //!
 //! A **before** callback gets the request and returns [`Flow::Continue`] with the request
 //! (changed or not), or [`Flow::Answer`] with a response: answering short-circuits, so the
@@ -19,23 +22,37 @@
 //! the same point are skipped (they see it as [`Replaceable::is_replaced`]). Errors from the
 //! inner service pass through after callbacks untouched.
 //!
+//! An **around** callback gets the request and [`Next`], the rest of the stack, which it may
+//! run zero times (answer itself), once, or several times (retry, fallback); it sees the
+//! `Result` and may turn an error into a response or the reverse. Its response is passed on as
+//! it is: to make a replacement final, mark it with [`Replaceable::set_replaced`].
+//!
 //! An **observer** ([`ObserveLayer`]) is not an interceptor: it cannot change anything and it
 //! always runs. Put it outermost at its point and it sees every request and every final
 //! response, whoever answered. The ordering rules are in `docs/ordering.md`.
 //!
-//! Each callback is a strategy ([`BeforeCallback`], [`AfterCallback`]) with a blanket impl for
-//! closures, so a user's `async` closure and a built-in layer's configurable struct go through
-//! one mechanism. Letting a request through allocates nothing and boxes nothing.
+//! Each callback is a strategy ([`BeforeCallback`], [`AfterCallback`], [`AroundCallback`])
+//! with a blanket impl for closures, so a user's `async` closure and a built-in layer's
+//! configurable struct go through one mechanism. Letting a request through a before or after
+//! callback allocates nothing and boxes nothing; an around *closure* boxes the rest of the
+//! stack ([`BoxNext`]), an [`AroundCallback`] implemented by hand boxes nothing.
 
 mod after;
+mod around;
 mod before;
 mod observe;
 
 use std::future::Future;
 
 pub use after::{After, AfterLayer, ResponseFuture as AfterFuture};
+pub use around::{
+    Around, AroundCallback, AroundLayer, BoxNext, BoxService, ErrInto, Next, NextFuture,
+    ResponseFuture as AroundFuture,
+};
 pub use before::{Before, BeforeLayer, ResponseFuture as BeforeFuture};
-pub use observe::{Observe, ObserveLayer, OnRequest, OnResponse, ResponseFuture as ObserveFuture};
+pub use observe::{
+    Observe, ObserveLayer, ObservedError, OnRequest, OnResponse, ResponseFuture as ObserveFuture,
+};
 
 use crate::agent::{AgentRequest, AgentResponse};
 use crate::context::RunContext;
@@ -274,4 +291,94 @@ where
     Fut: Future<Output = Result<Flow<AgentResponse, AgentResponse>, Error>>,
 {
     AfterLayer::new(f)
+}
+
+/// What an [`around_model`] closure gets as `next`.
+pub type ModelNext = BoxNext<ModelRequest, ModelResponse>;
+/// What an [`around_tool`] closure gets as `next`.
+pub type ToolNext = BoxNext<ToolRequest, ToolResponse>;
+/// What an [`around_agent`] closure gets as `next`.
+pub type AgentNext = BoxNext<AgentRequest, AgentResponse>;
+
+/// An `around_model` layer from an async closure: the request, the rest of the stack as
+/// `next`, and the `Result`.
+///
+/// ```
+/// use std::time::Instant;
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+/// use tower_agent_core::{around_model, Error, ErrorKind, ModelRequest, ModelResponse};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let model = ServiceBuilder::new()
+///     .layer(around_model(|req, next| async move {
+///         let started = Instant::now();
+///         let result = next.run(req).await;
+///         let _elapsed = started.elapsed(); // timing needs the request and the result
+///         match result {
+///             // An error the model service raised becomes an answer.
+///             Err(e) if e.kind() == ErrorKind::ContextTooLong => {
+///                 Ok(ModelResponse::text("that was too long"))
+///             }
+///             other => other,
+///         }
+///     }))
+///     .service(service_fn(|_req: ModelRequest| async {
+///         Err::<ModelResponse, _>(Error::new(ErrorKind::ContextTooLong, "413"))
+///     }));
+///
+/// let res = model.oneshot(ModelRequest::new(vec![])).await?;
+/// assert_eq!(res.message.text(), "that was too long");
+/// # Ok(())
+/// # }
+/// ```
+pub fn around_model<F, Fut>(f: F) -> AroundLayer<F>
+where
+    F: FnMut(ModelRequest, ModelNext) -> Fut + Clone,
+    Fut: Future<Output = Result<ModelResponse, Error>>,
+{
+    AroundLayer::new(f)
+}
+
+/// An `around_tool` layer from an async closure.
+///
+/// ```
+/// use serde_json::json;
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+/// use tower_agent_core::{around_tool, Error, RunContext, ToolCall, ToolRequest, ToolResponse};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let tools = ServiceBuilder::new()
+///     // Try the call twice before giving up.
+///     .layer(around_tool(|req: ToolRequest, next| async move {
+///         match next.clone().run(req.clone()).await {
+///             Err(_) => next.run(req).await,
+///             ok => ok,
+///         }
+///     }))
+///     .service(service_fn(|req: ToolRequest| async move {
+///         Ok::<_, Error>(ToolResponse::success(&req.call, "done"))
+///     }));
+/// let call = ToolCall::new("1", "t", json!({}));
+/// let res = tools.oneshot(ToolRequest::new(call, RunContext::new())).await?;
+/// assert_eq!(res.result.content, "done");
+/// # Ok(())
+/// # }
+/// ```
+pub fn around_tool<F, Fut>(f: F) -> AroundLayer<F>
+where
+    F: FnMut(ToolRequest, ToolNext) -> Fut + Clone,
+    Fut: Future<Output = Result<ToolResponse, Error>>,
+{
+    AroundLayer::new(f)
+}
+
+/// An `around_agent` layer from an async closure.
+pub fn around_agent<F, Fut>(f: F) -> AroundLayer<F>
+where
+    F: FnMut(AgentRequest, AgentNext) -> Fut + Clone,
+    Fut: Future<Output = Result<AgentResponse, Error>>,
+{
+    AroundLayer::new(f)
 }

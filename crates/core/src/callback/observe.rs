@@ -1,5 +1,6 @@
 //! Read-only observation of requests and responses at a callback point.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -10,6 +11,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::context::RunContext;
+use crate::error::{BoxError, Error};
 
 /// A hook called with every request before it goes in.
 pub trait OnRequest<Req> {
@@ -32,6 +34,10 @@ where
 }
 
 /// A hook called with every outcome (response or error) on the way out.
+///
+/// Implemented for every `FnMut(Result<&Res, &Error>, &RunContext)`, whatever error type the
+/// service at that place has ([`ObservedError`]): the same closure works inside tower's
+/// `timeout` (where the error is [`Error`]) and outside it (where it is [`BoxError`]).
 pub trait OnResponse<Res, E> {
     /// Look at `result`, produced for a request of the run `ctx`.
     fn on_response(&mut self, result: &Result<Res, E>, ctx: &RunContext);
@@ -44,10 +50,37 @@ impl<Res, E> OnResponse<Res, E> for () {
 
 impl<F, Res, E> OnResponse<Res, E> for F
 where
-    F: FnMut(&Result<Res, E>, &RunContext),
+    F: FnMut(Result<&Res, &Error>, &RunContext),
+    E: ObservedError,
 {
     fn on_response(&mut self, result: &Result<Res, E>, ctx: &RunContext) {
-        self(result, ctx)
+        match result {
+            Ok(response) => self(Ok(response), ctx),
+            Err(error) => self(Err(&error.observed()), ctx),
+        }
+    }
+}
+
+/// An error an observer reads as an [`Error`]: tower-agent's own, or the [`BoxError`] that
+/// tower's middleware (`timeout`, `load_shed`, `buffer`) return, classified like
+/// [`Error::from_boxed`] does.
+pub trait ObservedError {
+    /// The error as an [`Error`], borrowed when it is one.
+    fn observed(&self) -> Cow<'_, Error>;
+}
+
+impl ObservedError for Error {
+    fn observed(&self) -> Cow<'_, Error> {
+        Cow::Borrowed(self)
+    }
+}
+
+impl ObservedError for BoxError {
+    fn observed(&self) -> Cow<'_, Error> {
+        match self.downcast_ref::<Error>() {
+            Some(error) => Cow::Borrowed(error),
+            None => Cow::Owned(Error::describe(&**self)),
+        }
     }
 }
 
@@ -73,7 +106,7 @@ where
 /// let log = audit.clone();
 /// let model = ServiceBuilder::new()
 ///     .layer(ObserveLayer::new().on_response(
-///         move |res: &Result<ModelResponse, Error>, ctx: &RunContext| {
+///         move |res: Result<&ModelResponse, &Error>, ctx: &RunContext| {
 ///             let line = match res {
 ///                 Ok(r) => format!("round {}: {}", ctx.round(), r.message.text()),
 ///                 Err(e) => format!("round {}: failed: {e}", ctx.round()),

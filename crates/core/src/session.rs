@@ -1,0 +1,201 @@
+//! Plain data of a session, at the bottom of the crate: the session itself, pending
+//! interrupts, how a run ended, token usage and ids. Nothing here knows about services.
+
+use std::ops::{Add, AddAssign};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::history::History;
+use crate::message::{Message, ToolCall, ToolResult};
+
+/// A conversation that outlives a run: history, JSON state and pending interrupts.
+///
+/// Serializes with serde, so a host saves it after a run and resumes it later, in another
+/// process:
+///
+/// ```
+/// use tower_agent_core::{Message, Session};
+///
+/// let mut session = Session::new();
+/// session.history.push(Message::user("hello"));
+/// session.state.insert("lang".into(), "fr".into());
+/// let saved = serde_json::to_string(&session).unwrap();
+/// let restored: Session = serde_json::from_str(&saved).unwrap();
+/// assert_eq!(restored, session);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// The session's id.
+    pub id: String,
+    /// The messages so far.
+    #[serde(default)]
+    pub history: History,
+    /// Durable state written by layers and tools (see [`RunContext::set_state`](crate::RunContext::set_state)).
+    #[serde(default)]
+    pub state: Map<String, Value>,
+    /// Calls waiting for a decision, when the last run was interrupted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interrupts: Vec<Interrupt>,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    /// An empty session with a fresh id.
+    pub fn new() -> Self {
+        Self::with_id(new_id())
+    }
+
+    /// An empty session with `id`.
+    pub fn with_id(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            history: History::new(),
+            state: Map::new(),
+            interrupts: Vec::new(),
+        }
+    }
+
+    /// A session starting from `history`.
+    pub fn with_history(mut self, history: impl Into<History>) -> Self {
+        self.history = history.into();
+        self
+    }
+
+    /// Append new input: first, calls that waited for a decision get a
+    /// [`ToolResult::NOT_DECIDED`] result (the user moved on) and calls a previous run left
+    /// without a result get a [`ToolResult::DANGLING`] one, each right after its call; the
+    /// pending interrupts are cleared; then `messages` are appended.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{Interrupt, Message, Session, ToolCall, ToolResult};
+    ///
+    /// let call = ToolCall::new("c1", "rm", json!({}));
+    /// let mut session = Session::new()
+    ///     .with_history(vec![Message::user("clean up"), Message::assistant_with_calls("", [call.clone()])]);
+    /// session.interrupts.push(Interrupt { call, payload: json!("approve?") });
+    /// session.push_input([Message::user("no, stop")]);
+    /// assert_eq!(session.history[2].tool_results().next().unwrap().content, ToolResult::NOT_DECIDED);
+    /// assert_eq!(session.history[3].text(), "no, stop");
+    /// assert!(session.interrupts.is_empty());
+    /// ```
+    pub fn push_input(&mut self, messages: impl IntoIterator<Item = Message>) {
+        let pending = std::mem::take(&mut self.interrupts);
+        self.history.answer_unanswered(
+            |_| false,
+            |call| {
+                if pending.iter().any(|i| i.call.id == call.id) {
+                    ToolResult::error(call, ToolResult::NOT_DECIDED)
+                } else {
+                    ToolResult::error(call, ToolResult::DANGLING)
+                }
+            },
+        );
+        self.history.extend(messages);
+    }
+
+    /// Give calls a previous run left without a result a [`ToolResult::DANGLING`] one, right
+    /// after its call; calls of pending interrupts keep waiting. Returns how many were
+    /// answered.
+    pub fn answer_dangling_calls(&mut self) -> usize {
+        let pending = &self.interrupts;
+        self.history.answer_unanswered(
+            |call| pending.iter().any(|i| i.call.id == call.id),
+            |call| ToolResult::error(call, ToolResult::DANGLING),
+        )
+    }
+}
+
+/// A run paused at a tool call, waiting for the host (typically a human decision).
+///
+/// Stored in [`Session::interrupts`](crate::Session::interrupts) and reported in
+/// [`Outcome::Interrupted`](crate::Outcome::Interrupted). The call stays unanswered in the
+/// history until the run is resumed with [`AgentInput::Resume`](crate::AgentInput::Resume).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Interrupt {
+    /// The call that waits.
+    pub call: ToolCall,
+    /// What the host needs to decide (for example the question to show a human).
+    pub payload: Value,
+}
+
+/// Why the loop stopped before the model finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model was called `limit` times and still asked for tools.
+    MaxRounds {
+        /// The limit.
+        limit: u32,
+    },
+    /// A tool response asked to stop.
+    Tool {
+        /// The call whose response stopped the loop.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The reason it gave.
+        reason: String,
+    },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The model answered without asking for tools.
+    Completed {
+        /// Its final message.
+        message: Message,
+    },
+    /// The loop was stopped by a limit or a tool response.
+    Stopped {
+        /// Why.
+        reason: StopReason,
+    },
+    /// The run was cancelled. Every tool call in the history has a result.
+    Cancelled,
+    /// The run paused for the host: resume it with [`AgentInput::Resume`].
+    Interrupted {
+        /// The calls waiting (also in [`Session::interrupts`]).
+        interrupts: Vec<Interrupt>,
+    },
+}
+
+/// Tokens used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+impl Add for Usage {
+    type Output = Usage;
+
+    fn add(self, rhs: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_add(rhs.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(rhs.output_tokens),
+        }
+    }
+}
+
+impl AddAssign for Usage {
+    fn add_assign(&mut self, rhs: Usage) {
+        *self = *self + rhs;
+    }
+}
+
+/// A fresh random id (UUID v4, hyphenated).
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
