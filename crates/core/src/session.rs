@@ -198,4 +198,3 @@ impl AddAssign for Usage {
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
-

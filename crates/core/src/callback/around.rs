@@ -298,7 +298,11 @@ where
 
     fn call_boxed(&mut self, request: Req) -> BoxFuture<'static, Result<Res, Error>> {
         let future = self.call(request);
-        Box::pin(async move { future.await.map_err(|error| Error::from_boxed(error.into())) })
+        Box::pin(async move {
+            future
+                .await
+                .map_err(|error| Error::from_boxed(error.into()))
+        })
     }
 
     fn clone_box(&self) -> Box<dyn CloneService<Req, Res> + Send> {

@@ -1,0 +1,198 @@
+//! The agent service: the loop, split by role.
+//!
+//! | module | role |
+//! |---|---|
+//! | `mod.rs` | [`Agent`] and its `Service` impl |
+//! | `builder` | [`AgentBuilder`], [`AgentConfig`], [`ToolExecution`] |
+//! | `rounds` | one run: the round state machine, history commits, the end of a run |
+//! | `resume` | checking the input against the session, and applying it (new messages, continue, resume) |
+//! | `tools` | executing the tool calls of one round, sequentially or concurrently |
+//! | `call` | calling a service: readiness, panics, cancellation, spans |
+//! | `ids` | the set of call ids that keeps new ids unique in a session |
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower_agent_core::{
+    AgentRequest, AgentResponse, BoxError, Error, ModelRequest, ModelResponse, ToolRequest,
+    ToolResponse, Usage,
+};
+use tower_service::Service;
+use tracing::Instrument;
+
+/// Build and emit an event only when something listens (evaluates to the emit's result).
+/// Observers are awaited; a full stream is waited on only until the run is cancelled (see
+/// `RunContext::emit`).
+macro_rules! emit {
+    ($ctx:expr, $event:expr) => {
+        if $ctx.events().is_enabled() {
+            $ctx.emit($event).await
+        } else {
+            Ok(())
+        }
+    };
+}
+
+mod builder;
+mod call;
+mod ids;
+mod resume;
+mod rounds;
+mod tools;
+
+pub use builder::{AgentBuilder, AgentConfig, ToolExecution};
+
+use ids::IdSet;
+use rounds::Run;
+use tools::RoundTools;
+
+/// The agent service: the loop that drives a model service and a tool service round by
+/// round.
+///
+/// Each round: check cancellation; call the model with the history; append its message;
+/// emit `RoundCompleted`; run its tool calls and append their results in call order. The run
+/// ends when the model calls no tool ([`Outcome::Completed`]), a tool response stops the loop
+/// or `max_rounds` is reached ([`Outcome::Stopped`]), the run is cancelled
+/// ([`Outcome::Cancelled`]) or a tool response interrupts it ([`Outcome::Interrupted`]).
+///
+/// Bad input never fails the run: an unknown tool, malformed arguments, a tool error or a
+/// panicking tool each become an error result the model sees. A model error fails the run
+/// with `Err`; the error carries the session with every tool call answered
+/// ([`Error::take_session`]).
+///
+/// The agent is always ready; each call clones the model and tool services and drives them
+/// to readiness before every use. `Clone + Send + 'static` when the services are, so one
+/// composed stack serves many sessions at once.
+///
+/// ```
+/// use tower::{service_fn, ServiceExt};
+/// use tower_agent_core::{AgentRequest, Error, ModelRequest, ModelResponse, Session, ToolRequest, ToolResponse};
+/// use tower_agent_loop::Agent;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let model = service_fn(|req: ModelRequest| async move {
+///     Ok::<_, Error>(ModelResponse::text(format!("{} messages", req.messages.len())))
+/// });
+/// let tools = service_fn(|req: ToolRequest| async move {
+///     Ok::<_, Error>(ToolResponse::success(&req.call, "unused"))
+/// });
+/// let agent = Agent::builder().build(model, tools);
+///
+/// let res = agent.oneshot(AgentRequest::new(Session::new(), "hello")).await?;
+/// assert_eq!(res.text().as_deref(), Some("1 messages"));
+/// assert_eq!(res.session.history.len(), 2);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Agent<M, T> {
+    model: M,
+    tools: T,
+    config: Arc<AgentConfig>,
+}
+
+impl Agent<(), ()> {
+    /// A builder.
+    pub fn builder() -> AgentBuilder {
+        AgentBuilder::new()
+    }
+}
+
+impl<M, T> Agent<M, T> {
+    /// An agent with the default configuration.
+    pub fn new(model: M, tools: T) -> Self {
+        AgentBuilder::new().build(model, tools)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The model service.
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// The tool service.
+    pub fn tools(&self) -> &T {
+        &self.tools
+    }
+}
+
+impl<M, T> fmt::Debug for Agent<M, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M, T> Service<AgentRequest> for Agent<M, T>
+where
+    M: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+    M::Error: Into<BoxError>,
+    M::Future: Send,
+    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T::Error: Into<BoxError>,
+    T::Future: Send,
+{
+    type Response = AgentResponse;
+    type Error = Error;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: AgentRequest) -> Self::Future {
+        let AgentRequest {
+            session,
+            input,
+            ctx,
+        } = request;
+        let span = tracing::info_span!(
+            "invoke_agent",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.conversation.id = %ctx.session_id(),
+            run_id = %ctx.run_id(),
+        );
+        let run = Run {
+            model: self.model.clone(),
+            tools: self.tools.clone(),
+            config: Arc::clone(&self.config),
+            session,
+            ctx,
+            usage: Usage::default(),
+            rounds: 0,
+            scratch: RoundTools::default(),
+            call_ids: IdSet::default(),
+        };
+        ResponseFuture {
+            inner: Box::pin(run.run(input).instrument(span)),
+        }
+    }
+}
+
+/// The response future of [`Agent`]: a run.
+pub struct ResponseFuture {
+    inner: Pin<Box<dyn Future<Output = Result<AgentResponse, Error>> + Send>>,
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<AgentResponse, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}

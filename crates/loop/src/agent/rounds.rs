@@ -1,0 +1,326 @@
+//! One run: the round state machine, history commits, and the end of a run.
+
+use std::sync::Arc;
+
+use tower_agent_core::{
+    AgentInput, AgentResponse, BoxError, ContentPart, Error, ErrorKind, Event, Message,
+    ModelRequest, ModelResponse, Outcome, Role, RunContext, Session, StopReason, ToolRequest,
+    ToolResponse, ToolResult, Usage,
+};
+use tower_service::Service;
+use tracing::Instrument;
+
+use super::AgentConfig;
+use super::call::{call_model, cancellable};
+use super::ids::{IdSet, id_hash};
+use super::resume::check_input;
+use super::tools::{RoundTools, execute, not_executed};
+
+/// One run's state.
+pub(super) struct Run<M, T> {
+    pub(super) model: M,
+    pub(super) tools: T,
+    pub(super) config: Arc<AgentConfig>,
+    pub(super) session: Session,
+    pub(super) ctx: RunContext,
+    pub(super) usage: Usage,
+    pub(super) rounds: u32,
+    /// Reused every round, so a round allocates no bookkeeping of its own.
+    pub(super) scratch: RoundTools,
+    /// Hashes of every tool call id in the history, so new calls get unique ids.
+    pub(super) call_ids: IdSet,
+}
+
+/// The result of a call left without one when the run failed.
+pub(super) const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
+
+impl<M, T> Run<M, T>
+where
+    M: Service<ModelRequest, Response = ModelResponse> + Send,
+    M::Error: Into<BoxError>,
+    M::Future: Send,
+    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T::Error: Into<BoxError>,
+    T::Future: Send,
+{
+    pub(super) async fn run(mut self, input: AgentInput) -> Result<AgentResponse, Error> {
+        let (run_id, session_id) = (self.ctx.run_id(), self.ctx.session_id());
+        let started = emit!(
+            self.ctx,
+            Event::RunStarted {
+                run_id: run_id.into(),
+                session_id: session_id.into(),
+            }
+        );
+        // An input that does not fit the session is refused before anything changes.
+        if let Err(error) = started.and_then(|()| check_input(&self.session, &input)) {
+            return self.refuse(error).await;
+        }
+        // The session's durable state lives in the context during the run.
+        self.ctx
+            .absorb_state(std::mem::take(&mut self.session.state));
+        let result = self.drive(input).await;
+        self.finish(result).await
+    }
+
+    async fn drive(&mut self, input: AgentInput) -> Result<Outcome, Error> {
+        if let Some(outcome) = self.prepare(input).await? {
+            return Ok(outcome);
+        }
+
+        loop {
+            if self.ctx.is_cancelled() {
+                return Ok(Outcome::Cancelled);
+            }
+            if self.rounds >= self.config.max_rounds {
+                return Ok(Outcome::Stopped {
+                    reason: StopReason::MaxRounds {
+                        limit: self.config.max_rounds,
+                    },
+                });
+            }
+            self.rounds += 1;
+            let round = self.rounds;
+            emit!(self.ctx, Event::RoundStarted { round })?;
+            self.discard_stale_commit();
+
+            let request = ModelRequest {
+                system: self.config.system.clone(),
+                messages: self.session.history.clone(),
+                tools: Arc::clone(&self.config.tool_specs),
+                options: self.config.options.clone(),
+                ctx: self.ctx.with_round(round),
+            };
+            let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
+            // Not started once cancelled; dropped if cancelled while pending.
+            let response = cancellable(
+                self.ctx.cancellation_token(),
+                call_model(&mut self.model, request).instrument(span),
+            )
+            .await;
+            // The request is gone: a history committed by a layer replaces ours before the
+            // model's message is appended.
+            let committed = self.apply_commit();
+            let response = match response {
+                None => return Ok(Outcome::Cancelled),
+                Some(Err(error))
+                    if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() =>
+                {
+                    return Ok(Outcome::Cancelled);
+                }
+                Some(Err(error)) => return Err(error),
+                Some(Ok(response)) => response,
+            };
+            let ModelResponse {
+                mut message, usage, ..
+            } = response;
+            self.usage += usage;
+            committed?;
+            message.role = Role::Assistant;
+            self.normalize(&mut message, round);
+            if message.has_text() {
+                emit!(
+                    self.ctx,
+                    Event::Text {
+                        round,
+                        text: message.text(),
+                    }
+                )?;
+            }
+            self.session.history.push(message);
+            let [.., message] = &self.session.history[..] else {
+                unreachable!("a message was just appended");
+            };
+            emit!(
+                self.ctx,
+                Event::RoundCompleted {
+                    round,
+                    message: message.clone(),
+                    history: Some(self.session.history.clone()),
+                    usage,
+                }
+            )?;
+            if !message.has_tool_calls() {
+                return Ok(Outcome::Completed {
+                    message: message.clone(),
+                });
+            }
+            let mut out = std::mem::take(&mut self.scratch);
+            execute(
+                &mut self.tools,
+                &self.ctx,
+                round,
+                self.config.tool_execution,
+                &message.content,
+                None,
+                &mut out,
+            )
+            .await;
+            if let Some(outcome) = self.absorb_round(out, false)? {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Make the model's message safe to append: only text, reasoning and calls, each call with
+    /// an id no other call in the session uses.
+    fn normalize(&mut self, message: &mut Message, round: u32) {
+        if message
+            .content
+            .iter()
+            .any(|part| matches!(part, ContentPart::ToolResult(_)))
+        {
+            // A model cannot answer calls; a result part would break the history.
+            message
+                .content
+                .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
+        }
+        let mut index = 0;
+        for part in &mut message.content {
+            let ContentPart::ToolCall(call) = part else {
+                continue;
+            };
+            index += 1;
+            if call.id.is_empty() || !self.call_ids.insert(id_hash(&call.id)) {
+                let prefix: String = self.ctx.run_id().chars().take(8).collect();
+                let mut id = format!("call_{prefix}_{round}_{index}");
+                while !self.call_ids.insert(id_hash(&id)) {
+                    id.push('_');
+                }
+                call.id = id;
+            }
+        }
+    }
+
+    /// Append a round's results; the outcome if the round ends the run. `resumed`: the results
+    /// answer calls that waited, and are put back in call order.
+    pub(super) fn absorb_round(
+        &mut self,
+        mut out: RoundTools,
+        resumed: bool,
+    ) -> Result<Option<Outcome>, Error> {
+        self.session
+            .history
+            .extend(out.results.drain(..).map(Message::tool_result));
+        let mut interrupts = std::mem::take(&mut out.interrupts);
+        let stop = out.stop.take();
+        let cancelled = std::mem::take(&mut out.cancelled);
+        let error = out.error.take();
+        // Keep the (empty) buffers for the next round.
+        self.scratch = out;
+        // Calls that would wait for a decision cannot wait when the run ends otherwise.
+        let closing = if error.is_some() {
+            Some(RUN_FAILED.to_owned())
+        } else if cancelled {
+            Some(ToolResult::CANCELLED.to_owned())
+        } else {
+            stop.as_ref().map(not_executed)
+        };
+        let closed = closing.is_some() && !interrupts.is_empty();
+        if let Some(content) = closing {
+            for interrupt in interrupts.drain(..) {
+                let result = ToolResult::error(&interrupt.call, content.clone());
+                self.session.history.push(Message::tool_result(result));
+            }
+        }
+        if resumed || closed {
+            self.session.history.order_results();
+        }
+        if let Some(error) = error {
+            return Err(error);
+        }
+        if cancelled {
+            return Ok(Some(Outcome::Cancelled));
+        }
+        if let Some(reason) = stop {
+            return Ok(Some(Outcome::Stopped { reason }));
+        }
+        if !interrupts.is_empty() {
+            return Ok(Some(Outcome::Interrupted { interrupts }));
+        }
+        Ok(None)
+    }
+
+    /// Apply the history a layer committed during the model call, after checking it.
+    fn apply_commit(&mut self) -> Result<(), Error> {
+        let Some(history) = self.ctx.take_committed_history() else {
+            return Ok(());
+        };
+        if let Err(defect) = history.validate() {
+            return Err(Error::bad_request(format!(
+                "a layer committed an invalid history ({defect}); the session was left as it was"
+            )));
+        }
+        self.call_ids = history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .map(|call| id_hash(&call.id))
+            .collect();
+        self.session.history = history;
+        Ok(())
+    }
+
+    /// Commits are made during a model call; one made elsewhere is dropped.
+    fn discard_stale_commit(&mut self) {
+        if self.ctx.take_committed_history().is_some() {
+            tracing::warn!(
+                "a history committed outside a model call was discarded; commit from a \
+                 before_model or after_model layer"
+            );
+        }
+    }
+
+    /// End the run: write the state back, tell the observers and the stream, close the stream.
+    /// An observer failing on `RunFinished` fails the run: every consumer then gets
+    /// `RunFailed`, so a stream reader always sees the run end.
+    async fn finish(mut self, result: Result<Outcome, Error>) -> Result<AgentResponse, Error> {
+        self.discard_stale_commit();
+        self.session.state = self.ctx.state_snapshot();
+        let error = match result {
+            Ok(outcome) => {
+                if let Outcome::Interrupted { interrupts } = &outcome {
+                    self.session.interrupts = interrupts.clone();
+                }
+                let emitted = emit!(
+                    self.ctx,
+                    Event::RunFinished {
+                        outcome: outcome.clone(),
+                    }
+                );
+                match emitted {
+                    Ok(()) => {
+                        self.ctx.events().close();
+                        let mut response = AgentResponse::new(self.session, outcome);
+                        response.usage = self.usage;
+                        response.rounds = self.rounds;
+                        return Ok(response);
+                    }
+                    Err(error) => error,
+                }
+            }
+            Err(error) => {
+                // Whatever failed, leave a history the model can be called with again.
+                let pending = &self.session.interrupts;
+                self.session.history.answer_unanswered(
+                    |call| pending.iter().any(|i| i.call.id == call.id),
+                    |call| ToolResult::error(call, RUN_FAILED),
+                );
+                error
+            }
+        };
+        self.refuse(error).await
+    }
+
+    /// Fail the run with `error` and the session as it stands: tell the observers (an
+    /// observer failing now changes nothing) and the stream, close the stream.
+    async fn refuse(self, error: Error) -> Result<AgentResponse, Error> {
+        let _ = emit!(
+            self.ctx,
+            Event::RunFailed {
+                error: error.clone(),
+            }
+        );
+        self.ctx.events().close();
+        Err(error.with_session(self.session))
+    }
+}

@@ -1,0 +1,283 @@
+//! Executing the tool calls of one round.
+
+use futures_util::stream::{self, StreamExt};
+use serde_json::Value;
+use tower_agent_core::{
+    BoxError, CancellationToken, ContentPart, Error, ErrorKind, Event, Interrupt, RunContext,
+    StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
+};
+use tower_service::Service;
+use tracing::Instrument;
+
+use super::ToolExecution;
+use super::call::{call_tool, cancellable, tool_span};
+use super::rounds::RUN_FAILED;
+
+/// What the tools of one round produced.
+#[derive(Default)]
+pub(super) struct RoundTools {
+    pub(super) results: Vec<ToolResult>,
+    pub(super) interrupts: Vec<Interrupt>,
+    pub(super) stop: Option<StopReason>,
+    pub(super) cancelled: bool,
+    pub(super) error: Option<Error>,
+}
+
+/// How one tool call ended.
+pub(super) enum ToolOutcome {
+    Response(ToolResponse),
+    Failed(Error),
+    Panicked(String),
+}
+
+impl ToolOutcome {
+    /// Whether the model will see an error (an interrupt is not one).
+    fn is_error(&self) -> bool {
+        match self {
+            ToolOutcome::Response(r) => {
+                r.result.is_error && !matches!(r.action, ToolAction::Interrupt { .. })
+            }
+            ToolOutcome::Failed(_) | ToolOutcome::Panicked(_) => true,
+        }
+    }
+}
+
+/// Run the tool calls of one round. Never fails: every call gets a result, an interrupt, or
+/// (on cancellation, stop or error) a synthetic result.
+pub(super) async fn execute<T>(
+    tools: &mut T,
+    ctx: &RunContext,
+    round: u32,
+    mode: ToolExecution,
+    parts: &[ContentPart],
+    resume: Option<&Value>,
+    out: &mut RoundTools,
+) where
+    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T::Error: Into<BoxError>,
+    T::Future: Send,
+{
+    let events = ctx.events().is_enabled();
+    let token = ctx.cancellation_token();
+    match mode {
+        ToolExecution::Sequential => {
+            for call in parts.iter().filter_map(as_call) {
+                if let Some(reason) = &out.stop {
+                    out.results
+                        .push(ToolResult::error(call, not_executed(reason)));
+                    continue;
+                }
+                if out.error.is_some() {
+                    out.results.push(ToolResult::error(call, RUN_FAILED));
+                    continue;
+                }
+                if out.cancelled {
+                    out.results.push(ToolResult::cancelled(call));
+                    continue;
+                }
+                if events {
+                    if let Err(error) = ctx.emit(started(round, call)).await {
+                        out.error = Some(error);
+                        out.results.push(ToolResult::error(call, RUN_FAILED));
+                        continue;
+                    }
+                }
+                let request = ToolRequest {
+                    call: (*call).clone(),
+                    ctx: ctx.with_round(round),
+                    resume: resume.cloned(),
+                };
+                let span = tool_span(call);
+                // Not started if the run is cancelled (e.g. while the event waited).
+                let outcome = cancellable(token, call_tool(tools, request).instrument(span)).await;
+                let is_error = absorb(out, call, outcome, token);
+                if events {
+                    if let Err(error) = ctx.emit(finished(round, call, is_error)).await {
+                        out.error.get_or_insert(error);
+                    }
+                }
+            }
+        }
+        ToolExecution::Concurrent { limit } => {
+            let calls: Vec<&ToolCall> = parts.iter().filter_map(as_call).collect();
+            // Each future owns what it needs (no borrows), which keeps the run future `Send`.
+            let mut running = Vec::with_capacity(calls.len());
+            for (index, call) in calls.iter().enumerate() {
+                let request = ToolRequest {
+                    call: (*call).clone(),
+                    ctx: ctx.with_round(round),
+                    resume: resume.cloned(),
+                };
+                running.push(run_one(index, tools.clone(), request, events));
+            }
+            let mut running = stream::iter(running).buffer_unordered(limit.max(1));
+            // `None`: the call did not finish (cancelled, or the round failed first).
+            let mut slots: Vec<Option<ToolOutcome>> = calls.iter().map(|_| None).collect();
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    _ = token.cancelled() => break,
+                    next = running.next() => next,
+                };
+                let Some((index, outcome)) = next else { break };
+                match outcome {
+                    Ok(None) => {}
+                    Ok(Some(outcome)) => {
+                        let is_error = outcome.is_error();
+                        slots[index] = Some(outcome);
+                        if events {
+                            if let Err(error) =
+                                ctx.emit(finished(round, calls[index], is_error)).await
+                            {
+                                out.error = Some(error);
+                                break;
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        out.error = Some(error);
+                        break;
+                    }
+                }
+            }
+            drop(running);
+            for (call, slot) in calls.iter().zip(slots) {
+                match slot {
+                    Some(outcome) => {
+                        absorb(out, call, Some(outcome), token);
+                    }
+                    None if out.error.is_some() => {
+                        out.results.push(ToolResult::error(call, RUN_FAILED));
+                    }
+                    None => {
+                        out.cancelled = true;
+                        out.results.push(ToolResult::cancelled(call));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn as_call(part: &ContentPart) -> Option<&ToolCall> {
+    match part {
+        ContentPart::ToolCall(call) => Some(call),
+        _ => None,
+    }
+}
+
+/// One call of a concurrent round: announce it, run it.
+async fn run_one<T>(
+    index: usize,
+    mut service: T,
+    request: ToolRequest,
+    events: bool,
+) -> (usize, Result<Option<ToolOutcome>, Error>)
+where
+    T: Service<ToolRequest, Response = ToolResponse>,
+    T::Error: Into<BoxError>,
+{
+    let ctx = request.ctx.clone();
+    if events {
+        if let Err(error) = ctx.emit(started(ctx.round(), &request.call)).await {
+            return (index, Err(error));
+        }
+    }
+    let span = tool_span(&request.call);
+    let outcome = cancellable(
+        ctx.cancellation_token(),
+        call_tool(&mut service, request).instrument(span),
+    )
+    .await;
+    (index, Ok(outcome))
+}
+
+fn started(round: u32, call: &ToolCall) -> Event {
+    Event::ToolStarted {
+        round,
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+    }
+}
+
+fn finished(round: u32, call: &ToolCall, is_error: bool) -> Event {
+    Event::ToolFinished {
+        round,
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        is_error,
+    }
+}
+
+/// Turn one call's outcome (`None`: cancelled while running) into a result, an interrupt or
+/// a stop. Returns whether the model sees an error.
+fn absorb(
+    out: &mut RoundTools,
+    call: &ToolCall,
+    outcome: Option<ToolOutcome>,
+    token: &CancellationToken,
+) -> bool {
+    let result = match outcome {
+        None => {
+            out.cancelled = true;
+            ToolResult::cancelled(call)
+        }
+        Some(ToolOutcome::Failed(error))
+            if error.kind() == ErrorKind::Cancelled && token.is_cancelled() =>
+        {
+            out.cancelled = true;
+            ToolResult::cancelled(call)
+        }
+        Some(ToolOutcome::Failed(error)) => {
+            ToolResult::error(call, format!("tool `{}` failed: {error}", call.name))
+        }
+        Some(ToolOutcome::Panicked(message)) => {
+            ToolResult::error(call, format!("tool `{}` panicked: {message}", call.name))
+        }
+        Some(ToolOutcome::Response(response)) => {
+            let ToolResponse {
+                mut result, action, ..
+            } = response;
+            // The result answers this call, whatever the service wrote.
+            if result.call_id != call.id {
+                result.call_id.clone_from(&call.id);
+            }
+            if result.name != call.name {
+                result.name.clone_from(&call.name);
+            }
+            match action {
+                ToolAction::Interrupt { payload } => {
+                    out.interrupts.push(Interrupt {
+                        call: call.clone(),
+                        payload,
+                    });
+                    return false;
+                }
+                ToolAction::Stop { reason } => {
+                    out.stop.get_or_insert(StopReason::Tool {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        reason,
+                    });
+                }
+                _ => {}
+            }
+            result
+        }
+    };
+    let is_error = result.is_error;
+    out.results.push(result);
+    is_error
+}
+
+pub(super) fn not_executed(reason: &StopReason) -> String {
+    match reason {
+        StopReason::Tool { name, reason, .. } => {
+            format!("not executed: the run was stopped by `{name}`: {reason}")
+        }
+        StopReason::MaxRounds { limit } => {
+            format!("not executed: the run reached its limit of {limit} rounds")
+        }
+        _ => "not executed: the run was stopped".to_owned(),
+    }
+}
