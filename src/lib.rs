@@ -86,10 +86,13 @@ pub use tower_agent_tools::{FnTool, NoArgs, Tool, ToolSet, tool_fn};
 pub mod prelude {
     pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
     pub use tower_agent_core::{
-        AgentInput, AgentRequest, AgentResponse, CancellationToken, Error, ErrorKind, Event, Flow,
-        Message, ModelRequest, ModelResponse, ObserveLayer, Outcome, Replaceable, Role, RunContext,
-        ServiceBuilderExt, Session, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
-        ToolSpec, after_agent, after_model, after_tool, before_agent, before_model, before_tool,
+        AfterCallback, AfterLayer, AgentInput, AgentNext, AgentRequest, AgentResponse,
+        AroundCallback, AroundLayer, BeforeCallback, BeforeLayer, BoxError, CancellationToken,
+        ContentPart, Error, ErrorKind, Event, Flow, Message, ModelNext, ModelRequest,
+        ModelResponse, Next, ObserveLayer, Observer, Outcome, Replaceable, Role, RunContext,
+        ServiceBuilderExt, Session, StopReason, ToolAction, ToolCall, ToolNext, ToolRequest,
+        ToolResponse, ToolResult, ToolSpec, Usage, after_agent, after_model, after_tool,
+        around_agent, around_model, around_tool, before_agent, before_model, before_tool,
         observer_fn,
     };
     pub use tower_agent_loop::{Agent, AgentServiceExt};

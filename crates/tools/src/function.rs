@@ -3,7 +3,6 @@
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -11,11 +10,11 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tower_agent_core::{Error, RunContext, ToolRequest, ToolResponse, ToolSpec};
+use tower_agent_core::{Error, RunContext, ToolCall, ToolRequest, ToolResponse, ToolSpec};
 use tower_service::Service;
 
-use crate::Tool;
 use crate::schema::parameters_schema;
+use crate::{ResponseFuture, Tool};
 
 /// An async function usable as a typed tool: `Fn(Args)` or `Fn(Args, RunContext)`, returning
 /// `Result<Output, Err>` where `Output: Serialize` and `Err: Display`.
@@ -158,7 +157,7 @@ where
 {
     type Response = ToolResponse;
     type Error = Error;
-    type Future = Pin<Box<dyn Future<Output = Result<ToolResponse, Error>> + Send>>;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         Poll::Ready(Ok(()))
@@ -166,18 +165,20 @@ where
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
         let ToolRequest { call, ctx, .. } = req;
-        let args = match call.parse_arguments::<H::Args>() {
+        let args = match parse_object::<H::Args>(&call) {
             Ok(args) => args,
             Err(error) => {
                 let message = format!(
                     "invalid arguments for tool `{}`: {error}. Expected arguments matching this JSON schema: {}",
                     self.spec.name, self.spec.parameters
                 );
-                return Box::pin(std::future::ready(Ok(ToolResponse::error(&call, message))));
+                return ResponseFuture::new(std::future::ready(Ok(ToolResponse::error(
+                    &call, message,
+                ))));
             }
         };
         let future = self.handler.call(args, ctx);
-        Box::pin(async move {
+        ResponseFuture::new(async move {
             Ok(match future.await {
                 Ok(output) => match render(&output) {
                     Ok(content) => ToolResponse::success(&call, content),
@@ -202,6 +203,16 @@ where
     }
 }
 
+/// The arguments, which must be a JSON object (or empty, meaning `{}`): serde's derived
+/// deserializer would also map a JSON array onto a struct's fields by position, so a model
+/// that swapped two values would make a silently wrong call.
+fn parse_object<A: DeserializeOwned>(call: &ToolCall) -> Result<A, String> {
+    match call.arguments.trim_start().as_bytes().first() {
+        None | Some(b'{') => call.parse_arguments().map_err(|e| e.to_string()),
+        Some(_) => Err("the arguments are not a JSON object".to_owned()),
+    }
+}
+
 /// A string as is; anything else as compact JSON.
 fn render<O: Serialize>(output: &O) -> serde_json::Result<String> {
     Ok(match serde_json::to_value(output)? {
@@ -216,7 +227,6 @@ mod tests {
     use serde::Deserialize;
     use serde_json::json;
     use tower::ServiceExt;
-    use tower_agent_core::ToolCall;
 
     #[derive(Deserialize, JsonSchema)]
     struct Args {
@@ -271,9 +281,57 @@ mod tests {
             res.result.content
         );
 
-        let res = tool.oneshot(req(r#"{"n":0}"#)).await.unwrap();
+        let res = tool.clone().oneshot(req(r#"{"n":0}"#)).await.unwrap();
         assert!(res.result.is_error);
         assert_eq!(res.result.content, "n must be positive");
+
+        // An array would fill the struct's fields by position: refused, the schema named.
+        for not_an_object in ["[1]", " [1]", "1", "\"n\"", "null", "true"] {
+            let res = tool.clone().oneshot(req(not_an_object)).await.unwrap();
+            assert!(res.result.is_error, "{not_an_object}");
+            assert!(
+                res.result.content.contains("not a JSON object")
+                    && res.result.content.contains(r#""type":"object""#),
+                "{not_an_object}: {}",
+                res.result.content
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn positional_arrays_do_not_swap_fields() {
+        #[derive(Deserialize, JsonSchema)]
+        struct Move {
+            from: String,
+            to: String,
+        }
+        let tool = tool_fn("mv", "", |m: Move| async move {
+            Ok::<_, Error>(format!("{} -> {}", m.from, m.to))
+        });
+        let res = tool.oneshot(req(r#"["b", "a"]"#)).await.unwrap();
+        assert!(res.result.is_error, "{}", res.result.content);
+    }
+
+    #[tokio::test]
+    async fn empty_arguments_mean_no_arguments() {
+        let tool = tool_fn("t", "", |_: crate::NoArgs| async { Ok::<_, Error>("ran") });
+        let res = tool.oneshot(req("  ")).await.unwrap();
+        assert_eq!(res.result.content, "ran");
+    }
+
+    /// A function returning `impl Tool` goes into a `ToolSet` without naming its future.
+    fn make_tool() -> impl Tool {
+        tool_fn("made", "", |_: crate::NoArgs| async {
+            Ok::<_, Error>("made")
+        })
+    }
+
+    #[tokio::test]
+    async fn impl_tool_goes_into_a_tool_set() {
+        let set = crate::ToolSet::new().tool(make_tool());
+        let request = ToolRequest::new(ToolCall::raw("c1", "made", "{}"), RunContext::new());
+        let res = set.oneshot(request).await.unwrap();
+        assert_eq!(res.result.content, "made");
     }
 
     #[tokio::test]

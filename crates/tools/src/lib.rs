@@ -53,12 +53,52 @@ pub use function::{FnTool, ToolHandler, tool_fn};
 pub use schema::{NoArgs, parameters_schema};
 pub use set::ToolSet;
 
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// The response future of [`ToolSet`] and of typed tools ([`FnTool`]): a boxed future in a
+/// named type, so that it can change without breaking users.
+pub struct ResponseFuture {
+    inner: Pin<Box<dyn Future<Output = Result<ToolResponse, Error>> + Send>>,
+}
+
+impl ResponseFuture {
+    fn new(future: impl Future<Output = Result<ToolResponse, Error>> + Send + 'static) -> Self {
+        Self {
+            inner: Box::pin(future),
+        }
+    }
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<ToolResponse, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
 use tower_agent_core::{Error, ToolRequest, ToolResponse, ToolSpec};
 use tower_service::Service;
 
 /// A tool: a tool service that knows its own spec.
+///
+/// Its future is `Send + 'static` by definition, so a function returning `impl Tool` can be
+/// handed to [`ToolSet::tool`] as it is.
 pub trait Tool:
-    Service<ToolRequest, Response = ToolResponse, Error = Error> + Clone + Send + Sync + 'static
+    Service<ToolRequest, Response = ToolResponse, Error = Error, Future: Send + 'static>
+    + Clone
+    + Send
+    + Sync
+    + 'static
 {
     /// The spec offered to the model.
     fn spec(&self) -> ToolSpec;

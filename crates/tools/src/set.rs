@@ -2,8 +2,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -13,7 +11,7 @@ use tower_agent_core::{BoxError, Error, ToolRequest, ToolResponse, ToolSpec};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::Tool;
+use crate::{ResponseFuture, Tool};
 
 type ToolService = BoxCloneSyncService<ToolRequest, ToolResponse, Error>;
 
@@ -47,11 +45,7 @@ impl ToolSet {
     ///
     /// If a tool of the same name is already in the set (a programming error, found at
     /// start-up, like a conflicting route in axum).
-    pub fn tool<T>(self, tool: T) -> Self
-    where
-        T: Tool,
-        T::Future: Send + 'static,
-    {
+    pub fn tool<T: Tool>(self, tool: T) -> Self {
         let spec = tool.spec();
         self.service(spec, tool)
     }
@@ -137,7 +131,7 @@ impl fmt::Debug for ToolSet {
 impl Service<ToolRequest> for ToolSet {
     type Response = ToolResponse;
     type Error = Error;
-    type Future = Pin<Box<dyn Future<Output = Result<ToolResponse, Error>> + Send>>;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         // Which tool is called is known only in `call`: readiness is checked there, on a
@@ -147,10 +141,10 @@ impl Service<ToolRequest> for ToolSet {
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
         match self.inner.services.get(&req.call.name) {
-            Some(service) => Box::pin(service.clone().oneshot(req)),
+            Some(service) => ResponseFuture::new(service.clone().oneshot(req)),
             None => {
                 let response = ToolResponse::error(&req.call, self.unknown(&req.call.name));
-                Box::pin(std::future::ready(Ok(response)))
+                ResponseFuture::new(std::future::ready(Ok(response)))
             }
         }
     }

@@ -254,7 +254,8 @@ where
 /// let model = ServiceBuilder::new()
 ///     .layer(after_model(|res: ModelResponse, _ctx: RunContext| async move {
 ///         if res.message.text().contains("password") {
-///             return Ok(Flow::Answer(ModelResponse::text("[redacted]")));
+///             // `map_text` keeps the tool calls, usage and finish reason.
+///             return Ok(Flow::Answer(res.map_text(|_| "[redacted]".into())));
 ///         }
 ///         Ok(Flow::Continue(res))
 ///     }))
