@@ -1,114 +1,87 @@
-//! Calling a service: readiness, panics, cancellation and spans.
+//! Calling a service: readiness, panics, cancellation and spans, in one future.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
-use futures_util::FutureExt;
 use pin_project_lite::pin_project;
 use tokio_util::sync::WaitForCancellationFuture;
-use tower::ServiceExt;
-use tower_agent_core::{
-    BoxError, CancellationToken, Error, ModelRequest, ModelResponse, ToolCall, ToolRequest,
-    ToolResponse,
-};
+use tower_agent_core::{BoxError, CancellationToken, Error, ToolCall};
 use tower_service::Service;
 
-use super::tools::ToolOutcome;
-
 /// Why a service call produced no response.
-enum CallFailure {
+pub(super) enum CallFailure {
     Failed(Error),
     Panicked(String),
 }
 
-/// Drive `service` to readiness and call it; an error or a panic becomes a `CallFailure`
-/// instead of failing or unwinding through the loop.
-async fn call_service<S, Req>(service: &mut S, request: Req) -> Result<S::Response, CallFailure>
-where
-    S: Service<Req>,
-    S::Error: Into<BoxError>,
-{
-    let call = AssertUnwindSafe(async move {
-        let ready = service.ready().await.map_err(Into::into)?;
-        ready.call(request).await.map_err(Into::into)
-    });
-    match call.catch_unwind().await {
-        Ok(Ok(response)) => Ok(response),
-        Ok(Err(error)) => Err(CallFailure::Failed(Error::from_boxed(error))),
-        Err(panic) => Err(CallFailure::Panicked(panic_message(&*panic))),
-    }
-}
-
-pub(super) async fn call_model<M>(
-    model: &mut M,
-    request: ModelRequest,
-) -> Result<ModelResponse, Error>
-where
-    M: Service<ModelRequest, Response = ModelResponse>,
-    M::Error: Into<BoxError>,
-{
-    call_service(model, request)
-        .await
-        .map_err(|failure| match failure {
+impl CallFailure {
+    /// The error a failed model call fails the run with.
+    pub(super) fn into_model_error(self) -> Error {
+        match self {
             CallFailure::Failed(error) => error,
             CallFailure::Panicked(message) => {
                 Error::other(format!("the model service panicked: {message}"))
             }
-        })
-}
-
-pub(super) async fn call_tool<T>(tools: &mut T, request: ToolRequest) -> ToolOutcome
-where
-    T: Service<ToolRequest, Response = ToolResponse>,
-    T::Error: Into<BoxError>,
-{
-    match call_service(tools, request).await {
-        Ok(response) => ToolOutcome::Response(response),
-        Err(CallFailure::Failed(error)) => ToolOutcome::Failed(error),
-        Err(CallFailure::Panicked(message)) => ToolOutcome::Panicked(message),
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "(no message)".to_owned()
+        }
     }
 }
 
 pin_project! {
-    /// `token.run_until_cancelled(future)`, as tokio-util has it (`None`: not started because
-    /// the run was already cancelled, or dropped when cancelled while pending; when both are
-    /// ready the future wins), built so that the hot path stays cheap: the cancellation
-    /// future is created only once `future` is pending, and nothing is moved into an extra
-    /// `async fn`. tokio-util's `run_until_cancelled` and `with_cancellation_token` cost
-    /// 1,100–1,300 more instructions per round here (`benches/instructions.sh`).
-    pub(super) struct Cancellable<'a, F> {
-        #[pin]
-        future: F,
+    /// One call of a service, as the loop makes it: drive the service to readiness, call it,
+    /// and wait for the response inside `span`; an error or a panic (in `poll_ready`, `call` or
+    /// the future) becomes a [`CallFailure`] instead of failing or unwinding through the loop.
+    ///
+    /// `None`: not started because the run was already cancelled, or dropped when cancelled
+    /// while pending (when both are ready the response wins). This is
+    /// `token.run_until_cancelled(..)` of tokio-util fused with the call, so the hot path moves
+    /// no nested future around: the cancellation future is created only once the call is
+    /// pending. tokio-util's `run_until_cancelled` and an `async fn` per layer of this cost
+    /// 1,100–1,300 more instructions per round (`benches/instructions.sh`).
+    pub(super) struct ServiceCall<'a, S, Req>
+    where
+        S: Service<Req>,
+    {
+        service: S,
+        request: Option<Req>,
         token: &'a CancellationToken,
+        span: tracing::Span,
         started: bool,
+        #[pin]
+        future: Option<S::Future>,
         #[pin]
         wait: Option<WaitForCancellationFuture<'a>>,
     }
 }
 
-pub(super) fn cancellable<F: Future>(token: &CancellationToken, future: F) -> Cancellable<'_, F> {
-    Cancellable {
-        future,
+/// Call `service` (a `&mut S` works) with `request`, unless `token` is cancelled first.
+pub(super) fn call<S, Req>(
+    service: S,
+    request: Req,
+    token: &CancellationToken,
+    span: tracing::Span,
+) -> ServiceCall<'_, S, Req>
+where
+    S: Service<Req>,
+{
+    ServiceCall {
+        service,
+        request: Some(request),
         token,
+        span,
         started: false,
+        future: None,
         wait: None,
     }
 }
 
-impl<F: Future> Future for Cancellable<'_, F> {
-    type Output = Option<F::Output>;
+impl<S, Req> Future for ServiceCall<'_, S, Req>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+{
+    type Output = Option<Result<S::Response, CallFailure>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -118,17 +91,60 @@ impl<F: Future> Future for Cancellable<'_, F> {
             }
             *this.started = true;
         }
-        if let Poll::Ready(output) = this.future.poll(cx) {
+        let entered = this.span.enter();
+        let polled = loop {
+            if let Some(future) = this.future.as_mut().as_pin_mut() {
+                break match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+                    Ok(Poll::Ready(Ok(response))) => Poll::Ready(Ok(response)),
+                    Ok(Poll::Ready(Err(error))) => Poll::Ready(Err(failed(error))),
+                    Ok(Poll::Pending) => Poll::Pending,
+                    Err(panic) => Poll::Ready(Err(panicked(&*panic))),
+                };
+            }
+            match catch_unwind(AssertUnwindSafe(|| this.service.poll_ready(cx))) {
+                Ok(Poll::Ready(Ok(()))) => {}
+                Ok(Poll::Ready(Err(error))) => break Poll::Ready(Err(failed(error))),
+                Ok(Poll::Pending) => break Poll::Pending,
+                Err(panic) => break Poll::Ready(Err(panicked(&*panic))),
+            }
+            let Some(request) = this.request.take() else {
+                panic!("`ServiceCall` polled after completion");
+            };
+            match catch_unwind(AssertUnwindSafe(|| this.service.call(request))) {
+                Ok(future) => this.future.set(Some(future)),
+                Err(panic) => break Poll::Ready(Err(panicked(&*panic))),
+            }
+        };
+        drop(entered);
+        if let Poll::Ready(output) = polled {
             return Poll::Ready(Some(output));
         }
         if this.wait.is_none() {
             this.wait.set(Some(this.token.cancelled()));
         }
         match this.wait.as_pin_mut() {
-            Some(wait) => wait.poll(cx).map(|()| None),
+            Some(wait) => {
+                ready!(wait.poll(cx));
+                Poll::Ready(None)
+            }
             None => Poll::Pending,
         }
     }
+}
+
+fn failed(error: impl Into<BoxError>) -> CallFailure {
+    CallFailure::Failed(Error::from_boxed(error.into()))
+}
+
+fn panicked(panic: &(dyn std::any::Any + Send)) -> CallFailure {
+    let message = if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(no message)".to_owned()
+    };
+    CallFailure::Panicked(message)
 }
 
 pub(super) fn tool_span(call: &ToolCall) -> tracing::Span {

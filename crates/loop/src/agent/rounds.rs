@@ -8,10 +8,9 @@ use tower_agent_core::{
     ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::AgentConfig;
-use super::call::{call_model, cancellable};
+use super::call::{CallFailure, call};
 use super::ids::{IdSet, id_hash};
 use super::resume::check_input;
 use super::tools::{RoundTools, execute, not_executed};
@@ -93,11 +92,14 @@ where
             };
             let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
             // Not started once cancelled; dropped if cancelled while pending.
-            let response = cancellable(
+            let response = call(
+                &mut self.model,
+                request,
                 self.ctx.cancellation_token(),
-                call_model(&mut self.model, request).instrument(span),
+                span,
             )
-            .await;
+            .await
+            .map(|result| result.map_err(CallFailure::into_model_error));
             // The request is gone: a history committed by a layer replaces ours before the
             // model's message is appended.
             let committed = self.apply_commit();

@@ -7,10 +7,9 @@ use tower_agent_core::{
     StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
 };
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::ToolExecution;
-use super::call::{call_tool, cancellable, tool_span};
+use super::call::{self, CallFailure, tool_span};
 use super::rounds::RUN_FAILED;
 
 /// What the tools of one round produced.
@@ -24,21 +23,13 @@ pub(super) struct RoundTools {
 }
 
 /// How one tool call ended.
-pub(super) enum ToolOutcome {
-    Response(ToolResponse),
-    Failed(Error),
-    Panicked(String),
-}
+type ToolOutcome = Result<ToolResponse, CallFailure>;
 
-impl ToolOutcome {
-    /// Whether the model will see an error (an interrupt is not one).
-    fn is_error(&self) -> bool {
-        match self {
-            ToolOutcome::Response(r) => {
-                r.result.is_error && !matches!(r.action, ToolAction::Interrupt { .. })
-            }
-            ToolOutcome::Failed(_) | ToolOutcome::Panicked(_) => true,
-        }
+/// Whether the model will see an error (an interrupt is not one).
+fn is_error(outcome: &ToolOutcome) -> bool {
+    match outcome {
+        Ok(r) => r.result.is_error && !matches!(r.action, ToolAction::Interrupt { .. }),
+        Err(_) => true,
     }
 }
 
@@ -89,7 +80,7 @@ pub(super) async fn execute<T>(
                 };
                 let span = tool_span(call);
                 // Not started if the run is cancelled (e.g. while the event waited).
-                let outcome = cancellable(token, call_tool(tools, request).instrument(span)).await;
+                let outcome = call::call(&mut *tools, request, token, span).await;
                 let is_error = absorb(out, call, outcome, token);
                 if events {
                     if let Err(error) = ctx.emit(finished(round, call, is_error)).await {
@@ -123,7 +114,7 @@ pub(super) async fn execute<T>(
                 match outcome {
                     Ok(None) => {}
                     Ok(Some(outcome)) => {
-                        let is_error = outcome.is_error();
+                        let is_error = is_error(&outcome);
                         slots[index] = Some(outcome);
                         if events {
                             if let Err(error) =
@@ -184,11 +175,7 @@ where
         }
     }
     let span = tool_span(&request.call);
-    let outcome = cancellable(
-        ctx.cancellation_token(),
-        call_tool(&mut service, request).instrument(span),
-    )
-    .await;
+    let outcome = call::call(&mut service, request, ctx.cancellation_token(), span).await;
     (index, Ok(outcome))
 }
 
@@ -222,19 +209,19 @@ fn absorb(
             out.cancelled = true;
             ToolResult::cancelled(call)
         }
-        Some(ToolOutcome::Failed(error))
+        Some(Err(CallFailure::Failed(error)))
             if error.kind() == ErrorKind::Cancelled && token.is_cancelled() =>
         {
             out.cancelled = true;
             ToolResult::cancelled(call)
         }
-        Some(ToolOutcome::Failed(error)) => {
+        Some(Err(CallFailure::Failed(error))) => {
             ToolResult::error(call, format!("tool `{}` failed: {error}", call.name))
         }
-        Some(ToolOutcome::Panicked(message)) => {
+        Some(Err(CallFailure::Panicked(message))) => {
             ToolResult::error(call, format!("tool `{}` panicked: {message}", call.name))
         }
-        Some(ToolOutcome::Response(response)) => {
+        Some(Ok(response)) => {
             let ToolResponse {
                 mut result, action, ..
             } = response;
