@@ -152,6 +152,7 @@ impl RunContext {
     }
 
     /// A clone of this context at `round`.
+    #[inline]
     pub fn with_round(&self, round: u32) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -160,27 +161,32 @@ impl RunContext {
     }
 
     /// The run's id.
+    #[inline]
     pub fn run_id(&self) -> &str {
         &self.shared.run_id
     }
 
     /// The session's id.
+    #[inline]
     pub fn session_id(&self) -> &str {
         &self.shared.session_id
     }
 
     /// The round this request belongs to: 1 for the first model call of a run, 0 outside
     /// rounds (before the first one, and for calls resumed after an interrupt).
+    #[inline]
     pub fn round(&self) -> u32 {
         self.round
     }
 
     /// The run's cancellation token.
+    #[inline]
     pub fn cancellation_token(&self) -> &CancellationToken {
         &self.shared.cancel
     }
 
     /// Whether the run was cancelled.
+    #[inline]
     pub fn is_cancelled(&self) -> bool {
         self.shared.cancel.is_cancelled()
     }
@@ -191,6 +197,7 @@ impl RunContext {
     }
 
     /// The event sink.
+    #[inline]
     pub fn events(&self) -> &EventSink {
         &self.shared.events
     }
@@ -295,10 +302,16 @@ impl RunContext {
     }
 
     /// Take the pending history commit, if any. The agent calls this; layers do not need to.
+    #[inline]
     pub fn take_committed_history(&self) -> Option<History> {
         if !self.shared.has_commit.load(Ordering::Acquire) {
             return None;
         }
+        self.take_commit_slow()
+    }
+
+    #[cold]
+    fn take_commit_slow(&self) -> Option<History> {
         let mut commit = lock(&self.shared.commit);
         self.shared.has_commit.store(false, Ordering::Release);
         commit.take()

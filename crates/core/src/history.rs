@@ -37,21 +37,25 @@ impl History {
     }
 
     /// Append a message (copies first only if another clone is alive).
+    #[inline]
     pub fn push(&mut self, message: Message) {
         Arc::make_mut(&mut self.0).push(message);
     }
 
     /// Append messages.
+    #[inline]
     pub fn extend(&mut self, messages: impl IntoIterator<Item = Message>) {
         Arc::make_mut(&mut self.0).extend(messages);
     }
 
     /// Mutable access to the messages (copies first only if another clone is alive).
+    #[inline]
     pub fn make_mut(&mut self) -> &mut Vec<Message> {
         Arc::make_mut(&mut self.0)
     }
 
     /// The messages.
+    #[inline]
     pub fn as_slice(&self) -> &[Message] {
         &self.0
     }
@@ -184,6 +188,7 @@ impl History {
 impl Deref for History {
     type Target = [Message];
 
+    #[inline]
     fn deref(&self) -> &[Message] {
         &self.0
     }

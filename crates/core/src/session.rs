@@ -180,6 +180,7 @@ pub struct Usage {
 impl Add for Usage {
     type Output = Usage;
 
+    #[inline]
     fn add(self, rhs: Usage) -> Usage {
         Usage {
             input_tokens: self.input_tokens.saturating_add(rhs.input_tokens),
@@ -189,6 +190,7 @@ impl Add for Usage {
 }
 
 impl AddAssign for Usage {
+    #[inline]
     fn add_assign(&mut self, rhs: Usage) {
         *self = *self + rhs;
     }

@@ -92,32 +92,26 @@ where
             *this.started = true;
         }
         let entered = this.span.enter();
-        let polled = loop {
-            if let Some(future) = this.future.as_mut().as_pin_mut() {
-                break match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-                    Ok(Poll::Ready(Ok(response))) => Poll::Ready(Ok(response)),
-                    Ok(Poll::Ready(Err(error))) => Poll::Ready(Err(failed(error))),
-                    Ok(Poll::Pending) => Poll::Pending,
-                    Err(panic) => Poll::Ready(Err(panicked(&*panic))),
+        // One unwind guard around readiness, the call and the future's poll.
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            loop {
+                if let Some(future) = this.future.as_mut().as_pin_mut() {
+                    return future.poll(cx).map_err(failed);
+                }
+                if let Err(error) = ready!(this.service.poll_ready(cx)) {
+                    return Poll::Ready(Err(failed(error)));
+                }
+                let Some(request) = this.request.take() else {
+                    panic!("`ServiceCall` polled after completion");
                 };
+                this.future.set(Some(this.service.call(request)));
             }
-            match catch_unwind(AssertUnwindSafe(|| this.service.poll_ready(cx))) {
-                Ok(Poll::Ready(Ok(()))) => {}
-                Ok(Poll::Ready(Err(error))) => break Poll::Ready(Err(failed(error))),
-                Ok(Poll::Pending) => break Poll::Pending,
-                Err(panic) => break Poll::Ready(Err(panicked(&*panic))),
-            }
-            let Some(request) = this.request.take() else {
-                panic!("`ServiceCall` polled after completion");
-            };
-            match catch_unwind(AssertUnwindSafe(|| this.service.call(request))) {
-                Ok(future) => this.future.set(Some(future)),
-                Err(panic) => break Poll::Ready(Err(panicked(&*panic))),
-            }
-        };
+        }));
         drop(entered);
-        if let Poll::Ready(output) = polled {
-            return Poll::Ready(Some(output));
+        match polled {
+            Ok(Poll::Ready(output)) => return Poll::Ready(Some(output)),
+            Err(panic) => return Poll::Ready(Some(Err(panicked(&*panic)))),
+            Ok(Poll::Pending) => {}
         }
         if this.wait.is_none() {
             this.wait.set(Some(this.token.cancelled()));

@@ -91,7 +91,6 @@ where
                     .into_iter()
                     .map(|i| ContentPart::ToolCall(i.call))
                     .collect();
-                let mut out = std::mem::take(&mut self.scratch);
                 execute(
                     &mut self.tools,
                     &self.ctx,
@@ -99,10 +98,10 @@ where
                     self.config.tool_execution,
                     &calls,
                     Some(&value),
-                    &mut out,
+                    &mut self.scratch,
                 )
                 .await;
-                self.absorb_round(out, true)?
+                self.absorb_round(true)?
             }
             AgentInput::Continue => {
                 self.session.answer_dangling_calls();

@@ -147,7 +147,6 @@ where
                     message: message.clone(),
                 });
             }
-            let mut out = std::mem::take(&mut self.scratch);
             execute(
                 &mut self.tools,
                 &self.ctx,
@@ -155,10 +154,10 @@ where
                 self.config.tool_execution,
                 &message.content,
                 None,
-                &mut out,
+                &mut self.scratch,
             )
             .await;
-            if let Some(outcome) = self.absorb_round(out, false)? {
+            if let Some(outcome) = self.absorb_round(false)? {
                 return Ok(outcome);
             }
         }
@@ -196,11 +195,9 @@ where
 
     /// Append a round's results; the outcome if the round ends the run. `resumed`: the results
     /// answer calls that waited, and are put back in call order.
-    pub(super) fn absorb_round(
-        &mut self,
-        mut out: RoundTools,
-        resumed: bool,
-    ) -> Result<Option<Outcome>, Error> {
+    pub(super) fn absorb_round(&mut self, resumed: bool) -> Result<Option<Outcome>, Error> {
+        // In place: the (empty) buffers are kept for the next round.
+        let out = &mut self.scratch;
         self.session
             .history
             .extend(out.results.drain(..).map(Message::tool_result));
@@ -208,8 +205,6 @@ where
         let stop = out.stop.take();
         let cancelled = std::mem::take(&mut out.cancelled);
         let error = out.error.take();
-        // Keep the (empty) buffers for the next round.
-        self.scratch = out;
         // Calls that would wait for a decision cannot wait when the run ends otherwise.
         let closing = if error.is_some() {
             Some(RUN_FAILED.to_owned())
