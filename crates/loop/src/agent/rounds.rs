@@ -166,20 +166,16 @@ where
     /// Make the model's message safe to append: only text, reasoning and calls, each call with
     /// an id no other call in the session uses.
     fn normalize(&mut self, message: &mut Message, round: u32) {
-        if message
-            .content
-            .iter()
-            .any(|part| matches!(part, ContentPart::ToolResult(_)))
-        {
-            // A model cannot answer calls; a result part would break the history.
-            message
-                .content
-                .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
-        }
         let mut index = 0;
+        let mut results = false;
         for part in &mut message.content {
-            let ContentPart::ToolCall(call) = part else {
-                continue;
+            let call = match part {
+                ContentPart::ToolCall(call) => call,
+                ContentPart::ToolResult(_) => {
+                    results = true;
+                    continue;
+                }
+                _ => continue,
             };
             index += 1;
             if call.id.is_empty() || !self.call_ids.insert(id_hash(&call.id)) {
@@ -190,6 +186,12 @@ where
                 }
                 call.id = id;
             }
+        }
+        if results {
+            // A model cannot answer calls; a result part would break the history.
+            message
+                .content
+                .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
         }
     }
 
