@@ -1,7 +1,8 @@
 //! What tower-agent costs on top of the services it drives.
 //!
 //! - `layer/*`: one model call through a pass-through callback layer vs the bare stub, polled
-//!   once with no runtime.
+//!   once with no runtime; `around_model_pass_through` is the closure form (boxed `next`),
+//!   `around_strategy_pass_through` an `AroundCallback` implemented by hand (nothing boxed).
 //! - `loop/*`: a 100-round run, one tool call per round, on stub services, starting from a
 //!   history of 10 or 1,000 messages; next to two hand-written reference loops (history shared
 //!   copy-on-write, and history cloned every round). Divide by 100 for the per-round cost.
@@ -18,7 +19,7 @@ use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_ma
 use tower::layer::util::Identity;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_agent::prelude::*;
-use tower_agent::{History, ModelRequest};
+use tower_agent::{History, ModelRequest, NextFuture};
 
 mod common;
 
@@ -65,6 +66,24 @@ fn layer(c: &mut Criterion) {
         b.iter(|| poll_once(after.call(black_box(template.clone()))))
     });
 
+    let mut around =
+        around_model(|req: ModelRequest, next: ModelNext| async move { next.run(req).await })
+            .layer(service_fn(answer));
+    group.bench_function("around_model_pass_through", |b| {
+        b.iter(|| {
+            let _ = around.poll_ready(&mut Context::from_waker(Waker::noop()));
+            poll_once(around.call(black_box(template.clone())))
+        })
+    });
+
+    let mut strategy = AroundLayer::new(PassThrough).layer(service_fn(answer));
+    group.bench_function("around_strategy_pass_through", |b| {
+        b.iter(|| {
+            let _ = strategy.poll_ready(&mut Context::from_waker(Waker::noop()));
+            poll_once(strategy.call(black_box(template.clone())))
+        })
+    });
+
     let mut stack = ServiceBuilder::new()
         .observe(ObserveLayer::new())
         .after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
@@ -77,6 +96,18 @@ fn layer(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// An around callback that only calls `next`, written as a strategy (nothing boxed).
+#[derive(Clone, Copy)]
+struct PassThrough;
+
+impl<S: Service<ModelRequest>> AroundCallback<S, ModelRequest> for PassThrough {
+    type Future = NextFuture<S, ModelRequest>;
+
+    fn around(&mut self, req: ModelRequest, next: Next<S>) -> Self::Future {
+        next.run(req)
+    }
 }
 
 // ------------------------------------------------------------------------- loop benchmarks

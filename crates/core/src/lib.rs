@@ -65,8 +65,9 @@ pub use agent::{AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopR
 pub use builder::ServiceBuilderExt;
 pub use callback::{
     AfterCallback, AfterLayer, AgentNext, AroundCallback, AroundLayer, BeforeCallback, BeforeLayer,
-    BoxNext, Flow, ModelNext, Next, ObserveLayer, Replaceable, ToolNext, after_agent, after_model,
-    after_tool, around_agent, around_model, around_tool, before_agent, before_model, before_tool,
+    BoxNext, Flow, ModelNext, Next, NextFuture, ObserveLayer, Replaceable, ToolNext, after_agent,
+    after_model, after_tool, around_agent, around_model, around_tool, before_agent, before_model,
+    before_tool,
 };
 pub use context::{RunContext, new_id};
 pub use error::{BoxError, Error, ErrorKind};
