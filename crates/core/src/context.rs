@@ -408,6 +408,26 @@ mod tests {
     }
 
     #[test]
+    fn update_state_refuses_another_type_and_changes_nothing() {
+        let ctx = RunContext::new();
+        ctx.set_state("n", "text");
+        let err = ctx.update_state("n", |n: &mut u32| *n += 1).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::BadRequest);
+        assert_eq!(ctx.state::<String>("n").as_deref(), Some("text"));
+        let items = ctx
+            .update_state("list", |v: &mut Vec<String>| {
+                v.push("a".into());
+                v.len()
+            })
+            .unwrap();
+        assert_eq!(items, 1);
+        assert_eq!(
+            ctx.state::<Vec<String>>("list"),
+            Some(vec!["a".to_string()])
+        );
+    }
+
+    #[test]
     fn commits_are_taken_once() {
         let ctx = RunContext::new();
         assert!(ctx.take_committed_history().is_none());

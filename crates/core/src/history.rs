@@ -473,6 +473,106 @@ mod tests {
         assert!(validate(&later, &["b"]).is_err());
     }
 
+    fn ids(message: &Message) -> Vec<&str> {
+        message
+            .tool_results()
+            .map(|r| r.call_id.as_str())
+            .chain(message.tool_calls().map(|c| c.id.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn unanswered_calls_are_answered_in_place_and_in_call_order() {
+        let mut h = History::from(vec![
+            Message::user("go"),
+            Message::assistant_with_calls("", [call("a"), call("b"), call("c")]),
+            answer("b"),
+            Message::user("later"),
+            Message::assistant_with_calls("", [call("d")]),
+        ]);
+        let answered = h.answer_unanswered(|_| false, ToolResult::cancelled);
+        assert_eq!(answered, 3);
+        let shape: Vec<Vec<&str>> = h.iter().map(ids).collect();
+        assert_eq!(
+            shape,
+            [
+                vec![],
+                vec!["a", "b", "c"],
+                vec!["a"],
+                vec!["b"],
+                vec!["c"],
+                vec![],
+                vec!["d"],
+                vec!["d"],
+            ]
+        );
+        assert_eq!(h[3].tool_results().next().map(|r| r.is_error), Some(false));
+        assert_eq!(h.validate(), Ok(()));
+    }
+
+    #[test]
+    fn calls_that_wait_stay_open_only_at_the_end() {
+        let mut h = History::from(vec![
+            Message::assistant_with_calls("", [call("a")]),
+            Message::user("moved on"),
+            Message::assistant_with_calls("", [call("b"), call("c")]),
+            answer("c"),
+        ]);
+        // `a` cannot wait: a message follows its results. `b` can.
+        let answered = h.answer_unanswered(|c| c.id == "a" || c.id == "b", ToolResult::cancelled);
+        assert_eq!(answered, 1);
+        assert_eq!(ids(&h[1]), ["a"]);
+        assert_eq!(
+            h.open_calls()
+                .iter()
+                .map(|c| c.id.as_str())
+                .collect::<Vec<_>>(),
+            ["b"]
+        );
+        assert_eq!(validate(&h, &["b"]), Ok(()));
+    }
+
+    #[test]
+    fn a_valid_history_is_not_copied() {
+        let mut h = History::from(vec![
+            Message::assistant_with_calls("", [call("a")]),
+            answer("a"),
+        ]);
+        let shared = h.clone();
+        assert_eq!(h.answer_unanswered(|_| false, ToolResult::cancelled), 0);
+        h.order_results();
+        assert!(h.ptr_eq(&shared), "nothing to repair: no copy");
+    }
+
+    #[test]
+    fn open_calls_are_those_of_the_last_message_only() {
+        let waiting = History::from(vec![
+            Message::assistant_with_calls("", [call("a"), call("b")]),
+            answer("b"),
+        ]);
+        assert_eq!(
+            waiting
+                .open_calls()
+                .iter()
+                .map(|c| c.id.as_str())
+                .collect::<Vec<_>>(),
+            ["a"]
+        );
+        let moved_on = History::from(vec![
+            Message::assistant_with_calls("", [call("a")]),
+            Message::user("x"),
+        ]);
+        assert!(moved_on.open_calls().is_empty());
+        let mut unordered = History::from(vec![
+            Message::assistant_with_calls("", [call("a"), call("b")]),
+            answer("b"),
+            answer("a"),
+        ]);
+        unordered.order_results();
+        assert_eq!(ids(&unordered[1]), ["a"]);
+        assert_eq!(ids(&unordered[2]), ["b"]);
+    }
+
     #[test]
     fn serializes_as_a_plain_array() {
         let h = History::from(vec![Message::user("hi")]);

@@ -370,6 +370,35 @@ mod tests {
     }
 
     #[test]
+    fn map_text_keeps_everything_but_the_text() {
+        let msg = Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentPart::Reasoning {
+                    text: "think".into(),
+                    signature: Some("sig".into()),
+                },
+                ContentPart::Text { text: "a".into() },
+                ContentPart::ToolCall(ToolCall::new("1", "t", json!({}))),
+                ContentPart::Text { text: "b".into() },
+            ],
+        };
+        let mapped = msg.clone().map_text(|t| t.to_uppercase());
+        assert_eq!(mapped.text(), "AB");
+        assert!(matches!(mapped.content[0], ContentPart::Reasoning { .. }));
+        assert!(matches!(&mapped.content[1], ContentPart::Text { text } if text == "AB"));
+        assert_eq!(mapped.tool_calls().count(), 1);
+        assert_eq!(mapped.content.len(), 3);
+        // An empty text removes the text; a text for a message without one goes first.
+        let emptied = msg.map_text(|_| String::new());
+        assert!(!emptied.has_text());
+        assert_eq!(emptied.content.len(), 2);
+        let added = Message::assistant_with_calls("", [ToolCall::new("1", "t", json!({}))])
+            .map_text(|_| "checking".into());
+        assert!(matches!(&added.content[0], ContentPart::Text { text } if text == "checking"));
+    }
+
+    #[test]
     fn text_and_calls_are_extracted_in_order() {
         let msg = Message::assistant_with_calls(
             "let me check",
