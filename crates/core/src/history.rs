@@ -135,7 +135,10 @@ impl History {
                 let at_end = end == messages.len();
                 let missing: Vec<Message> = message
                     .tool_calls()
-                    .filter(|call| !answers(block, call) && !(at_end && wait(call)))
+                    .filter(|call| {
+                        let waits = at_end && wait(call);
+                        !waits && !answers(block, call)
+                    })
                     .map(|call| Message::tool_result(answer(call)))
                     .collect();
                 if !missing.is_empty() {

@@ -5,8 +5,10 @@ use std::task::Poll;
 
 use serde_json::json;
 use tower::Layer;
-use tower_agent::prelude::*;
-use tower_agent::{AfterLayer, BeforeLayer};
+use tower_agent_core::{
+    AfterLayer, BeforeLayer, Error, ErrorKind, Flow, ObserveLayer, RunContext, ServiceBuilderExt,
+    ToolCall, ToolRequest, ToolResponse,
+};
 use tower_test::mock;
 
 fn req(id: &str) -> ToolRequest {

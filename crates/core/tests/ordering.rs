@@ -5,9 +5,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use tower::util::BoxCloneService;
-use tower::{Layer, ServiceBuilder, ServiceExt, service_fn};
-use tower_agent::prelude::*;
-use tower_agent_test::{ScriptedModel, StubTool};
+use tower::{Layer, ServiceExt, service_fn};
+use tower_agent_core::{
+    Error, Flow, ObserveLayer, Replaceable, RunContext, ToolCall, ToolNext, ToolRequest,
+    ToolResponse, after_tool, around_tool, before_tool,
+};
 
 type Log = Arc<Mutex<Vec<String>>>;
 type Svc = BoxCloneService<ToolRequest, ToolResponse, Error>;
@@ -27,6 +29,14 @@ enum L {
     Replaces(&'static str),
     /// An observer.
     Observe(&'static str),
+    /// An around callback that calls `next` once and returns the response untouched.
+    Around(&'static str),
+    /// An around callback that answers `answer <name>` without calling `next`.
+    AroundAnswers(&'static str),
+    /// An around callback that calls `next` twice and returns the second response.
+    AroundRetries(&'static str),
+    /// An around callback that turns an error into the response `rescued by <name>`.
+    AroundRescues(&'static str),
 }
 
 struct Row {
@@ -142,6 +152,54 @@ const ROWS: &[Row] = &[
         result: Some("replaced by B"),
         observer_saw: Some("replaced"),
     },
+    Row {
+        n: 13,
+        stack: &[Around("A"), Answers("B")],
+        request: &["A", "B"],
+        response: &["A"],
+        result: Some("answer B"),
+        observer_saw: None,
+    },
+    Row {
+        n: 14,
+        stack: &[Before("A"), AroundAnswers("B")],
+        request: &["A", "B"],
+        response: &[],
+        result: Some("answer B"),
+        observer_saw: None,
+    },
+    Row {
+        n: 15,
+        stack: &[Around("A"), Replaces("B")],
+        request: &["A", "S"],
+        response: &["B", "A"],
+        result: Some("replaced by B"),
+        observer_saw: None,
+    },
+    Row {
+        n: 16,
+        stack: &[After("A"), AroundRetries("B"), Before("C")],
+        request: &["B", "C", "S", "C", "S"],
+        response: &["B", "A"],
+        result: Some("S|A"),
+        observer_saw: None,
+    },
+    Row {
+        n: 17,
+        stack: &[AroundRescues("A"), Fails("B")],
+        request: &["A", "B"],
+        response: &["A"],
+        result: Some("rescued by A"),
+        observer_saw: None,
+    },
+    Row {
+        n: 18,
+        stack: &[Observe("O"), AroundAnswers("A")],
+        request: &["O", "A"],
+        response: &["O"],
+        result: Some("answer A"),
+        observer_saw: Some("answer A"),
+    },
 ];
 
 fn push(log: &Log, entry: String) {
@@ -204,6 +262,53 @@ fn build(stack: &[L], log: &Log) -> Svc {
                             &call,
                             format!("replaced by {name}"),
                         )))
+                    }
+                })
+                .layer(svc),
+            ),
+            Around(name) => BoxCloneService::new(
+                around_tool(move |req: ToolRequest, next: ToolNext| {
+                    let log = log.clone();
+                    async move {
+                        push(&log, format!("{name}>"));
+                        let res = next.run(req).await;
+                        push(&log, format!("{name}<"));
+                        res
+                    }
+                })
+                .layer(svc),
+            ),
+            AroundAnswers(name) => BoxCloneService::new(
+                around_tool(move |req: ToolRequest, _next: ToolNext| {
+                    push(&log, format!("{name}>"));
+                    async move { Ok(ToolResponse::success(&req.call, format!("answer {name}"))) }
+                })
+                .layer(svc),
+            ),
+            AroundRetries(name) => BoxCloneService::new(
+                around_tool(move |req: ToolRequest, next: ToolNext| {
+                    let log = log.clone();
+                    async move {
+                        push(&log, format!("{name}>"));
+                        next.clone().run(req.clone()).await?;
+                        let res = next.run(req).await;
+                        push(&log, format!("{name}<"));
+                        res
+                    }
+                })
+                .layer(svc),
+            ),
+            AroundRescues(name) => BoxCloneService::new(
+                around_tool(move |req: ToolRequest, next: ToolNext| {
+                    let log = log.clone();
+                    async move {
+                        push(&log, format!("{name}>"));
+                        let call = req.call.clone();
+                        let res = next.run(req).await;
+                        push(&log, format!("{name}<"));
+                        res.or_else(|_| {
+                            Ok(ToolResponse::success(&call, format!("rescued by {name}")))
+                        })
                     }
                 })
                 .layer(svc),
@@ -379,88 +484,4 @@ async fn builtin_first_its_answer_wins() {
         assert_eq!(&got, trace, "case {:?}", (bb, ub, ba));
         assert_eq!(res.result.content, *result, "case {:?}", (bb, ub, ba));
     }
-}
-
-#[tokio::test]
-async fn six_points_in_run_order() {
-    let log: Log = Arc::default();
-    let model = ScriptedModel::new([
-        ModelResponse::tool_calls([ToolCall::new("c1", "t", json!({}))]),
-        ModelResponse::text("done"),
-    ]);
-    let (l1, l2, l3, l4, l5, l6) = (
-        log.clone(),
-        log.clone(),
-        log.clone(),
-        log.clone(),
-        log.clone(),
-        log.clone(),
-    );
-    let model = ServiceBuilder::new()
-        .after_model(move |res: ModelResponse, ctx: RunContext| {
-            push(&l1, format!("after_model {}", ctx.round()));
-            async move { Ok(Flow::Continue(res)) }
-        })
-        .before_model(move |req: ModelRequest| {
-            push(&l2, format!("before_model {}", req.ctx.round()));
-            async move { Ok(Flow::Continue(req)) }
-        })
-        .service(model);
-    let tools = ServiceBuilder::new()
-        .after_tool(move |res: ToolResponse, _: RunContext| {
-            push(&l3, "after_tool".into());
-            async move { Ok(Flow::Continue(res)) }
-        })
-        .before_tool(move |req: ToolRequest| {
-            push(&l4, "before_tool".into());
-            async move { Ok(Flow::Continue(req)) }
-        })
-        .service(ToolSet::new().tool(StubTool::returning("t", "ok")));
-    let agent = ServiceBuilder::new()
-        .after_agent(move |res: AgentResponse, _: RunContext| {
-            push(&l5, "after_agent".into());
-            async move { Ok(Flow::Continue(res)) }
-        })
-        .before_agent(move |req: AgentRequest| {
-            push(&l6, "before_agent".into());
-            async move { Ok(Flow::Continue(req)) }
-        })
-        .service(Agent::new(model, tools));
-    agent
-        .oneshot(AgentRequest::new(Session::new(), "go"))
-        .await
-        .unwrap();
-    assert_eq!(
-        *log.lock().unwrap(),
-        [
-            "before_agent",
-            "before_model 1",
-            "after_model 1",
-            "before_tool",
-            "after_tool",
-            "before_model 2",
-            "after_model 2",
-            "after_agent",
-        ]
-    );
-}
-
-#[tokio::test]
-async fn before_agent_answer_skips_the_loop() {
-    let model = ScriptedModel::new([]);
-    let agent = ServiceBuilder::new()
-        .before_agent(|req: AgentRequest| async move {
-            let message = Message::assistant("cached answer");
-            Ok(Flow::Answer(AgentResponse::new(
-                req.session,
-                Outcome::Completed { message },
-            )))
-        })
-        .service(Agent::new(model.clone(), ToolSet::new()));
-    let res = agent
-        .oneshot(AgentRequest::new(Session::new(), "hi"))
-        .await
-        .unwrap();
-    assert_eq!(res.text().as_deref(), Some("cached answer"));
-    assert_eq!(model.request_count(), 0, "the model must not be called");
 }

@@ -1,0 +1,193 @@
+//! Bad input the loop survives: bad tool arguments, failing and panicking tools, tool
+//! results forged by the model, bad commits, incomplete checkpoints and stale interrupts.
+
+mod common;
+
+use serde_json::json;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_agent_core::{
+    AgentInput, AgentRequest, Error, ErrorKind, Flow, History, Message, ModelRequest,
+    ModelResponse, ServiceBuilderExt, Session, ToolCall, ToolRequest, ToolResponse, ToolResult,
+};
+use tower_agent_loop::Agent;
+use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
+use tower_agent_tools::ToolSet;
+
+use common::{calculator, call, results, run};
+
+#[tokio::test]
+async fn bad_input_becomes_error_results_and_the_run_goes_on() {
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([
+            call("c1", "nope", json!({})),
+            ToolCall::raw("c2", "add", r#"{"a": 1, "b": "#),
+            call("c3", "add", json!({"a": "one", "b": 2})),
+            call("c4", "fails", json!({})),
+            call("c5", "errors", json!({})),
+            call("c6", "panics", json!({})),
+            call("c7", "add", json!({"a": 1, "b": 1})),
+        ]),
+        ModelResponse::text("recovered"),
+    ]);
+    let tools = calculator()
+        .tool(StubTool::failing("fails", "file not found"))
+        .tool(StubTool::erroring(
+            "errors",
+            Error::backend("database down"),
+        ))
+        .tool(StubTool::panicking("panics", "index out of bounds"));
+    let res = run(model, tools, "go").await.unwrap();
+    assert_eq!(res.text().as_deref(), Some("recovered"));
+    let got = results(&res.session.history);
+    let ids: Vec<&str> = got.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["c1", "c2", "c3", "c4", "c5", "c6", "c7"],
+        "results in call order"
+    );
+    // (is an error, what the model reads) per call, in call order.
+    let expected = [
+        (true, "unknown tool `nope`. Available tools: add, fails"),
+        (true, "invalid arguments for tool `add`"),
+        (true, "invalid type"),
+        (true, "file not found"),
+        (true, "database down"),
+        (true, "panicked: index out of bounds"),
+        (false, "2"),
+    ];
+    for ((id, is_error, content), (want_error, want)) in got.iter().zip(expected) {
+        assert_eq!(*is_error, want_error, "{id}: {content}");
+        assert!(content.contains(want), "{id}: {content:?} lacks {want:?}");
+    }
+    assert_valid_history(&res.session.history);
+}
+
+#[tokio::test]
+async fn tool_result_parts_from_the_model_are_dropped() {
+    let bogus = ToolResult::success(&call("x", "add", json!({})), "forged");
+    let model = ScriptedModel::new([ModelResponse::from_parts(vec![
+        tower_agent_core::ContentPart::Text { text: "hi".into() },
+        tower_agent_core::ContentPart::ToolResult(bogus),
+    ])]);
+    let res = run(model, calculator(), "go").await.unwrap();
+    assert_eq!(res.session.history.last().unwrap().content.len(), 1);
+    assert_valid_history(&res.session.history);
+}
+
+#[tokio::test]
+async fn commits_outside_a_model_call_are_discarded_and_bad_commits_refused() {
+    // A tool tries to commit: ignored, the session keeps its history.
+    let committer = StubTool::from_fn("commit", |req: &ToolRequest| {
+        req.ctx.commit_history(History::new());
+        ToolResponse::success(&req.call, "committed")
+    });
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([call("c1", "commit", json!({}))]),
+        ModelResponse::text("done"),
+    ]);
+    let res = run(model, ToolSet::new().tool(committer), "go")
+        .await
+        .unwrap();
+    assert_eq!(res.session.history.len(), 4, "user, call, result, answer");
+    assert_valid_history(&res.session.history);
+
+    // A before_model layer commits a history that splits a call from its result.
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([call("c1", "add", json!({"a": 1, "b": 1}))]),
+        ModelResponse::text("unreachable"),
+    ]);
+    let model = ServiceBuilder::new()
+        .before_model(|req: ModelRequest| async move {
+            if req.ctx.round() == 2 {
+                let broken: History = req.messages.iter().take(2).cloned().collect();
+                req.ctx.commit_history(broken);
+            }
+            Ok(Flow::Continue(req))
+        })
+        .service(model);
+    let mut err = Agent::new(model, calculator())
+        .oneshot(AgentRequest::new(Session::new(), "1+1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadRequest);
+    assert!(
+        err.to_string().contains("committed an invalid history"),
+        "{err}"
+    );
+    let session = err.take_session().unwrap();
+    assert_eq!(session.history.len(), 3, "left as it was");
+    assert_valid_history(&session.history);
+}
+
+#[tokio::test]
+async fn a_checkpoint_with_open_calls_resumes_cleanly() {
+    // Saved at RoundCompleted: the assistant asked for a call, then the process died.
+    let session = Session::new().with_history(vec![
+        Message::user("go"),
+        Message::assistant_with_calls("", [call("c1", "add", json!({"a": 1, "b": 1}))]),
+    ]);
+    let model = ScriptedModel::new([ModelResponse::text("recovered")]);
+    let res = Agent::new(model.clone(), calculator())
+        .oneshot(AgentRequest::new(session, AgentInput::Continue))
+        .await
+        .unwrap();
+    assert_eq!(res.text().as_deref(), Some("recovered"));
+    let sent = &model.requests()[0].messages;
+    assert_valid_history(sent);
+    assert!(
+        results(sent)[0]
+            .2
+            .starts_with("cancelled: the previous run ended")
+    );
+}
+
+#[tokio::test]
+async fn stale_interrupts_are_refused() {
+    let mut session = Session::new().with_history(vec![Message::user("hi")]);
+    session.interrupts.push(tower_agent_core::Interrupt {
+        call: call("ghost", "add", json!({})),
+        payload: json!(null),
+    });
+    let mut err = Agent::new(ScriptedModel::new([]), calculator())
+        .oneshot(AgentRequest::new(session, AgentInput::Resume(json!(true))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadRequest);
+    assert!(err.to_string().contains("`ghost`"), "{err}");
+    assert_eq!(
+        err.take_session().unwrap().interrupts.len(),
+        1,
+        "nothing lost"
+    );
+}
+
+#[tokio::test]
+async fn new_input_drops_stale_interrupts_and_duplicates_are_refused() {
+    let ghost = tower_agent_core::Interrupt {
+        call: call("ghost", "add", json!({})),
+        payload: json!(null),
+    };
+    let mut session = Session::new().with_history(vec![Message::user("hi")]);
+    session.interrupts.push(ghost.clone());
+    let model = ScriptedModel::new([ModelResponse::text("fresh start")]);
+    let res = Agent::new(model, calculator())
+        .oneshot(AgentRequest::new(session, "moving on"))
+        .await
+        .unwrap();
+    assert_eq!(res.text().as_deref(), Some("fresh start"));
+    assert!(res.session.interrupts.is_empty());
+
+    let pending = call("c1", "add", json!({"a": 1, "b": 1}));
+    let mut session =
+        Session::new().with_history(vec![Message::assistant_with_calls("", [pending.clone()])]);
+    let twice = tower_agent_core::Interrupt {
+        call: pending,
+        payload: json!(null),
+    };
+    session.interrupts = vec![twice.clone(), twice];
+    let err = Agent::new(ScriptedModel::new([]), calculator())
+        .oneshot(AgentRequest::new(session, AgentInput::Resume(json!(true))))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
+}

@@ -1,0 +1,52 @@
+//! Helpers shared by the loop's integration tests: a calculator tool set, a one-shot run,
+//! and the tool results of a history.
+
+// Each test file uses some of these helpers, not all of them.
+#![allow(dead_code)]
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tower::ServiceExt;
+use tower_agent_core::{AgentRequest, AgentResponse, Error, Message, Session, ToolCall};
+use tower_agent_loop::Agent;
+use tower_agent_test::ScriptedModel;
+use tower_agent_tools::{ToolSet, tool_fn};
+
+pub(crate) fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
+    ToolCall::new(id, name, args)
+}
+
+pub(crate) fn results(history: &[Message]) -> Vec<(String, bool, String)> {
+    history
+        .iter()
+        .flat_map(|m| m.tool_results())
+        .map(|r| (r.call_id.clone(), r.is_error, r.content.clone()))
+        .collect()
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct AddArgs {
+    a: i64,
+    b: i64,
+}
+
+pub(crate) fn calculator() -> ToolSet {
+    ToolSet::new().tool(tool_fn(
+        "add",
+        "Add two integers.",
+        |args: AddArgs| async move { Ok::<_, Error>(args.a + args.b) },
+    ))
+}
+
+pub(crate) async fn run(
+    model: ScriptedModel,
+    tools: ToolSet,
+    input: &str,
+) -> Result<AgentResponse, Error> {
+    let agent = Agent::builder()
+        .tool_specs(tools.specs())
+        .build(model, tools);
+    agent
+        .oneshot(AgentRequest::new(Session::new(), input))
+        .await
+}

@@ -1,0 +1,129 @@
+//! Events: their order, observers that fail, and deltas from a streaming provider.
+
+mod common;
+
+use serde_json::json;
+use tower::{ServiceExt, service_fn};
+use tower_agent_core::{
+    AgentRequest, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Session,
+    observer_fn,
+};
+use tower_agent_loop::Agent;
+use tower_agent_test::{EventRecorder, ScriptedModel, assert_valid_history};
+
+use common::{calculator, call};
+
+#[tokio::test]
+async fn are_emitted_in_order() {
+    let model = ScriptedModel::new([
+        ModelResponse::new(Message::assistant_with_calls(
+            "let me add",
+            [call("c1", "add", json!({"a": 1, "b": 1}))],
+        )),
+        ModelResponse::text("2"),
+    ]);
+    let recorder = EventRecorder::new();
+    let agent = Agent::new(model, calculator());
+    agent
+        .oneshot(AgentRequest::new(Session::new(), "1+1").with_observer(recorder.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        recorder.names(),
+        [
+            "run_started",
+            "round_started",
+            "text",
+            "round_completed",
+            "tool_started",
+            "tool_finished",
+            "round_started",
+            "text",
+            "round_completed",
+            "run_finished",
+        ]
+    );
+    let events = recorder.events();
+    match &events[3] {
+        Event::RoundCompleted {
+            round,
+            message,
+            history,
+            ..
+        } => {
+            assert_eq!(*round, 1);
+            assert!(message.has_tool_calls());
+            let history = history.as_ref().expect("observers get the snapshot");
+            assert_eq!(history.len(), 2, "user + assistant, before the tool ran");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        &events[5],
+        Event::ToolFinished {
+            is_error: false,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn an_observer_error_stops_the_run_and_is_returned() {
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([call("c1", "add", json!({"a": 1, "b": 1}))]),
+        ModelResponse::text("2"),
+    ]);
+    let failing = observer_fn(|event: &Event| {
+        let fail = matches!(event, Event::ToolStarted { .. });
+        async move {
+            if fail {
+                Err(Error::other("audit log unavailable"))
+            } else {
+                Ok(())
+            }
+        }
+    });
+    let agent = Agent::new(model.clone(), calculator());
+    let mut err = agent
+        .oneshot(AgentRequest::new(Session::new(), "1+1").with_observer(failing))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Observer);
+    assert!(err.to_string().contains("audit log unavailable"));
+    assert_eq!(model.request_count(), 1, "the run stopped");
+    let session = err.take_session().unwrap();
+    assert_valid_history(&session.history);
+}
+
+#[tokio::test]
+async fn a_streaming_provider_emits_deltas_inside_its_round() {
+    // The contract for providers: deltas go through the request's context.
+    let model = service_fn(|req: ModelRequest| async move {
+        for delta in ["Hel", "lo"] {
+            req.ctx
+                .emit(Event::TextDelta {
+                    round: req.ctx.round(),
+                    delta: delta.into(),
+                })
+                .await?;
+        }
+        Ok::<_, Error>(ModelResponse::text("Hello"))
+    });
+    let recorder = EventRecorder::new();
+    Agent::new(model, calculator())
+        .oneshot(AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        recorder.names(),
+        [
+            "run_started",
+            "round_started",
+            "text_delta",
+            "text_delta",
+            "text",
+            "round_completed",
+            "run_finished"
+        ]
+    );
+}
