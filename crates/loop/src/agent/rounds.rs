@@ -250,11 +250,13 @@ where
                 "a layer committed an invalid history ({defect}); the session was left as it was"
             )));
         }
-        self.call_ids = history
-            .iter()
-            .flat_map(Message::tool_calls)
-            .map(|call| id_hash(&call.id))
-            .collect();
+        self.call_ids.clear();
+        self.call_ids.extend(
+            history
+                .iter()
+                .flat_map(Message::tool_calls)
+                .map(|call| id_hash(&call.id)),
+        );
         self.session.history = history;
         Ok(())
     }
