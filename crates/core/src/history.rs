@@ -115,13 +115,38 @@ impl History {
     /// ```
     pub fn answer_unanswered(
         &mut self,
+        wait: impl FnMut(&ToolCall) -> bool,
+        answer: impl FnMut(&ToolCall) -> ToolResult,
+    ) -> usize {
+        self.answer_unanswered_from(0, wait, answer)
+    }
+
+    /// [`History::answer_unanswered`] for the last assistant message only: a cost in the
+    /// messages after it, not in the whole history. That is all a session the agent left can
+    /// need (the agent repairs every run's start, so only the last assistant message can hold
+    /// calls without results); a history from elsewhere may need the whole scan.
+    pub fn answer_last_unanswered(
+        &mut self,
+        wait: impl FnMut(&ToolCall) -> bool,
+        answer: impl FnMut(&ToolCall) -> ToolResult,
+    ) -> usize {
+        let start = self
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)
+            .unwrap_or(self.len());
+        self.answer_unanswered_from(start, wait, answer)
+    }
+
+    fn answer_unanswered_from(
+        &mut self,
+        start: usize,
         mut wait: impl FnMut(&ToolCall) -> bool,
         mut answer: impl FnMut(&ToolCall) -> ToolResult,
     ) -> usize {
         let messages = self.as_slice();
         // (assistant index, end of its tool messages, the results to insert there)
         let mut repairs: Vec<(usize, usize, Vec<Message>)> = Vec::new();
-        let mut index = 0;
+        let mut index = start;
         while index < messages.len() {
             let message = &messages[index];
             let end = index
@@ -533,6 +558,24 @@ mod tests {
             ["b"]
         );
         assert_eq!(validate(&h, &["b"]), Ok(()));
+    }
+
+    #[test]
+    fn the_last_message_only_when_asked() {
+        let mut h = History::from(vec![
+            Message::assistant_with_calls("", [call("a")]),
+            Message::user("x"),
+            Message::assistant_with_calls("", [call("b")]),
+            Message::user("y"),
+        ]);
+        assert_eq!(
+            h.answer_last_unanswered(|_| false, ToolResult::cancelled),
+            1
+        );
+        assert_eq!(ids(&h[3]), ["b"], "b answered right after its message");
+        assert!(h.validate().is_err(), "`a` was not looked at");
+        assert_eq!(h.answer_unanswered(|_| false, ToolResult::cancelled), 1);
+        assert_eq!(h.validate(), Ok(()));
     }
 
     #[test]

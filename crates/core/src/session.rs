@@ -85,9 +85,12 @@ impl Session {
     /// assert_eq!(session.history[3].text(), "no, stop");
     /// assert!(session.interrupts.is_empty());
     /// ```
+    ///
+    /// Only the last assistant message is repaired ([`History::answer_last_unanswered`]): a
+    /// session the agent left can hold calls without results nowhere else.
     pub fn push_input(&mut self, messages: impl IntoIterator<Item = Message>) {
         let pending = std::mem::take(&mut self.interrupts);
-        self.history.answer_unanswered(
+        self.history.answer_last_unanswered(
             |_| false,
             |call| {
                 if pending.iter().any(|i| i.call.id == call.id) {
@@ -105,7 +108,7 @@ impl Session {
     /// answered.
     pub fn answer_dangling_calls(&mut self) -> usize {
         let pending = &self.interrupts;
-        self.history.answer_unanswered(
+        self.history.answer_last_unanswered(
             |call| pending.iter().any(|i| i.call.id == call.id),
             |call| ToolResult::error(call, ToolResult::DANGLING),
         )
