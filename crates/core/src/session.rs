@@ -118,7 +118,7 @@ impl Session {
 /// A run paused at a tool call, waiting for the host (typically a human decision).
 ///
 /// Stored in [`Session::interrupts`](crate::Session::interrupts) and reported in
-/// [`Outcome::Interrupted`](crate::Outcome::Interrupted). The call stays unanswered in the
+/// [`Outcome::Interrupted`]. The call stays unanswered in the
 /// history until the run is resumed with [`AgentInput::Resume`](crate::AgentInput::Resume).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Interrupt {
@@ -164,7 +164,7 @@ pub enum Outcome {
     },
     /// The run was cancelled. Every tool call in the history has a result.
     Cancelled,
-    /// The run paused for the host: resume it with [`AgentInput::Resume`].
+    /// The run paused for the host: resume it with [`AgentInput::Resume`](crate::AgentInput::Resume).
     Interrupted {
         /// The calls waiting (also in [`Session::interrupts`]).
         interrupts: Vec<Interrupt>,

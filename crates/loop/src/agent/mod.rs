@@ -16,6 +16,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+#[cfg(doc)]
+use tower_agent_core::Outcome;
 use tower_agent_core::{
     AgentRequest, AgentResponse, BoxError, Error, ModelRequest, ModelResponse, ToolRequest,
     ToolResponse, Usage,
