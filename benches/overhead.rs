@@ -67,7 +67,7 @@ fn layer(c: &mut Criterion) {
     });
 
     let mut around =
-        around_model(|req: ModelRequest, next: ModelNext| async move { next.run(req).await })
+        around_model(|req: ModelRequest, next: ModelNext| async move { next.oneshot(req).await })
             .layer(service_fn(answer));
     group.bench_function("around_model_pass_through", |b| {
         b.iter(|| {
@@ -106,7 +106,7 @@ impl<S: Service<ModelRequest>> AroundCallback<S, ModelRequest> for PassThrough {
     type Future = NextFuture<S, ModelRequest>;
 
     fn around(&mut self, req: ModelRequest, next: Next<S>) -> Self::Future {
-        next.run(req)
+        next.oneshot(req)
     }
 }
 

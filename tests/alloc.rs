@@ -125,7 +125,7 @@ fn pass_through_callbacks_allocate_nothing() {
     // `next` (none when it is zero-sized, as `stub` is) and one for its future. At most two
     // allocations per call: the price of the closure form.
     let around =
-        around_model(|req: ModelRequest, next: ModelNext| async move { next.run(req).await });
+        around_model(|req: ModelRequest, next: ModelNext| async move { next.oneshot(req).await });
     assert_eq!(
         allocations(around.clone().layer(stub), 100),
         100,
@@ -154,6 +154,6 @@ impl<S: Service<ModelRequest>> AroundCallback<S, ModelRequest> for PassThrough {
     type Future = NextFuture<S, ModelRequest>;
 
     fn around(&mut self, req: ModelRequest, next: Next<S>) -> Self::Future {
-        next.run(req)
+        next.oneshot(req)
     }
 }

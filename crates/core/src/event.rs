@@ -288,8 +288,24 @@ impl EventSink {
         token: &CancellationToken,
     ) -> Result<(), Error> {
         self.notify_observers(&event).await?;
+        self.send_until_cancelled(event, token).await;
+        Ok(())
+    }
+
+    /// Deliver the last event of a run (`RunFailed`): every observer is told, whatever the
+    /// others answer (an error is ignored: the run already failed), then the stream gets it as
+    /// in [`EventSink::emit_until_cancelled`]. So a stream reader always sees the run end, even
+    /// when an observer fails on every event.
+    pub async fn emit_final(&self, event: Event, token: &CancellationToken) {
+        for observer in &self.observers {
+            let _ = observer.on_event(&event).await;
+        }
+        self.send_until_cancelled(event, token).await;
+    }
+
+    async fn send_until_cancelled(&self, event: Event, token: &CancellationToken) {
         let Some(sender) = self.stream_sender() else {
-            return Ok(());
+            return;
         };
         let event = event.without_snapshot();
         // Waits for room unless (or until) the run is cancelled.
@@ -302,7 +318,6 @@ impl EventSink {
                 let _ = sender.try_send(event);
             }
         }
-        Ok(())
     }
 
     async fn notify_observers(&self, event: &Event) -> Result<(), Error> {

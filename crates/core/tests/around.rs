@@ -44,7 +44,7 @@ async fn zero_calls_answer_without_touching_the_inner_service() {
 #[tokio::test]
 async fn one_call_uses_the_service_polled_ready() {
     let (mock, mut handle) = mock::pair::<ToolRequest, ToolResponse>();
-    let layer = around_tool(|req: ToolRequest, next: ToolNext| async move {
+    let layer = around_tool(|req: ToolRequest, mut next: ToolNext| async move {
         tokio::task::yield_now().await; // the inner call happens later, in the future
         next.run(req).await
     });
@@ -74,10 +74,10 @@ async fn one_call_uses_the_service_polled_ready() {
 #[tokio::test]
 async fn further_calls_wait_for_readiness_of_their_own() {
     let (mock, mut handle) = mock::pair::<ToolRequest, ToolResponse>();
-    // Retries until a success: every `next.clone()` drives its clone to readiness.
-    let layer = around_tool(|req: ToolRequest, next: ToolNext| async move {
+    // Retries until a success: every call after the first drives the service to readiness.
+    let layer = around_tool(|req: ToolRequest, mut next: ToolNext| async move {
         loop {
-            let res = next.clone().run(req.clone()).await?;
+            let res = next.run(req.clone()).await?;
             if !res.result.is_error {
                 return Ok(res);
             }
@@ -109,11 +109,48 @@ async fn further_calls_wait_for_readiness_of_their_own() {
 }
 
 #[tokio::test]
+async fn retries_through_a_concurrency_limit_of_one_do_not_wait_on_themselves() {
+    // The slot reserved by `poll_ready` goes into `next`; a retry on the same `next` frees it
+    // with the first response and reserves it again. (A clone would wait for a second slot.)
+    let tries = Arc::new(AtomicUsize::new(0));
+    let seen = tries.clone();
+    let flaky = service_fn(move |req: ToolRequest| {
+        let n = seen.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n < 2 {
+                Err(Error::new(ErrorKind::Server, "flaky"))
+            } else {
+                Ok(ToolResponse::success(&req.call, "third time"))
+            }
+        }
+    });
+    let stack = tower::ServiceBuilder::new()
+        .layer(around_tool(
+            |req: ToolRequest, mut next: ToolNext| async move {
+                loop {
+                    match next.run(req.clone()).await {
+                        Err(e) if e.is_transient() => continue,
+                        other => return other,
+                    }
+                }
+            },
+        ))
+        .concurrency_limit(1)
+        .service(flaky);
+    let res = tokio::time::timeout(std::time::Duration::from_secs(5), stack.oneshot(req("one")))
+        .await
+        .expect("a retry must not wait for a slot its own `next` holds")
+        .unwrap();
+    assert_eq!(res.result.content, "third time");
+    assert_eq!(tries.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
 async fn errors_become_responses_and_responses_errors() {
     let failing = service_fn(|_: ModelRequest| async {
         Err::<ModelResponse, Error>(Error::new(ErrorKind::ContextTooLong, "too long"))
     });
-    let rescue = around_model(|req, next| async move {
+    let rescue = around_model(|req, mut next| async move {
         match next.run(req).await {
             Err(e) if e.kind() == ErrorKind::ContextTooLong => Ok(ModelResponse::text("rescued")),
             other => other,
@@ -127,7 +164,7 @@ async fn errors_become_responses_and_responses_errors() {
     assert_eq!(res.message.text(), "rescued");
 
     let answering = service_fn(|_: ModelRequest| async { Ok::<_, Error>(ModelResponse::text("")) });
-    let refuse_empty = around_model(|req, next| async move {
+    let refuse_empty = around_model(|req, mut next| async move {
         let res = next.run(req).await?;
         if res.message.text().is_empty() {
             return Err(Error::new(ErrorKind::Server, "empty answer"));
@@ -150,7 +187,7 @@ async fn boxed_errors_of_tower_middleware_reach_the_closure_as_errors() {
         Ok::<_, Error>(ModelResponse::text("late"))
     });
     let stack = tower::ServiceBuilder::new()
-        .layer(around_model(|req, next| async move {
+        .layer(around_model(|req, mut next| async move {
             match next.run(req).await {
                 Err(e) if e.kind() == ErrorKind::Timeout => Ok(ModelResponse::text("timed out")),
                 other => other,
@@ -179,7 +216,7 @@ where
         let calls = self.calls.clone();
         Box::pin(async move {
             calls.fetch_add(1, Ordering::SeqCst);
-            match next.run(req).await {
+            match next.oneshot(req).await {
                 Ok(res) => Ok(res),
                 Err(_) => Ok(ModelResponse::text("fallback")),
             }

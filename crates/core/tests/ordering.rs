@@ -267,7 +267,7 @@ fn build(stack: &[L], log: &Log) -> Svc {
                 .layer(svc),
             ),
             Around(name) => BoxCloneService::new(
-                around_tool(move |req: ToolRequest, next: ToolNext| {
+                around_tool(move |req: ToolRequest, mut next: ToolNext| {
                     let log = log.clone();
                     async move {
                         push(&log, format!("{name}>"));
@@ -286,11 +286,11 @@ fn build(stack: &[L], log: &Log) -> Svc {
                 .layer(svc),
             ),
             AroundRetries(name) => BoxCloneService::new(
-                around_tool(move |req: ToolRequest, next: ToolNext| {
+                around_tool(move |req: ToolRequest, mut next: ToolNext| {
                     let log = log.clone();
                     async move {
                         push(&log, format!("{name}>"));
-                        next.clone().run(req.clone()).await?;
+                        next.run(req.clone()).await?;
                         let res = next.run(req).await;
                         push(&log, format!("{name}<"));
                         res
@@ -304,7 +304,7 @@ fn build(stack: &[L], log: &Log) -> Svc {
                     async move {
                         push(&log, format!("{name}>"));
                         let call = req.call.clone();
-                        let res = next.run(req).await;
+                        let res = next.oneshot(req).await;
                         push(&log, format!("{name}<"));
                         res.or_else(|_| {
                             Ok(ToolResponse::success(&call, format!("rescued by {name}")))

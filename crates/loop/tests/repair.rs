@@ -64,6 +64,55 @@ async fn new_messages_repair_the_same_way() {
     assert_eq!(res.session.history[4].text(), "hello?");
 }
 
+#[tokio::test]
+async fn calls_without_results_further_up_or_in_the_input_are_answered_in_place() {
+    // A host-built history with an old dangling call, and input that ends with a call.
+    let session = Session::new().with_history(vec![
+        Message::user("add"),
+        Message::assistant_with_calls("", [call("old", "add", json!({}))]),
+        Message::user("never mind"),
+        Message::assistant("ok"),
+    ]);
+    let input = vec![
+        Message::user("imported"),
+        Message::assistant_with_calls("", [call("imp", "add", json!({}))]),
+    ];
+    let model = ScriptedModel::new([ModelResponse::text("done")]);
+    let res = Agent::new(model.clone(), calculator())
+        .oneshot(AgentRequest::new(session, input))
+        .await
+        .unwrap();
+    let history = &res.session.history;
+    assert_valid_history(history);
+    assert_valid_history(&model.requests()[0].messages);
+    assert_eq!(
+        history[2].tool_results().next().map(|r| r.call_id.as_str()),
+        Some("old")
+    );
+    assert_eq!(
+        history[7].tool_results().next().map(|r| r.call_id.as_str()),
+        Some("imp")
+    );
+
+    // Continue on such a history repairs it too, leaving a pending call at the end alone.
+    let mut session = Session::new().with_history(vec![
+        Message::assistant_with_calls("", [call("old", "add", json!({}))]),
+        Message::user("later"),
+        Message::assistant_with_calls("", [call("wait", "add", json!({}))]),
+    ]);
+    session.interrupts.push(Interrupt {
+        call: call("wait", "add", json!({})),
+        payload: json!(null),
+    });
+    let res = Agent::new(ScriptedModel::new([]), calculator())
+        .oneshot(AgentRequest::new(session, AgentInput::Continue))
+        .await
+        .unwrap();
+    assert!(matches!(res.outcome, Outcome::Interrupted { .. }));
+    assert!(res.session.history[1].tool_results().next().is_some());
+    tower_agent_test::assert_valid_history_with_pending(&res.session.history, &["wait"]);
+}
+
 /// The session as it came, compared field by field after a refusal.
 fn assert_unchanged(err: &Error, before: &Session) {
     assert_eq!(err.kind(), ErrorKind::BadRequest, "{err}");
@@ -162,10 +211,18 @@ async fn resume_refuses_an_interrupt_that_is_not_the_call_in_the_history() {
 
 #[tokio::test]
 async fn an_observer_failing_on_run_finished_ends_the_stream_with_run_failed() {
+    for fails_on_run_failed_too in [false, true] {
+        observer_fails_at_the_end(fails_on_run_failed_too).await;
+    }
+}
+
+async fn observer_fails_at_the_end(fails_on_run_failed_too: bool) {
     let model = ScriptedModel::new([ModelResponse::text("done")]);
     let (request, mut stream) = AgentRequest::new(Session::new(), "hi").with_event_stream(16);
-    let request = request.with_observer(observer_fn(|event: &Event| {
-        let fails = matches!(event, Event::RunFinished { .. });
+    let recorder = tower_agent_test::EventRecorder::new();
+    let request = request.with_observer(observer_fn(move |event: &Event| {
+        let fails = matches!(event, Event::RunFinished { .. })
+            || (fails_on_run_failed_too && matches!(event, Event::RunFailed { .. }));
         async move {
             if fails {
                 Err(Error::other("disk full"))
@@ -174,6 +231,8 @@ async fn an_observer_failing_on_run_finished_ends_the_stream_with_run_failed() {
             }
         }
     }));
+    // A second observer is told of the failure even when the first one fails on it.
+    let request = request.with_observer(recorder.clone());
     let err = Agent::new(model, calculator())
         .oneshot(request)
         .await
@@ -186,6 +245,7 @@ async fn an_observer_failing_on_run_finished_ends_the_stream_with_run_failed() {
     }
     assert_eq!(names.last(), Some(&"run_failed"), "{names:?}");
     assert!(!names.contains(&"run_finished"), "{names:?}");
+    assert_eq!(recorder.names().last(), Some(&"run_failed"));
 }
 
 #[tokio::test]

@@ -18,13 +18,35 @@ use crate::event::BoxFuture;
 /// the response, or an error.
 ///
 /// It may call `next` zero times (answer itself), once, or several times (retry, fallback):
-/// [`Next::run`] consumes it, `next.clone()` gives another call. It sees the inner service's
+/// [`Next::run`] as often as needed, or [`Next::oneshot`] once. It sees the inner service's
 /// `Result`, so it may turn an error into a response or a response into an error.
 ///
 /// Implemented for every `FnMut(Req, BoxNext<Req, Res>) -> impl Future<Output = Result<Res,
 /// Error>>` (the closure form: the rest of the stack is boxed, since a closure cannot be
 /// generic). Implement it by hand for a configurable built-in: it is generic over the inner
-/// service `S` and boxes nothing.
+/// service `S` and boxes nothing, unless it boxes its own future. Without a box:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use tower_agent_core::{AroundCallback, ModelRequest, Next, NextFuture};
+/// use tower_service::Service;
+///
+/// /// Counts model calls, then passes them on.
+/// #[derive(Clone, Debug, Default)]
+/// struct CountCalls(Arc<AtomicU64>);
+///
+/// impl<S: Service<ModelRequest>> AroundCallback<S, ModelRequest> for CountCalls {
+///     type Future = NextFuture<S, ModelRequest>;
+///
+///     fn around(&mut self, req: ModelRequest, next: Next<S>) -> Self::Future {
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///         next.oneshot(req)
+///     }
+/// }
+/// ```
+///
+/// With a box, for an `async` body:
 ///
 /// ```
 /// use std::future::Future;
@@ -43,9 +65,9 @@ use crate::event::BoxFuture;
 /// {
 ///     type Future = std::pin::Pin<Box<dyn Future<Output = Result<ModelResponse, Error>> + Send>>;
 ///
-///     fn around(&mut self, req: ModelRequest, next: Next<S>) -> Self::Future {
+///     fn around(&mut self, req: ModelRequest, mut next: Next<S>) -> Self::Future {
 ///         Box::pin(async move {
-///             match next.clone().run(req.clone()).await {
+///             match next.run(req.clone()).await {
 ///                 Err(e) if e.is_transient() => next.run(req).await,
 ///                 other => other,
 ///             }
@@ -104,12 +126,16 @@ where
     }
 }
 
-/// The rest of the stack, as an around callback sees it: call [`Next::run`] to send a request
-/// on. Clone it to call again.
+/// The rest of the stack, as an around callback sees it: [`Next::run`] sends a request on, as
+/// often as needed; [`Next::oneshot`] sends one and gives `next` up (for a future that must
+/// own it, as a strategy's may).
 ///
-/// The first `run` uses the service that was made ready for this call; a clone drives its own
-/// service to readiness before calling it (see "Be careful when cloning inner services" in
-/// `tower-service`).
+/// The first call uses the service that was made ready for this call; every later call drives
+/// the same service to readiness again first, as tower's `Retry` does, so a capacity-limited
+/// service inside (a concurrency limit of one, say) serves retries one after the other. A
+/// clone of `Next` drives its own clone of the service to readiness: use clones only for calls
+/// that should run side by side, since the original keeps the capacity it reserved while it
+/// lives (see "Be careful when cloning inner services" in `tower-service`).
 pub struct Next<S> {
     inner: S,
     ready: bool,
@@ -132,22 +158,21 @@ impl<S> Next<S> {
         }
     }
 
-    /// Send `request` through the rest of the stack.
-    pub fn run<Req>(mut self, request: Req) -> NextFuture<S, Req>
+    /// Send `request` through the rest of the stack; call again to retry.
+    pub fn run<Req>(&mut self, request: Req) -> NextFuture<&mut S, Req>
     where
         S: Service<Req>,
     {
-        let state = if self.ready {
-            NextState::Calling {
-                future: self.inner.call(request),
-            }
-        } else {
-            NextState::Readying {
-                service: Some(self.inner),
-                request: Some(request),
-            }
-        };
-        NextFuture { state }
+        let ready = std::mem::replace(&mut self.ready, false);
+        NextFuture::new(&mut self.inner, ready, request)
+    }
+
+    /// Send `request` through the rest of the stack, once: the future owns the service.
+    pub fn oneshot<Req>(self, request: Req) -> NextFuture<S, Req>
+    where
+        S: Service<Req>,
+    {
+        NextFuture::new(self.inner, self.ready, request)
     }
 
     /// Box the rest of the stack.
@@ -181,7 +206,7 @@ impl<S> fmt::Debug for Next<S> {
 }
 
 pin_project! {
-    /// The future of [`Next::run`].
+    /// The future of [`Next::run`] (`S` is `&mut` the service) and [`Next::oneshot`].
     pub struct NextFuture<S, Req>
     where
         S: Service<Req>,
@@ -196,6 +221,22 @@ pin_project! {
     enum NextState<S, Req, F> {
         Readying { service: Option<S>, request: Option<Req> },
         Calling { #[pin] future: F },
+    }
+}
+
+impl<S: Service<Req>, Req> NextFuture<S, Req> {
+    fn new(mut service: S, ready: bool, request: Req) -> Self {
+        let state = if ready {
+            NextState::Calling {
+                future: service.call(request),
+            }
+        } else {
+            NextState::Readying {
+                service: Some(service),
+                request: Some(request),
+            }
+        };
+        Self { state }
     }
 }
 

@@ -312,7 +312,7 @@ pub type AgentNext = BoxNext<AgentRequest, AgentResponse>;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Error> {
 /// let model = ServiceBuilder::new()
-///     .layer(around_model(|req, next| async move {
+///     .layer(around_model(|req, mut next| async move {
 ///         let started = Instant::now();
 ///         let result = next.run(req).await;
 ///         let _elapsed = started.elapsed(); // timing needs the request and the result
@@ -352,8 +352,8 @@ where
 /// # async fn main() -> Result<(), Error> {
 /// let tools = ServiceBuilder::new()
 ///     // Try the call twice before giving up.
-///     .layer(around_tool(|req: ToolRequest, next| async move {
-///         match next.clone().run(req.clone()).await {
+///     .layer(around_tool(|req: ToolRequest, mut next| async move {
+///         match next.run(req.clone()).await {
 ///             Err(_) => next.run(req).await,
 ///             ok => ok,
 ///         }

@@ -1,14 +1,18 @@
 //! The start of a run: check the input against the session, repair what a crashed run left,
 //! and apply the input (new messages, continue, resume).
 //!
-//! One repair path serves every input: [`History::answer_unanswered`] places each synthetic
-//! result right after its own call, never after a later message.
+//! One repair serves every input: each synthetic result is placed right after its own call,
+//! never after a later message ([`History::answer_unanswered`]). The last assistant message is
+//! repaired first (a session the agent left can need nothing else); the one pass over the
+//! history that collects the call ids also finds calls without results further up (a history
+//! built or edited by the host, or input messages), and only then is the whole history
+//! repaired.
 //!
 //! [`History::answer_unanswered`]: tower_agent_core::History::answer_unanswered
 
 use tower_agent_core::{
-    AgentInput, BoxError, ContentPart, Error, Message, ModelRequest, ModelResponse, Outcome,
-    Session, ToolRequest, ToolResponse,
+    AgentInput, BoxError, ContentPart, Error, Message, ModelRequest, ModelResponse, Outcome, Role,
+    Session, ToolRequest, ToolResponse, ToolResult,
 };
 use tower_service::Service;
 
@@ -87,6 +91,7 @@ where
         let outcome = match input {
             AgentInput::Resume(value) => {
                 self.session.answer_dangling_calls();
+                self.index_and_repair(false);
                 let calls: Vec<ContentPart> = std::mem::take(&mut self.session.interrupts)
                     .into_iter()
                     .map(|i| ContentPart::ToolCall(i.call))
@@ -105,6 +110,7 @@ where
             }
             AgentInput::Continue => {
                 self.session.answer_dangling_calls();
+                self.index_and_repair(false);
                 if self.session.interrupts.is_empty() {
                     None
                 } else {
@@ -117,6 +123,8 @@ where
             // The user moved on: calls that waited for a decision get a "not executed" result.
             AgentInput::Messages(messages) => {
                 self.session.push_input(messages);
+                // The input itself may end with calls: nothing waits any more.
+                self.index_and_repair(true);
                 None
             }
             other => {
@@ -125,16 +133,43 @@ where
                 )));
             }
         };
-        // Every call id in the session, the input included, so new calls get unique ones.
+        Ok(outcome)
+    }
+
+    /// Collect every call id of the session (the input included), so that new calls get unique
+    /// ones, and in the same pass look for calls without a result; if there is any, repair the
+    /// whole history. `to_the_end`: calls at the very end count too (no call waits).
+    fn index_and_repair(&mut self, to_the_end: bool) {
         self.call_ids.clear();
         self.call_ids.reserve(self.session.history.len() / 2 + 16);
-        self.call_ids.extend(
-            self.session
-                .history
-                .iter()
-                .flat_map(Message::tool_calls)
-                .map(|call| id_hash(&call.id)),
-        );
-        Ok(outcome)
+        let messages = &self.session.history[..];
+        let mut unanswered = false;
+        for (index, message) in messages.iter().enumerate() {
+            if message.role != Role::Assistant || !message.has_tool_calls() {
+                continue;
+            }
+            let rest = &messages[index + 1..];
+            let block = &rest[..rest.iter().take_while(|m| m.role == Role::Tool).count()];
+            let checked = to_the_end || block.len() < rest.len();
+            for call in message.tool_calls() {
+                self.call_ids.insert(id_hash(&call.id));
+                unanswered |= checked
+                    && !block
+                        .iter()
+                        .flat_map(Message::tool_results)
+                        .any(|result| result.call_id == call.id);
+            }
+        }
+        if unanswered {
+            let pending = &self.session.interrupts;
+            let answered = self.session.history.answer_unanswered(
+                |call| pending.iter().any(|i| i.call.id == call.id),
+                |call| ToolResult::error(call, ToolResult::DANGLING),
+            );
+            tracing::warn!(
+                answered,
+                "answered calls without results inside the history"
+            );
+        }
     }
 }

@@ -312,16 +312,19 @@ where
         self.refuse(error).await
     }
 
-    /// Fail the run with `error` and the session as it stands: tell the observers (an
-    /// observer failing now changes nothing) and the stream, close the stream.
+    /// Fail the run with `error` and the session as it stands: tell every observer (one
+    /// failing now changes nothing) and the stream, close the stream.
     async fn refuse(self, error: Error) -> Result<AgentResponse, Error> {
-        let _ = emit!(
-            self.ctx,
-            Event::RunFailed {
+        let events = self.ctx.events();
+        if events.is_enabled() {
+            let event = Event::RunFailed {
                 error: error.clone(),
-            }
-        );
-        self.ctx.events().close();
+            };
+            events
+                .emit_final(event, self.ctx.cancellation_token())
+                .await;
+        }
+        events.close();
         Err(error.with_session(self.session))
     }
 }
