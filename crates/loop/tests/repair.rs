@@ -236,7 +236,7 @@ async fn observer_fails_at_the_end(fails_on_run_failed_too: bool) {
     let err = Agent::new(model, calculator())
         .oneshot(request)
         .await
-        .unwrap_err();
+        .expect_err("the observer's error fails the run");
     assert_eq!(err.kind(), ErrorKind::Observer);
     assert_eq!(err.session().map(|s| s.history.len()), Some(2));
     let mut names = Vec::new();
