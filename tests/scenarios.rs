@@ -216,3 +216,64 @@ async fn before_agent_answer_skips_the_loop() {
     assert_eq!(res.text().as_deref(), Some("cached answer"));
     assert_eq!(model.request_count(), 0, "the model must not be called");
 }
+
+#[tokio::test]
+async fn around_callbacks_at_all_three_services_in_a_spawned_run() {
+    // The model fails once with a rate limit; the around_model retry hides it.
+    let model = ScriptedModel::with_results([
+        Err(Error::rate_limited(Some(Duration::from_millis(1)), "429")),
+        Ok(ModelResponse::tool_calls([call("c1", "clock", json!({}))])),
+        Ok(ModelResponse::text("It is noon.")),
+    ]);
+    let model = ServiceBuilder::new()
+        .around_model(|req: ModelRequest, mut next: ModelNext| async move {
+            loop {
+                match next.run(req.clone()).await {
+                    Err(e) if e.is_transient() => {
+                        tokio::time::sleep(e.retry_after().unwrap_or_default()).await;
+                    }
+                    other => return other,
+                }
+            }
+        })
+        .service(model.clone());
+    let timed = Arc::new(AtomicUsize::new(0));
+    let count = timed.clone();
+    let tools = ServiceBuilder::new()
+        .around_tool(move |req: ToolRequest, next: ToolNext| {
+            let count = count.clone();
+            async move {
+                let res = next.oneshot(req).await;
+                count.fetch_add(1, Ordering::SeqCst);
+                res
+            }
+        })
+        .service(ToolSet::new().tool(StubTool::returning("clock", "12:00")));
+    let agent = ServiceBuilder::new()
+        .around_agent(|req: AgentRequest, next: AgentNext| async move {
+            if matches!(&req.input, AgentInput::Messages(m) if m.iter().any(|m| m.text() == "ping"))
+            {
+                return Ok(req.answer("pong"));
+            }
+            next.oneshot(req).await
+        })
+        .service(Agent::new(model, tools));
+
+    // Spawning needs every future of the stack to be `Send`.
+    let res = agent
+        .clone()
+        .spawn(AgentRequest::new(Session::new(), "What time is it?"))
+        .join()
+        .await
+        .unwrap();
+    assert_eq!(res.text().as_deref(), Some("It is noon."));
+    assert_eq!(timed.load(Ordering::SeqCst), 1);
+    assert_valid_history(&res.session.history);
+
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "ping"))
+        .await
+        .unwrap();
+    assert_eq!(res.text().as_deref(), Some("pong"));
+    assert_eq!(res.session.history.len(), 2);
+}

@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::RunContext;
 use crate::event::{EventStream, Observer};
-use crate::message::Message;
+use crate::message::{Message, ToolResult};
 pub use crate::session::{Outcome, Session, StopReason, Usage};
 
 /// What the run starts from.
@@ -61,6 +61,11 @@ pub struct AgentRequest {
 }
 
 impl AgentRequest {
+    /// The result [`AgentRequest::answer`] gives a call that waited when the run was resumed
+    /// or continued.
+    pub const ANSWERED: &'static str =
+        "not executed: a layer answered the run before this tool call ran";
+
     /// A run of `session` on `input`, with a fresh context.
     ///
     /// ```
@@ -79,10 +84,12 @@ impl AgentRequest {
         }
     }
 
-    /// Answer the run here, without running the loop: for a `before_agent` callback. The input
-    /// is applied to the session as the agent would ([`Session::push_input`]; pending calls
-    /// get a "not executed" result), `text` is appended as the assistant's final message, and
-    /// the run's JSON state is written back to the session.
+    /// Answer the run here, without running the loop: for a `before_agent` callback. New
+    /// messages are applied to the session as the agent would ([`Session::push_input`]);
+    /// calls that waited for a decision (also on `Resume` and `Continue`) get a result saying
+    /// they were not executed; `text` is appended as the assistant's final message, and the
+    /// run's JSON state is written back to the session. No event is emitted (the loop did not
+    /// run); an event stream ends when the request's context is dropped.
     ///
     /// ```
     /// use tower_agent_core::{AgentRequest, Outcome, Session};
@@ -97,11 +104,16 @@ impl AgentRequest {
             input,
             ctx,
         } = self;
-        let messages = match input {
-            AgentInput::Messages(messages) => messages,
-            AgentInput::Resume(_) | AgentInput::Continue => Vec::new(),
-        };
-        session.push_input(messages);
+        match input {
+            AgentInput::Messages(messages) => session.push_input(messages),
+            AgentInput::Resume(_) | AgentInput::Continue => {
+                session.interrupts.clear();
+                session.history.answer_last_unanswered(
+                    |_| false,
+                    |call| ToolResult::error(call, Self::ANSWERED),
+                );
+            }
+        }
         let message = Message::assistant(text);
         session.history.push(message.clone());
         ctx.absorb_state(std::mem::take(&mut session.state));

@@ -232,6 +232,7 @@ impl RunContext {
 
     /// Read, change and write back a typed value of the JSON state, atomically (other clones
     /// wait meanwhile): a missing key starts from `T::default()`. Returns what `f` returns.
+    /// `f` runs with the state locked: do not block, await or use the context inside it.
     ///
     /// ```
     /// use tower_agent_core::RunContext;

@@ -262,8 +262,8 @@ impl Message {
 
     /// Rewrite the message's text with `f` (it gets the text parts joined, as
     /// [`Message::text`] gives them), keeping everything else: tool calls, reasoning and their
-    /// order. The new text takes the place of the first text part (or goes first when there
-    /// was none); an empty new text removes the text.
+    /// order. The new text takes the place of the first text part (or, when there was none,
+    /// goes after the leading reasoning parts); an empty new text removes the text.
     ///
     /// ```
     /// use serde_json::json;
@@ -275,11 +275,18 @@ impl Message {
     /// assert_eq!(msg.tool_calls().count(), 1);
     /// ```
     pub fn map_text(mut self, f: impl FnOnce(String) -> String) -> Self {
+        // Where the first text was, or after the leading reasoning (providers want thinking
+        // first).
         let at = self
             .content
             .iter()
             .position(|p| matches!(p, ContentPart::Text { .. }))
-            .unwrap_or(0);
+            .unwrap_or_else(|| {
+                self.content
+                    .iter()
+                    .take_while(|p| matches!(p, ContentPart::Reasoning { .. }))
+                    .count()
+            });
         let text = self.text();
         self.content
             .retain(|p| !matches!(p, ContentPart::Text { .. }));
@@ -396,6 +403,19 @@ mod tests {
         let added = Message::assistant_with_calls("", [ToolCall::new("1", "t", json!({}))])
             .map_text(|_| "checking".into());
         assert!(matches!(&added.content[0], ContentPart::Text { text } if text == "checking"));
+        let thinking = Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentPart::Reasoning {
+                    text: "hmm".into(),
+                    signature: None,
+                },
+                ContentPart::ToolCall(ToolCall::new("1", "t", json!({}))),
+            ],
+        }
+        .map_text(|_| "checking".into());
+        assert!(matches!(thinking.content[0], ContentPart::Reasoning { .. }));
+        assert!(matches!(&thinking.content[1], ContentPart::Text { text } if text == "checking"));
     }
 
     #[test]

@@ -341,6 +341,21 @@ fn call() -> ToolRequest {
     ToolRequest::new(ToolCall::new("c1", "t", json!({})), RunContext::new())
 }
 
+#[test]
+fn the_documented_rows_are_the_tested_rows() {
+    let doc = include_str!("../../../docs/ordering.md");
+    let documented: Vec<u32> = doc
+        .lines()
+        .filter_map(|line| line.strip_prefix("| "))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect();
+    let tested: Vec<u32> = ROWS.iter().map(|row| row.n).collect();
+    assert_eq!(
+        documented, tested,
+        "docs/ordering.md and ROWS list the same rows"
+    );
+}
+
 #[tokio::test]
 async fn every_row_of_the_onion_table() {
     for row in ROWS {

@@ -142,7 +142,7 @@ pub struct Next<S> {
 }
 
 /// [`Next`] with the rest of the stack boxed: what closure callbacks get.
-pub type BoxNext<Req, Res> = Next<BoxService<Req, Res>>;
+pub type BoxNext<Req, Res> = Next<NextService<Req, Res>>;
 
 impl<S> Next<S> {
     /// The rest of the stack, `inner`, already ready for one call.
@@ -184,7 +184,7 @@ impl<S> Next<S> {
         Req: 'static,
     {
         Next {
-            inner: BoxService::new(self.inner),
+            inner: NextService::new(self.inner),
             ready: self.ready,
         }
     }
@@ -270,13 +270,16 @@ impl<S: Service<Req>, Req> Future for NextFuture<S, Req> {
     }
 }
 
-/// A boxed, cloneable service failing with [`Error`]: the rest of the stack behind a
-/// [`BoxNext`].
-pub struct BoxService<Req, Res> {
+/// The rest of the stack behind a [`BoxNext`]: boxed, cloneable, `Send` (not `Sync`), failing
+/// with [`Error`] (the inner service's error converted with [`Error::from_boxed`], so tower's
+/// `Elapsed` arrives as [`ErrorKind::Timeout`](crate::ErrorKind::Timeout); an error the
+/// closure returns leaves the layer as an [`Error`]). Unlike tower's `BoxService` it is
+/// `Clone` and its error type is fixed.
+pub struct NextService<Req, Res> {
     inner: Box<dyn CloneService<Req, Res> + Send>,
 }
 
-impl<Req, Res> BoxService<Req, Res> {
+impl<Req, Res> NextService<Req, Res> {
     /// Box `service`.
     pub fn new<S>(service: S) -> Self
     where
@@ -291,7 +294,7 @@ impl<Req, Res> BoxService<Req, Res> {
     }
 }
 
-impl<Req, Res> Clone for BoxService<Req, Res> {
+impl<Req, Res> Clone for NextService<Req, Res> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone_box(),
@@ -299,13 +302,13 @@ impl<Req, Res> Clone for BoxService<Req, Res> {
     }
 }
 
-impl<Req, Res> fmt::Debug for BoxService<Req, Res> {
+impl<Req, Res> fmt::Debug for NextService<Req, Res> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BoxService").finish_non_exhaustive()
+        f.debug_struct("NextService").finish_non_exhaustive()
     }
 }
 
-impl<Req, Res> Service<Req> for BoxService<Req, Res> {
+impl<Req, Res> Service<Req> for NextService<Req, Res> {
     type Response = Res;
     type Error = Error;
     type Future = BoxFuture<'static, Result<Res, Error>>;
@@ -411,7 +414,7 @@ impl<S, C: Clone> Layer<S> for AroundLayer<C> {
 ///
 /// Readiness: `poll_ready` drives the inner service; `call` hands that ready service to the
 /// callback inside [`Next`] and keeps a fresh clone for the next call.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Around<S, C> {
     inner: S,
     callback: C,

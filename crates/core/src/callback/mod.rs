@@ -46,7 +46,7 @@ use std::future::Future;
 
 pub use after::{After, AfterLayer, ResponseFuture as AfterFuture};
 pub use around::{
-    Around, AroundCallback, AroundLayer, BoxNext, BoxService, ErrInto, Next, NextFuture,
+    Around, AroundCallback, AroundLayer, BoxNext, ErrInto, Next, NextFuture, NextService,
     ResponseFuture as AroundFuture,
 };
 pub use before::{Before, BeforeLayer, ResponseFuture as BeforeFuture};
@@ -304,6 +304,11 @@ pub type AgentNext = BoxNext<AgentRequest, AgentResponse>;
 /// An `around_model` layer from an async closure: the request, the rest of the stack as
 /// `next`, and the `Result`.
 ///
+/// The closure sees errors as [`Error`] whatever the inner service fails with (tower's
+/// `BoxError` is converted with [`Error::from_boxed`]: a timeout is
+/// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout)), and what it returns leaves the layer as
+/// an `Error`.
+///
 /// ```
 /// use std::time::Instant;
 /// use tower::{service_fn, ServiceBuilder, ServiceExt};
@@ -375,7 +380,12 @@ where
     AroundLayer::new(f)
 }
 
-/// An `around_agent` layer from an async closure.
+/// An `around_agent` layer from an async closure: answer the run, run it and look at (or
+/// replace) the result, turn its error into a response.
+///
+/// Run the agent at most once per request: a run closes the request's event stream when it
+/// ends and shares its run context (state, cancellation) with any second run. To try a run
+/// again, start a new request from the session the error carries.
 pub fn around_agent<F, Fut>(f: F) -> AroundLayer<F>
 where
     F: FnMut(AgentRequest, AgentNext) -> Fut + Clone,

@@ -36,8 +36,10 @@ where
 /// A hook called with every outcome (response or error) on the way out.
 ///
 /// Implemented for every `FnMut(Result<&Res, &Error>, &RunContext)`, whatever error type the
-/// service at that place has ([`ObservedError`]): the same closure works inside tower's
-/// `timeout` (where the error is [`Error`]) and outside it (where it is [`BoxError`]).
+/// service at that place has ([`ObservedError`]: [`Error`], [`BoxError`], `Infallible`): the
+/// same closure works inside tower's `timeout` (where the error is [`Error`]) and outside it
+/// (where it is [`BoxError`]). For a service with another error type, implement this trait on
+/// a type of your own: it gets the `Result` as the service returned it.
 pub trait OnResponse<Res, E> {
     /// Look at `result`, produced for a request of the run `ctx`.
     fn on_response(&mut self, result: &Result<Res, E>, ctx: &RunContext);
@@ -72,6 +74,12 @@ pub trait ObservedError {
 impl ObservedError for Error {
     fn observed(&self) -> Cow<'_, Error> {
         Cow::Borrowed(self)
+    }
+}
+
+impl ObservedError for std::convert::Infallible {
+    fn observed(&self) -> Cow<'_, Error> {
+        match *self {}
     }
 }
 
@@ -120,6 +128,36 @@ impl ObservedError for BoxError {
 /// model.oneshot(ModelRequest::new(vec![])).await?;
 /// assert_eq!(*audit.lock().unwrap(), ["round 0: hi"]);
 /// # Ok(())
+/// # }
+/// ```
+///
+/// Outside tower's `timeout` the stack fails with tower's `BoxError`; the same hook signature
+/// works there, and a timeout reaches it as [`ErrorKind::Timeout`](crate::ErrorKind::Timeout):
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+/// use tower_agent_core::{Error, ErrorKind, ModelRequest, ModelResponse, ObserveLayer, RunContext};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let kinds = Arc::new(Mutex::new(Vec::new()));
+/// let log = kinds.clone();
+/// let model = ServiceBuilder::new()
+///     .layer(ObserveLayer::new().on_response(
+///         move |res: Result<&ModelResponse, &Error>, _: &RunContext| {
+///             log.lock().unwrap().push(res.err().map(Error::kind));
+///         },
+///     ))
+///     .timeout(Duration::from_millis(1))
+///     .service(service_fn(|_req: ModelRequest| async {
+///         tokio::time::sleep(Duration::from_secs(60)).await;
+///         Ok::<_, Error>(ModelResponse::text("late"))
+///     }));
+/// let res: Result<ModelResponse, BoxError> = model.oneshot(ModelRequest::new(vec![])).await;
+/// assert!(res.is_err());
+/// assert_eq!(*kinds.lock().unwrap(), [Some(ErrorKind::Timeout)]);
 /// # }
 /// ```
 #[derive(Clone, Copy, Default)]

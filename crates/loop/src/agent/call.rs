@@ -39,6 +39,7 @@ pin_project! {
     /// no nested future around: the cancellation future is created only once the call is
     /// pending. tokio-util's `run_until_cancelled` and an `async fn` per layer of this cost
     /// 1,100–1,300 more instructions per round (`benches/instructions.sh`).
+    #[project = ServiceCallProj]
     pub(super) struct ServiceCall<'a, S, Req>
     where
         S: Service<Req>,
@@ -91,6 +92,9 @@ where
             }
             *this.started = true;
         }
+        if this.future.is_none() && this.request.is_none() {
+            panic!("`ServiceCall` polled after completion");
+        }
         let entered = this.span.enter();
         // One unwind guard around readiness, the call and the future's poll.
         let polled = catch_unwind(AssertUnwindSafe(|| {
@@ -101,22 +105,34 @@ where
                 if let Err(error) = ready!(this.service.poll_ready(cx)) {
                     return Poll::Ready(Err(failed(error)));
                 }
-                let Some(request) = this.request.take() else {
-                    panic!("`ServiceCall` polled after completion");
-                };
-                this.future.set(Some(this.service.call(request)));
+                if let Some(request) = this.request.take() {
+                    this.future.set(Some(this.service.call(request)));
+                }
             }
         }));
         drop(entered);
-        match polled {
-            Ok(Poll::Ready(output)) => return Poll::Ready(Some(output)),
-            Err(panic) => return Poll::Ready(Some(Err(panicked(&*panic)))),
-            Ok(Poll::Pending) => {}
+        let output = match polled {
+            Ok(Poll::Ready(output)) => output,
+            Err(panic) => Err(panicked(&*panic)),
+            Ok(Poll::Pending) => return this.wait_for_cancellation(cx),
+        };
+        // Fused: a finished (or panicked) future is not polled again.
+        this.future.set(None);
+        this.request.take();
+        Poll::Ready(Some(output))
+    }
+}
+
+impl<'a, S, Req> ServiceCallProj<'_, 'a, S, Req>
+where
+    S: Service<Req>,
+{
+    /// The call is pending: wait for cancellation too.
+    fn wait_for_cancellation<T>(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        if self.wait.is_none() {
+            self.wait.set(Some(self.token.cancelled()));
         }
-        if this.wait.is_none() {
-            this.wait.set(Some(this.token.cancelled()));
-        }
-        match this.wait.as_pin_mut() {
+        match self.wait.as_mut().as_pin_mut() {
             Some(wait) => {
                 ready!(wait.poll(cx));
                 Poll::Ready(None)
