@@ -48,12 +48,23 @@ pin_project! {
         request: Option<Req>,
         token: &'a CancellationToken,
         span: tracing::Span,
-        started: bool,
+        stage: Stage,
         #[pin]
         future: Option<S::Future>,
         #[pin]
         wait: Option<WaitForCancellationFuture<'a>>,
     }
+}
+
+/// Where a [`ServiceCall`] stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Not polled yet: a cancelled run does not start it.
+    New,
+    /// Polled: readiness, the call or its future under way.
+    Started,
+    /// Finished (or panicked): never polled again.
+    Done,
 }
 
 /// Call `service` (a `&mut S` works) with `request`, unless `token` is cancelled first.
@@ -71,7 +82,7 @@ where
         request: Some(request),
         token,
         span,
-        started: false,
+        stage: Stage::New,
         future: None,
         wait: None,
     }
@@ -86,14 +97,11 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        if !*this.started {
-            if this.token.is_cancelled() {
-                return Poll::Ready(None);
-            }
-            *this.started = true;
-        }
-        if this.future.is_none() && this.request.is_none() {
-            panic!("`ServiceCall` polled after completion");
+        match this.stage {
+            Stage::New if this.token.is_cancelled() => return Poll::Ready(None),
+            Stage::New => *this.stage = Stage::Started,
+            Stage::Started => {}
+            Stage::Done => panic!("`ServiceCall` polled after completion"),
         }
         let entered = this.span.enter();
         // One unwind guard around readiness, the call and the future's poll.
@@ -105,9 +113,10 @@ where
                 if let Err(error) = ready!(this.service.poll_ready(cx)) {
                     return Poll::Ready(Err(failed(error)));
                 }
-                if let Some(request) = this.request.take() {
-                    this.future.set(Some(this.service.call(request)));
-                }
+                let Some(request) = this.request.take() else {
+                    unreachable!("a call without a future still holds its request");
+                };
+                this.future.set(Some(this.service.call(request)));
             }
         }));
         drop(entered);
@@ -117,8 +126,7 @@ where
             Ok(Poll::Pending) => return this.wait_for_cancellation(cx),
         };
         // Fused: a finished (or panicked) future is not polled again.
-        this.future.set(None);
-        this.request.take();
+        *this.stage = Stage::Done;
         Poll::Ready(Some(output))
     }
 }

@@ -18,14 +18,6 @@ impl IdSet {
         self.len = 0;
     }
 
-    /// Make room for `additional` more ids.
-    pub(super) fn reserve(&mut self, additional: usize) {
-        let needed = (self.len + additional).saturating_mul(2);
-        if needed > self.slots.len() {
-            self.grow(needed.next_power_of_two());
-        }
-    }
-
     /// Add `hash`; `false` when it was there already.
     pub(super) fn insert(&mut self, hash: u64) -> bool {
         if (self.len + 1) * 2 > self.slots.len() {

@@ -140,8 +140,9 @@ where
     /// ones, and in the same pass look for calls without a result; if there is any, repair the
     /// whole history. `to_the_end`: calls at the very end count too (no call waits).
     fn index_and_repair(&mut self, to_the_end: bool) {
+        // No reservation up front: the set grows with the calls it meets (a long chat may have
+        // none), so a run starts without zeroing a table sized for the history.
         self.call_ids.clear();
-        self.call_ids.reserve(self.session.history.len() / 2 + 16);
         let messages = &self.session.history[..];
         let mut unanswered = false;
         for (index, message) in messages.iter().enumerate() {
