@@ -19,6 +19,7 @@ impl IdSet {
     }
 
     /// Add `hash`; `false` when it was there already.
+    #[inline]
     pub(super) fn insert(&mut self, hash: u64) -> bool {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow((self.slots.len() * 2).max(32));
