@@ -36,35 +36,36 @@ pin_project! {
     /// `None`: not started because the run was already cancelled, or dropped when cancelled
     /// while pending (when both are ready the response wins). This is
     /// `token.run_until_cancelled(..)` of tokio-util fused with the call, so the hot path moves
-    /// no nested future around: the cancellation future is created only once the call is
-    /// pending. tokio-util's `run_until_cancelled` and an `async fn` per layer of this cost
+    /// no nested future around: the cancellation future is created (boxed) only once the call
+    /// is pending, which keeps this future small on the path where the service answers at
+    /// once. tokio-util's `run_until_cancelled` and an `async fn` per layer of this cost
     /// 1,100–1,300 more instructions per round (`benches/instructions.sh`).
-    #[project = ServiceCallProj]
     pub(super) struct ServiceCall<'a, S, Req>
     where
         S: Service<Req>,
     {
         service: S,
-        request: Option<Req>,
         token: &'a CancellationToken,
         span: tracing::Span,
-        stage: Stage,
         #[pin]
-        future: Option<S::Future>,
-        #[pin]
-        wait: Option<WaitForCancellationFuture<'a>>,
+        stage: Stage<Req, S::Future>,
+        wait: Option<Pin<Box<WaitForCancellationFuture<'a>>>>,
     }
 }
 
-/// Where a [`ServiceCall`] stands.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    /// Not polled yet: a cancelled run does not start it.
-    New,
-    /// Polled: readiness, the call or its future under way.
-    Started,
-    /// Finished (or panicked): never polled again.
-    Done,
+pin_project! {
+    /// Where a [`ServiceCall`] stands.
+    #[project = StageProj]
+    enum Stage<Req, F> {
+        /// Not polled yet: a cancelled run does not start it.
+        New { request: Option<Req> },
+        /// Waiting for the service to be ready.
+        Readying { request: Option<Req> },
+        /// The service was called.
+        Calling { #[pin] future: F },
+        /// Finished (or panicked): never polled again.
+        Done,
+    }
 }
 
 /// Call `service` (a `&mut S` works) with `request`, unless `token` is cancelled first.
@@ -79,11 +80,11 @@ where
 {
     ServiceCall {
         service,
-        request: Some(request),
         token,
         span,
-        stage: Stage::New,
-        future: None,
+        stage: Stage::New {
+            request: Some(request),
+        },
         wait: None,
     }
 }
@@ -97,56 +98,56 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        match this.stage {
-            Stage::New if this.token.is_cancelled() => return Poll::Ready(None),
-            Stage::New => *this.stage = Stage::Started,
-            Stage::Started => {}
-            Stage::Done => panic!("`ServiceCall` polled after completion"),
+        match this.stage.as_mut().project() {
+            StageProj::New { request } => {
+                if this.token.is_cancelled() {
+                    this.stage.set(Stage::Done);
+                    return Poll::Ready(None);
+                }
+                let request = request.take();
+                this.stage.set(Stage::Readying { request });
+            }
+            StageProj::Done => panic!("`ServiceCall` polled after completion"),
+            _ => {}
         }
         let entered = this.span.enter();
         // One unwind guard around readiness, the call and the future's poll.
         let polled = catch_unwind(AssertUnwindSafe(|| {
             loop {
-                if let Some(future) = this.future.as_mut().as_pin_mut() {
-                    return future.poll(cx).map_err(failed);
+                match this.stage.as_mut().project() {
+                    StageProj::Calling { future } => return future.poll(cx).map_err(failed),
+                    StageProj::Readying { request } => {
+                        if let Err(error) = ready!(this.service.poll_ready(cx)) {
+                            return Poll::Ready(Err(failed(error)));
+                        }
+                        let Some(request) = request.take() else {
+                            unreachable!("a call is made once");
+                        };
+                        let future = this.service.call(request);
+                        this.stage.set(Stage::Calling { future });
+                    }
+                    StageProj::New { .. } | StageProj::Done => {
+                        unreachable!("started and not done")
+                    }
                 }
-                if let Err(error) = ready!(this.service.poll_ready(cx)) {
-                    return Poll::Ready(Err(failed(error)));
-                }
-                let Some(request) = this.request.take() else {
-                    unreachable!("a call without a future still holds its request");
-                };
-                this.future.set(Some(this.service.call(request)));
             }
         }));
         drop(entered);
         let output = match polled {
             Ok(Poll::Ready(output)) => output,
             Err(panic) => Err(panicked(&*panic)),
-            Ok(Poll::Pending) => return this.wait_for_cancellation(cx),
-        };
-        // Fused: a finished (or panicked) future is not polled again.
-        *this.stage = Stage::Done;
-        Poll::Ready(Some(output))
-    }
-}
-
-impl<'a, S, Req> ServiceCallProj<'_, 'a, S, Req>
-where
-    S: Service<Req>,
-{
-    /// The call is pending: wait for cancellation too.
-    fn wait_for_cancellation<T>(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        if self.wait.is_none() {
-            self.wait.set(Some(self.token.cancelled()));
-        }
-        match self.wait.as_mut().as_pin_mut() {
-            Some(wait) => {
-                ready!(wait.poll(cx));
-                Poll::Ready(None)
+            Ok(Poll::Pending) => {
+                // The call is pending: wait for cancellation too.
+                let wait = this
+                    .wait
+                    .get_or_insert_with(|| Box::pin(this.token.cancelled()));
+                ready!(wait.as_mut().poll(cx));
+                return Poll::Ready(None);
             }
-            None => Poll::Pending,
-        }
+        };
+        // Fused: a finished (or panicked) call is never polled again.
+        this.stage.set(Stage::Done);
+        Poll::Ready(Some(output))
     }
 }
 
