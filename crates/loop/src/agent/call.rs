@@ -96,6 +96,7 @@ where
 {
     type Output = Option<Result<S::Response, CallFailure>>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         match this.stage.as_mut().project() {
