@@ -77,15 +77,32 @@ impl History {
         let Some(start) = self.iter().rposition(|m| m.role != Role::Tool) else {
             return Vec::new();
         };
-        let message = &self[start];
-        if message.role != Role::Assistant {
-            return Vec::new();
-        }
-        let block = &self[start + 1..];
-        message
-            .tool_calls()
-            .filter(|call| !answers(block, call))
-            .collect()
+        call_blocks(self, start)
+            .next()
+            .map(|block| block.unanswered().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every assistant message that asks for tool calls, with the tool messages right after
+    /// it, in order: what the repair, the loop and validity checks walk.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{History, Message, ToolCall, ToolResult};
+    ///
+    /// let (a, b) = (ToolCall::new("a", "t", json!({})), ToolCall::new("b", "t", json!({})));
+    /// let history = History::from(vec![
+    ///     Message::user("go"),
+    ///     Message::assistant_with_calls("", [a.clone(), b]),
+    ///     Message::tool_result(ToolResult::success(&a, "ok")),
+    /// ]);
+    /// let blocks: Vec<_> = history.call_blocks().collect();
+    /// assert_eq!((blocks.len(), blocks[0].index, blocks[0].at_end), (1, 1, true));
+    /// let open: Vec<_> = blocks[0].unanswered().map(|c| c.id.as_str()).collect();
+    /// assert_eq!(open, ["b"]);
+    /// ```
+    pub fn call_blocks(&self) -> impl Iterator<Item = CallBlock<'_>> {
+        call_blocks(self, 0)
     }
 
     /// Give every tool call that has no result a synthetic one made by `answer`, inserted
@@ -143,34 +160,17 @@ impl History {
         mut wait: impl FnMut(&ToolCall) -> bool,
         mut answer: impl FnMut(&ToolCall) -> ToolResult,
     ) -> usize {
-        let messages = self.as_slice();
         // (assistant index, end of its tool messages, the results to insert there)
         let mut repairs: Vec<(usize, usize, Vec<Message>)> = Vec::new();
-        let mut index = start;
-        while index < messages.len() {
-            let message = &messages[index];
-            let end = index
-                + 1
-                + messages[index + 1..]
-                    .iter()
-                    .take_while(|m| m.role == Role::Tool)
-                    .count();
-            if message.role == Role::Assistant {
-                let block = &messages[index + 1..end];
-                let at_end = end == messages.len();
-                let missing: Vec<Message> = message
-                    .tool_calls()
-                    .filter(|call| {
-                        let waits = at_end && wait(call);
-                        !waits && !answers(block, call)
-                    })
-                    .map(|call| Message::tool_result(answer(call)))
-                    .collect();
-                if !missing.is_empty() {
-                    repairs.push((index, end, missing));
-                }
+        for block in call_blocks(self, start) {
+            let missing: Vec<Message> = block
+                .unanswered()
+                .filter(|call| !(block.at_end && wait(call)))
+                .map(|call| Message::tool_result(answer(call)))
+                .collect();
+            if !missing.is_empty() {
+                repairs.push((block.index, block.end(), missing));
             }
-            index = end;
         }
         let answered = repairs.iter().map(|(_, _, missing)| missing.len()).sum();
         if answered == 0 {
@@ -261,12 +261,59 @@ impl<'de> Deserialize<'de> for History {
     }
 }
 
-/// Whether a tool message of `block` answers `call`.
-fn answers(block: &[Message], call: &ToolCall) -> bool {
-    block
+/// An assistant message that asks for tool calls, and the tool messages right after it.
+#[derive(Debug, Clone, Copy)]
+pub struct CallBlock<'a> {
+    /// The index of the assistant message in the history.
+    pub index: usize,
+    /// The assistant message.
+    pub message: &'a Message,
+    /// The tool messages right after it (its results, unless the history is broken).
+    pub results: &'a [Message],
+    /// Whether the history ends with these results: calls without one may still wait for a
+    /// decision here, nowhere else.
+    pub at_end: bool,
+}
+
+impl<'a> CallBlock<'a> {
+    /// Whether one of the tool messages right after the assistant message answers `call`.
+    pub fn answers(&self, call: &ToolCall) -> bool {
+        self.results
+            .iter()
+            .flat_map(Message::tool_results)
+            .any(|result| result.call_id == call.id)
+    }
+
+    /// The calls no tool message right after the assistant message answers, in call order.
+    pub fn unanswered(self) -> impl Iterator<Item = &'a ToolCall> {
+        self.message
+            .tool_calls()
+            .filter(move |call| !self.answers(call))
+    }
+
+    /// The index right after the block's tool messages.
+    fn end(&self) -> usize {
+        self.index + 1 + self.results.len()
+    }
+}
+
+/// The call blocks of `messages` from index `start` on.
+fn call_blocks(messages: &[Message], start: usize) -> impl Iterator<Item = CallBlock<'_>> {
+    messages
         .iter()
-        .flat_map(Message::tool_results)
-        .any(|result| result.call_id == call.id)
+        .enumerate()
+        .skip(start)
+        .filter(|(_, m)| m.role == Role::Assistant && m.has_tool_calls())
+        .map(|(index, message)| {
+            let rest = &messages[index + 1..];
+            let results = &rest[..rest.iter().take_while(|m| m.role == Role::Tool).count()];
+            CallBlock {
+                index,
+                message,
+                results,
+                at_end: results.len() == rest.len(),
+            }
+        })
 }
 
 /// Where `message`'s first result stands among the calls of `calls` (last if nowhere).

@@ -72,7 +72,7 @@ pub use callback::{
 pub use context::{RunContext, new_id};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
-pub use history::{History, HistoryError};
+pub use history::{CallBlock, History, HistoryError};
 pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
 pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,

@@ -11,8 +11,8 @@
 //! [`History::answer_unanswered`]: tower_agent_core::History::answer_unanswered
 
 use tower_agent_core::{
-    AgentInput, BoxError, ContentPart, Error, Message, ModelRequest, ModelResponse, Outcome, Role,
-    Session, ToolRequest, ToolResponse, ToolResult,
+    AgentInput, BoxError, ContentPart, Error, ModelRequest, ModelResponse, Outcome, Session,
+    ToolRequest, ToolResponse, ToolResult,
 };
 use tower_service::Service;
 
@@ -143,22 +143,12 @@ where
         // No reservation up front: the set grows with the calls it meets (a long chat may have
         // none), so a run starts without zeroing a table sized for the history.
         self.call_ids.clear();
-        let messages = &self.session.history[..];
         let mut unanswered = false;
-        for (index, message) in messages.iter().enumerate() {
-            if message.role != Role::Assistant || !message.has_tool_calls() {
-                continue;
-            }
-            let rest = &messages[index + 1..];
-            let block = &rest[..rest.iter().take_while(|m| m.role == Role::Tool).count()];
-            let checked = to_the_end || block.len() < rest.len();
-            for call in message.tool_calls() {
+        for block in self.session.history.call_blocks() {
+            let checked = to_the_end || !block.at_end;
+            for call in block.message.tool_calls() {
                 self.call_ids.insert(id_hash(&call.id));
-                unanswered |= checked
-                    && !block
-                        .iter()
-                        .flat_map(Message::tool_results)
-                        .any(|result| result.call_id == call.id);
+                unanswered |= checked && !block.answers(call);
             }
         }
         if unanswered {
