@@ -9,6 +9,8 @@
 //! RunFinished | RunFailed
 //! ```
 //!
+//! Layers may add [`Event::Warning`]s anywhere, also before `RunStarted`.
+//!
 //! `RoundCompleted` comes right after the model answered and its message was appended,
 //! before any tool runs: observers get the history at that point with it, so an observer can
 //! persist progress there (the stream gets the event without the snapshot). Deltas come from
@@ -114,6 +116,15 @@ pub enum Event {
         /// The error the run returns.
         error: Error,
     },
+    /// A layer handled something the run survives but a human may want to know: a memory
+    /// file that is missing, a history that had to be repaired. May come at any point, also
+    /// before `RunStarted` (from a `before_agent` layer).
+    Warning {
+        /// Who warns: the layer's name, e.g. `"patch_dangling"` or `"memory"`.
+        source: &'static str,
+        /// What happened.
+        message: String,
+    },
 }
 
 impl Event {
@@ -138,6 +149,7 @@ impl Event {
             Event::ToolFinished { .. } => "tool_finished",
             Event::RunFinished { .. } => "run_finished",
             Event::RunFailed { .. } => "run_failed",
+            Event::Warning { .. } => "warning",
         }
     }
 }

@@ -55,6 +55,7 @@ pub mod context;
 pub mod error;
 pub mod event;
 pub mod history;
+mod ids;
 pub mod message;
 pub mod model;
 pub mod session;
@@ -73,6 +74,7 @@ pub use context::{RunContext, new_id};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
 pub use history::{CallBlock, History, HistoryError};
+pub use ids::CallIdSet;
 pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
 pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,

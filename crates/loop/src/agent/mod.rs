@@ -19,8 +19,8 @@ use std::task::{Context, Poll};
 #[cfg(doc)]
 use tower_agent_core::Outcome;
 use tower_agent_core::{
-    AgentRequest, AgentResponse, BoxError, Error, ModelRequest, ModelResponse, ToolRequest,
-    ToolResponse, Usage,
+    AgentRequest, AgentResponse, BoxError, CallIdSet, Error, ModelRequest, ModelResponse,
+    ToolRequest, ToolResponse, Usage,
 };
 use tower_service::Service;
 use tracing::Instrument;
@@ -40,14 +40,12 @@ macro_rules! emit {
 
 mod builder;
 mod call;
-mod ids;
 mod resume;
 mod rounds;
 mod tools;
 
 pub use builder::{AgentBuilder, AgentConfig, ToolExecution};
 
-use ids::IdSet;
 use rounds::Run;
 use tools::RoundTools;
 
@@ -172,7 +170,7 @@ where
             usage: Usage::default(),
             rounds: 0,
             scratch: RoundTools::default(),
-            call_ids: IdSet::default(),
+            call_ids: CallIdSet::default(),
         };
         ResponseFuture {
             inner: Box::pin(run.run(input).instrument(span)),

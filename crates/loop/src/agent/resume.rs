@@ -16,7 +16,6 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-use super::ids::id_hash;
 use super::rounds::Run;
 use super::tools::execute;
 
@@ -147,7 +146,7 @@ where
         for block in self.session.history.call_blocks() {
             let checked = to_the_end || !block.at_end;
             for call in block.message.tool_calls() {
-                self.call_ids.insert(id_hash(&call.id));
+                self.call_ids.insert(&call.id);
                 unanswered |= checked && !block.answers(call);
             }
         }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use tower_agent_core::{
-    AgentInput, AgentResponse, BoxError, ContentPart, Error, ErrorKind, Event, Message,
+    AgentInput, AgentResponse, BoxError, CallIdSet, ContentPart, Error, ErrorKind, Event, Message,
     ModelRequest, ModelResponse, Outcome, Role, RunContext, Session, StopReason, ToolRequest,
     ToolResponse, ToolResult, Usage,
 };
@@ -11,7 +11,6 @@ use tower_service::Service;
 
 use super::AgentConfig;
 use super::call::{CallFailure, call};
-use super::ids::{IdSet, id_hash};
 use super::resume::check_input;
 use super::tools::{RoundTools, execute, not_executed};
 
@@ -27,7 +26,7 @@ pub(super) struct Run<M, T> {
     /// Reused every round, so a round allocates no bookkeeping of its own.
     pub(super) scratch: RoundTools,
     /// Hashes of every tool call id in the history, so new calls get unique ids.
-    pub(super) call_ids: IdSet,
+    pub(super) call_ids: CallIdSet,
 }
 
 /// The result of a call left without one when the run failed.
@@ -178,10 +177,10 @@ where
                 _ => continue,
             };
             index += 1;
-            if call.id.is_empty() || !self.call_ids.insert(id_hash(&call.id)) {
+            if call.id.is_empty() || !self.call_ids.insert(&call.id) {
                 let prefix: String = self.ctx.run_id().chars().take(8).collect();
                 let mut id = format!("call_{prefix}_{round}_{index}");
-                while !self.call_ids.insert(id_hash(&id)) {
+                while !self.call_ids.insert(&id) {
                     id.push('_');
                 }
                 call.id = id;
@@ -255,7 +254,7 @@ where
             history
                 .iter()
                 .flat_map(Message::tool_calls)
-                .map(|call| id_hash(&call.id)),
+                .map(|call| call.id.as_str()),
         );
         self.session.history = history;
         Ok(())

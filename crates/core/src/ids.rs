@@ -1,26 +1,53 @@
-//! The set of call ids of a session, so that new calls get unique ids.
+//! A fast set of tool-call ids, for the checks every round makes: the loop gives new calls
+//! unique ids with it, and the patching layer checks a history's ids with it.
 
-/// The hashes of a session's call ids: an open-addressing set of `u64` (linear probing, at
-/// most half full, `0` marks an empty slot). The ids are hashed once, eight bytes at a time:
-/// they come from the model, not an adversary that could flood one slot, and a collision only
-/// renames a call. A general-purpose hash set costs three times as much per insert here (the
-/// loop inserts one id per call), and this is all the loop needs of one.
-#[derive(Debug, Default)]
-pub(super) struct IdSet {
+/// A set of tool-call ids that keeps only their 64-bit hashes: an open-addressing set (linear
+/// probing, at most half full). Ids are hashed eight bytes at a time: they come from models,
+/// not from an adversary that could flood one slot. Two different ids may, very rarely, hash
+/// alike: [`CallIdSet::insert`] then reports the second as present, so use it where a false
+/// "seen before" only costs a rename or a slower check, never where it would lose data. A
+/// general-purpose hash set costs three times as much per insert here.
+///
+/// ```
+/// use tower_agent_core::CallIdSet;
+///
+/// let mut ids = CallIdSet::default();
+/// assert!(ids.insert("call_1"));
+/// assert!(!ids.insert("call_1"), "seen before");
+/// ids.clear();
+/// assert!(ids.insert("call_1"));
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct CallIdSet {
     slots: Vec<u64>,
     len: usize,
 }
 
-impl IdSet {
+impl CallIdSet {
     /// Forget every id, keeping the memory.
-    pub(super) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.slots.fill(0);
         self.len = 0;
     }
 
-    /// Add `hash`; `false` when it was there already.
+    /// How many ids it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Add `id`; `false` when it (or an id with the same hash) was there already.
     #[inline]
-    pub(super) fn insert(&mut self, hash: u64) -> bool {
+    pub fn insert(&mut self, id: &str) -> bool {
+        self.insert_hash(id_hash(id))
+    }
+
+    #[inline]
+    fn insert_hash(&mut self, hash: u64) -> bool {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow((self.slots.len() * 2).max(32));
         }
@@ -46,20 +73,20 @@ impl IdSet {
         let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
         self.len = 0;
         for key in old.into_iter().filter(|&key| key != 0) {
-            self.insert(key);
+            self.insert_hash(key);
         }
     }
 }
 
-impl Extend<u64> for IdSet {
-    fn extend<I: IntoIterator<Item = u64>>(&mut self, hashes: I) {
-        for hash in hashes {
-            self.insert(hash);
+impl<'a> Extend<&'a str> for CallIdSet {
+    fn extend<I: IntoIterator<Item = &'a str>>(&mut self, ids: I) {
+        for id in ids {
+            self.insert(id);
         }
     }
 }
 
-pub(super) fn id_hash(id: &str) -> u64 {
+fn id_hash(id: &str) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let bytes = id.as_bytes();
     let mut hash = (bytes.len() as u64).wrapping_mul(K);
@@ -81,16 +108,19 @@ mod tests {
 
     #[test]
     fn the_set_grows_and_forgets() {
-        let mut set = IdSet::default();
+        let mut set = CallIdSet::default();
         for n in 0..1_000_u64 {
-            assert!(set.insert(id_hash(&format!("call_{n}"))), "{n}");
+            assert!(set.insert(&format!("call_{n}")), "{n}");
         }
         for n in 0..1_000_u64 {
-            assert!(!set.insert(id_hash(&format!("call_{n}"))), "{n}");
+            assert!(!set.insert(&format!("call_{n}")), "{n}");
         }
-        assert!(set.insert(0) && !set.insert(0), "zero is a key too");
+        assert!(
+            set.insert_hash(0) && !set.insert_hash(0),
+            "zero is a key too"
+        );
         set.clear();
-        assert!(set.insert(id_hash("call_1")));
+        assert!(set.insert("call_1"));
     }
 
     #[test]
@@ -105,11 +135,11 @@ mod tests {
             "call_12345679",
             "toolu_01A",
         ];
-        let mut set = IdSet::default();
+        let mut set = CallIdSet::default();
         for id in ids {
-            assert!(set.insert(id_hash(id)), "{id}");
+            assert!(set.insert(id), "{id}");
         }
-        assert!(!set.insert(id_hash("call_1")));
+        assert!(!set.insert("call_1"));
         // Padding does not make a short id equal to a longer one.
         assert_ne!(id_hash("a"), id_hash("a\0"));
     }

@@ -1,0 +1,99 @@
+//! Built-in layers of tower-agent: one module, one cargo feature and one `FooLayer`/`Foo<S>`
+//! pair per layer, the way tower-http is laid out.
+//!
+//! | module | feature | acts at | what it does |
+//! |---|---|---|---|
+//! | [`patch`] | `patch` | agent and model (`before_*`) | every tool call answered exactly once, right after its message; orphans dropped |
+//! | [`instructions`] | `instructions` | model (`before_model`) | instruction blocks appended to the system prompt |
+//! | [`memory`] | `memory` | agent (loads) and model (shows) | memory files (`AGENTS.md`, ...) loaded once per run |
+//!
+//! `full` enables all of them; no feature is on by default. A layer that acts at two services
+//! is one value added to both stacks (`.layer(memory.clone())` on the agent and on the model);
+//! where each goes, outside in, is the canonical stack of `docs/ordering.md`.
+//!
+//! With [`ServiceBuilderExt`], each enabled layer is a `ServiceBuilder` method:
+//!
+//! ```
+//! # #[cfg(all(feature = "patch", feature = "instructions"))]
+//! # {
+//! use tower::ServiceBuilder;
+//! use tower_agent_layers::ServiceBuilderExt;
+//! use tower_agent_test::ScriptedModel;
+//!
+//! let model = ServiceBuilder::new()
+//!     .instructions("Answer in French.")
+//!     .patch_dangling()
+//!     .service(ScriptedModel::new([]));
+//! # let _ = model;
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+#[cfg(feature = "instructions")]
+pub mod instructions;
+#[cfg(feature = "memory")]
+pub mod memory;
+#[cfg(feature = "patch")]
+pub mod patch;
+
+#[cfg(feature = "instructions")]
+pub use instructions::{Instructions, InstructionsLayer};
+#[cfg(feature = "memory")]
+pub use memory::{Memory, MemoryLayer};
+#[cfg(feature = "patch")]
+pub use patch::{PatchDangling, PatchDanglingLayer};
+
+#[allow(unused_imports)]
+use tower::ServiceBuilder;
+#[allow(unused_imports)]
+use tower::layer::util::Stack;
+
+/// The built-in layers as [`ServiceBuilder`] methods, one per enabled feature.
+///
+/// Sealed: implemented for `ServiceBuilder` only, so methods can be added without breaking
+/// anyone.
+pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
+    /// Add [`PatchDanglingLayer`] (answer unanswered calls).
+    #[cfg(feature = "patch")]
+    fn patch_dangling(self) -> ServiceBuilder<Stack<PatchDanglingLayer, L>>;
+
+    /// Add an [`InstructionsLayer`]: a string for one static block, or a configured layer.
+    #[cfg(feature = "instructions")]
+    fn instructions(
+        self,
+        instructions: impl Into<InstructionsLayer>,
+    ) -> ServiceBuilder<Stack<InstructionsLayer, L>>;
+
+    /// Add a [`MemoryLayer`].
+    #[cfg(feature = "memory")]
+    fn memory(self, memory: MemoryLayer) -> ServiceBuilder<Stack<MemoryLayer, L>>;
+}
+
+impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
+
+impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
+    #[cfg(feature = "patch")]
+    fn patch_dangling(self) -> ServiceBuilder<Stack<PatchDanglingLayer, L>> {
+        self.layer(PatchDanglingLayer::new())
+    }
+
+    #[cfg(feature = "instructions")]
+    fn instructions(
+        self,
+        instructions: impl Into<InstructionsLayer>,
+    ) -> ServiceBuilder<Stack<InstructionsLayer, L>> {
+        self.layer(instructions.into())
+    }
+
+    #[cfg(feature = "memory")]
+    fn memory(self, memory: MemoryLayer) -> ServiceBuilder<Stack<MemoryLayer, L>> {
+        self.layer(memory)
+    }
+}
+
+mod sealed {
+    #[allow(unreachable_pub)]
+    pub trait Sealed<T> {}
+}

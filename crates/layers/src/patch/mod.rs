@@ -1,0 +1,448 @@
+//! Dangling tool-call patching: every tool call a model sees has exactly one result, right
+//! after its own assistant message, and no result stands without its call.
+//!
+//! Histories break in ordinary ways: a run is interrupted or crashes while a tool runs, a
+//! checkpoint is saved between a call and its result, a host edits a stored session, two runs
+//! reuse a call id. Providers reject such a history with an HTTP 400 ("tool_use ids were found
+//! without tool_result blocks immediately after"). [`PatchDanglingLayer`] repairs it:
+//!
+//! - a call without a result gets a synthetic error result saying it did not complete and may
+//!   have been cancelled or interrupted ([`UNANSWERED`]); a call whose arguments are not JSON
+//!   gets one saying so ([`MALFORMED`]). Or, with [`Unanswered::Drop`], the call is removed;
+//! - results are matched to calls *in order*: a result answers the latest call with its id
+//!   that stands before it and has no result yet. A later answer (after another assistant
+//!   message, say) still counts and moves up; a result before its call, a second answer, or an
+//!   answer to an id no call has is an orphan and is dropped, keeping any other content of its
+//!   message (as a user message when no result is left in a tool message);
+//! - a call whose id is empty or reused gets a new one (`{id}_2`, ...), with its result:
+//!   Anthropic rejects a request whose `tool_use` ids repeat;
+//! - synthetic results join the tool messages right after their call, so that a provider that
+//!   merges tool results into a user turn still sees alternating turns; a message emptied by
+//!   dropping orphans is removed, never sent empty.
+//!
+//! Deterministic and idempotent: a valid history comes out as it went in (the same `Arc`, no
+//! copy), repairing twice equals repairing once, and synthetic results carry no clock or
+//! random id.
+//!
+//! # Where it acts
+//!
+//! The same layer goes on two services (see the canonical stack in `docs/ordering.md`):
+//!
+//! - **agent** (`before_agent`): repairs the session itself, once per run, so a loaded session
+//!   is committed repaired. The live frontier, the last assistant message when only tool
+//!   messages follow it, is left alone, and so are calls waiting for a human decision
+//!   (pending interrupts): the agent decides about them from the run's input (resume runs
+//!   them, new input answers them).
+//! - **model** (`before_model`, innermost): the guarantee at the model boundary. It checks only
+//!   the messages added since the previous round of the run (it remembers how far the history
+//!   was valid in the run's context), so a 1,000-message history is not rescanned every
+//!   round; a history that no longer starts the same way (summarized, trimmed) is checked
+//!   whole. A repair here shapes the request only: the session is patched at the agent.
+//!
+//! Each repair emits an [`Event::Warning`] (source `"patch_dangling"`) and a `tracing`
+//! warning with what changed.
+//!
+//! ```
+//! use serde_json::json;
+//! use tower::{Service, ServiceExt};
+//! use tower_agent_core::{Message, ModelRequest, ModelResponse, ToolCall, Error};
+//! use tower_agent_layers::patch::PatchDanglingLayer;
+//! use tower_agent_test::ScriptedModel;
+//! use tower_layer::Layer;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! let model = ScriptedModel::new([ModelResponse::text("ok")]);
+//! let mut model = PatchDanglingLayer::new().layer(model);
+//!
+//! // A session saved while a tool ran: the call has no result.
+//! let req = ModelRequest::new(vec![
+//!     Message::user("list the files"),
+//!     Message::assistant_with_calls("", [ToolCall::new("c1", "ls", json!({}))]),
+//!     Message::user("are you there?"),
+//! ]);
+//! model.ready().await?.call(req).await?;
+//!
+//! let seen = &model.get_ref().requests()[0].messages;
+//! let result = seen[2].tool_results().next().expect("patched right after its call");
+//! assert!(result.is_error && result.call_id == "c1");
+//! assert_eq!(seen[3].text(), "are you there?");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Event::Warning`]: tower_agent_core::Event::Warning
+
+mod repair;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{
+    AgentRequest, CallIdSet, ContentPart, Error, Event, History, Message, ModelRequest, Role,
+    RunContext,
+};
+use tower_layer::Layer;
+use tower_service::Service;
+
+pub use repair::{MALFORMED, PatchReport, UNANSWERED, Unanswered};
+use repair::{Scope, scan};
+
+/// Applies [`PatchDangling`]; see the [module docs](self).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PatchDanglingLayer {
+    unanswered: Unanswered,
+}
+
+impl PatchDanglingLayer {
+    /// Answer unanswered calls with a synthetic error result.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What becomes of a call without a result: answered (the default) or dropped.
+    pub fn unanswered(mut self, unanswered: Unanswered) -> Self {
+        self.unanswered = unanswered;
+        self
+    }
+}
+
+impl<S> Layer<S> for PatchDanglingLayer {
+    type Service = PatchDangling<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PatchDangling {
+            inner,
+            unanswered: self.unanswered,
+        }
+    }
+}
+
+/// Repairs the history before the inner agent or model service sees it; see the
+/// [module docs](self).
+///
+/// `poll_ready` is the inner service's: the repair runs inside `call`, before the inner call,
+/// and never waits.
+#[derive(Debug, Clone, Copy)]
+pub struct PatchDangling<S> {
+    inner: S,
+    unanswered: Unanswered,
+}
+
+impl<S> PatchDangling<S> {
+    /// Wrap `inner`, answering unanswered calls.
+    pub fn new(inner: S) -> Self {
+        PatchDanglingLayer::new().layer(inner)
+    }
+
+    /// A layer for this service.
+    pub fn layer() -> PatchDanglingLayer {
+        PatchDanglingLayer::new()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwrap the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<AgentRequest> for PatchDangling<S>
+where
+    S: Service<AgentRequest>,
+    S::Error: From<Error>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: AgentRequest) -> Self::Future {
+        let pending: Vec<&str> = req
+            .session
+            .interrupts
+            .iter()
+            .map(|i| i.call.id.as_str())
+            .collect();
+        let scope = Scope {
+            unanswered: self.unanswered,
+            keep_frontier: true,
+            pending: &pending,
+        };
+        let history = &mut req.session.history;
+        let frontier = frontier(history);
+        let mut ids = CallIdSet::default();
+        let valid = scan(
+            &history[..frontier],
+            0,
+            &mut ids,
+            Scope {
+                keep_frontier: false,
+                ..scope
+            },
+        ) && scan(&history[frontier..], 0, &mut ids.clone(), scope);
+        let report = if valid {
+            // The first model call of the run checks only what follows the valid prefix.
+            Mark::remember(&req.ctx, history, frontier, ids);
+            PatchReport::default()
+        } else {
+            let (messages, report) = repair::rebuild(history, scope);
+            *history = History::from(messages);
+            report
+        };
+        drop(pending);
+        ResponseFuture::new(
+            warn(&req.ctx, "the session's history", report),
+            self.inner.call(req),
+        )
+    }
+}
+
+impl<S> Service<ModelRequest> for PatchDangling<S>
+where
+    S: Service<ModelRequest>,
+    S::Error: From<Error>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: ModelRequest) -> Self::Future {
+        let scope = Scope {
+            unanswered: self.unanswered,
+            keep_frontier: false,
+            pending: &[],
+        };
+        let mark = Mark::of(&req.ctx);
+        let mut state = mark.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let history = &req.messages;
+        let from = if state.still_starts(history) {
+            state.len
+        } else {
+            state.ids.clear();
+            0
+        };
+        let report = if scan(history, from, &mut state.ids, scope) {
+            state.len = history.len();
+            state.last = history.last().map_or(0, fingerprint);
+            PatchReport::default()
+        } else {
+            // Defects since the last round, or a history rewritten with defects: repair the
+            // whole request, and check it whole next round.
+            let (messages, report) = repair::rebuild(history, scope);
+            req.messages = History::from(messages);
+            state.len = 0;
+            state.ids.clear();
+            report
+        };
+        drop(state);
+        ResponseFuture::new(
+            warn(&req.ctx, "the model request", report),
+            self.inner.call(req),
+        )
+    }
+}
+
+/// Repair `history` as the model side of the layer does, without a layer: every call answered
+/// (or dropped) and no orphan left; nothing may wait. Copies nothing when it is valid.
+///
+/// ```
+/// use serde_json::json;
+/// use tower_agent_core::{History, Message, ToolCall, ToolResult};
+/// use tower_agent_layers::patch::{repair_history, Unanswered};
+///
+/// let call = ToolCall::new("c1", "ls", json!({}));
+/// let mut history = History::from(vec![
+///     Message::tool_result(ToolResult::success(&call, "orphan: before its call")),
+///     Message::assistant_with_calls("", [call]),
+/// ]);
+/// let report = repair_history(&mut history, Unanswered::Answer);
+/// assert_eq!((report.orphans, report.answered, report.removed_messages), (1, 1, 1));
+/// assert!(history.validate().is_ok());
+/// ```
+pub fn repair_history(history: &mut History, unanswered: Unanswered) -> PatchReport {
+    repair::repair(
+        history,
+        Scope {
+            unanswered,
+            keep_frontier: false,
+            pending: &[],
+        },
+    )
+}
+
+/// Where the live frontier starts: the last assistant message when only tool messages follow
+/// it; the history's length when there is none.
+fn frontier(history: &[Message]) -> usize {
+    match history.iter().rposition(|m| m.role != Role::Tool) {
+        Some(index)
+            if history[index].role == Role::Assistant && history[index].has_tool_calls() =>
+        {
+            index
+        }
+        _ => history.len(),
+    }
+}
+
+/// How far the history of a run was found valid (with nothing open at that point), and the
+/// call ids up to there: kept in the run's context between model calls.
+#[derive(Clone, Default)]
+struct Mark(Arc<Mutex<MarkState>>);
+
+#[derive(Default)]
+struct MarkState {
+    len: usize,
+    /// The fingerprint of message `len - 1`.
+    last: u64,
+    ids: CallIdSet,
+}
+
+impl MarkState {
+    /// Whether `history` still starts with the part found valid: as long, and the same last
+    /// message there. (A history rewritten to the same length around the same message is not
+    /// seen: put rewriting layers outside this one, see the module docs.)
+    fn still_starts(&self, history: &[Message]) -> bool {
+        self.len > 0
+            && history.len() >= self.len
+            && fingerprint(&history[self.len - 1]) == self.last
+    }
+}
+
+impl Mark {
+    fn of(ctx: &RunContext) -> Mark {
+        ctx.extension::<Mark>().unwrap_or_else(|| {
+            let mark = Mark::default();
+            ctx.insert_extension(mark.clone());
+            mark
+        })
+    }
+
+    fn remember(ctx: &RunContext, history: &[Message], len: usize, ids: CallIdSet) {
+        let mark = Mark::of(ctx);
+        let mut state = mark.0.lock().unwrap_or_else(PoisonError::into_inner);
+        state.len = len;
+        state.last = len.checked_sub(1).map_or(0, |i| fingerprint(&history[i]));
+        state.ids = ids;
+    }
+}
+
+impl fmt::Debug for Mark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Mark")
+    }
+}
+
+/// A cheap fingerprint of a message's shape: its role, and per part its kind with the call id,
+/// or the text's length.
+fn fingerprint(message: &Message) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mix = |hash: u64, value: u64| (hash.rotate_left(5) ^ value).wrapping_mul(K);
+    let mut hash = mix(0, message.role as u64 + 1);
+    for part in &message.content {
+        hash = match part {
+            ContentPart::Text { text } => mix(mix(hash, 1), text.len() as u64),
+            ContentPart::Reasoning { text, .. } => mix(mix(hash, 2), text.len() as u64),
+            ContentPart::ToolCall(call) => ids_mix(mix(hash, 3), &call.id, mix),
+            ContentPart::ToolResult(result) => ids_mix(mix(hash, 4), &result.call_id, mix),
+        };
+    }
+    hash
+}
+
+fn ids_mix(hash: u64, id: &str, mix: impl Fn(u64, u64) -> u64) -> u64 {
+    id.bytes()
+        .fold(mix(hash, id.len() as u64), |h, b| mix(h, u64::from(b)))
+}
+
+/// The warning for a repair, to emit before the inner call; `None` when nothing changed.
+fn warn(
+    ctx: &RunContext,
+    what: &str,
+    report: PatchReport,
+) -> Option<BoxFuture<'static, Result<(), Error>>> {
+    if report.is_empty() {
+        return None;
+    }
+    let message = format!(
+        "repaired {what}: {} calls answered, {} calls dropped, {} orphan results dropped, \
+         {} results moved to their call, {} call ids renamed, {} empty messages removed",
+        report.answered,
+        report.dropped_calls,
+        report.orphans,
+        report.moved,
+        report.renamed,
+        report.removed_messages
+    );
+    tracing::warn!(target: "tower_agent::patch_dangling", "{message}");
+    let ctx = ctx.clone();
+    Some(Box::pin(async move {
+        ctx.emit(Event::Warning {
+            source: "patch_dangling",
+            message,
+        })
+        .await
+    }))
+}
+
+pin_project! {
+    /// The response future of [`PatchDangling`]: emits the warning of a repair, if any, then
+    /// drives the inner call.
+    pub struct ResponseFuture<F> {
+        warning: Option<BoxFuture<'static, Result<(), Error>>>,
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    fn new(warning: Option<BoxFuture<'static, Result<(), Error>>>, inner: F) -> Self {
+        Self { warning, inner }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("warning", &self.warning.is_some())
+            .finish()
+    }
+}
+
+impl<F, T, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<Error>,
+{
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Some(warning) = this.warning {
+            let emitted = std::task::ready!(warning.as_mut().poll(cx));
+            *this.warning = None;
+            emitted?;
+        }
+        this.inner.poll(cx)
+    }
+}
