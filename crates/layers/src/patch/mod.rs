@@ -85,7 +85,7 @@ use pin_project_lite::pin_project;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
     AgentRequest, CallIdSet, ContentPart, Error, Event, History, Message, ModelRequest, Role,
-    RunContext,
+    RunContext, Session,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -208,10 +208,11 @@ where
             report
         };
         drop(pending);
-        ResponseFuture::new(
-            warn(&req.ctx, "the session's history", report),
-            self.inner.call(req),
-        )
+        // If an observer fails on the warning, the run does not start: its error carries the
+        // (repaired) session, as every error of a run does.
+        let session = (!report.is_empty()).then(|| req.session.clone());
+        let warning = warn(&req.ctx, "the session's history", report, session);
+        ResponseFuture::new(warning, self.inner.call(req))
     }
 }
 
@@ -258,7 +259,7 @@ where
         };
         drop(state);
         ResponseFuture::new(
-            warn(&req.ctx, "the model request", report),
+            warn(&req.ctx, "the model request", report, None),
             self.inner.call(req),
         )
     }
@@ -380,6 +381,7 @@ fn warn(
     ctx: &RunContext,
     what: &str,
     report: PatchReport,
+    session: Option<Session>,
 ) -> Option<BoxFuture<'static, Result<(), Error>>> {
     if report.is_empty() {
         return None;
@@ -402,6 +404,10 @@ fn warn(
             message,
         })
         .await
+        .map_err(|error| match session {
+            Some(session) => error.with_session(session),
+            None => error,
+        })
     }))
 }
 
