@@ -55,6 +55,7 @@
 //! | `tower-agent-core` | types, errors, events, callback layers: what custom layers and providers depend on | always |
 //! | `tower-agent-loop` | the agent service, spawn/batch/blocking runs | always |
 //! | `tower-agent-tools` | [`ToolSet`] and typed tools with schemars schemas | `tools` (default) |
+//! | `tower-agent-layers` | built-in layers: patching, instructions, memory ([`layers`]) | `patch`, `instructions`, `memory`; `layers` for all (default) |
 //! | `tower-agent-test` | scripted model, stub tools, assertions (a dev-dependency) | — |
 //!
 //! `full` enables every feature.
@@ -82,6 +83,16 @@ pub mod tools {
 #[cfg(feature = "tools")]
 pub use tower_agent_tools::{FnTool, NoArgs, Tool, ToolSet, tool_fn};
 
+/// Built-in layers: [`PatchDanglingLayer`](layers::PatchDanglingLayer),
+/// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),
+/// each behind its feature (`patch`, `instructions`, `memory`; `layers` for all, on by
+/// default). In the prelude, their `ServiceBuilder` methods (`.patch_dangling()`,
+/// `.instructions(..)`, `.memory(..)`).
+#[cfg(any(feature = "patch", feature = "instructions", feature = "memory"))]
+pub mod layers {
+    pub use tower_agent_layers::*;
+}
+
 /// What most host applications need, in one import.
 pub mod prelude {
     pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -99,6 +110,9 @@ pub mod prelude {
 
     #[cfg(feature = "tools")]
     pub use tower_agent_tools::{NoArgs, Tool, ToolSet, tool_fn};
+
+    #[cfg(any(feature = "patch", feature = "instructions", feature = "memory"))]
+    pub use tower_agent_layers::ServiceBuilderExt as _;
 }
 
 /// Long-form guides. Their code examples are compiled and run as doctests.

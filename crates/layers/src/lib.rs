@@ -45,9 +45,8 @@ pub use memory::{Memory, MemoryLayer};
 #[cfg(feature = "patch")]
 pub use patch::{PatchDangling, PatchDanglingLayer};
 
-#[allow(unused_imports)]
 use tower::ServiceBuilder;
-#[allow(unused_imports)]
+#[cfg(any(feature = "patch", feature = "instructions", feature = "memory"))]
 use tower::layer::util::Stack;
 
 /// The built-in layers as [`ServiceBuilder`] methods, one per enabled feature.

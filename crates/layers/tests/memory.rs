@@ -1,4 +1,6 @@
-//! The memory and instructions layers on a real agent.
+//! The memory layer on a real agent.
+
+#![cfg(feature = "memory")]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,10 +10,9 @@ use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentRequest, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Session, ToolCall,
+    AgentRequest, Error, ErrorKind, Event, Message, ModelResponse, Session, ToolCall,
 };
 use tower_agent_layers::ServiceBuilderExt;
-use tower_agent_layers::instructions::InstructionsLayer;
 use tower_agent_layers::memory::{Directory, MemoryLayer, MemorySource};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool};
@@ -175,48 +176,4 @@ async fn a_directory_reads_files_and_refuses_to_leave_its_root() {
         "{system}"
     );
     let _ = tokio::fs::remove_dir_all(&root).await;
-}
-
-#[tokio::test]
-async fn instructions_see_the_request_and_the_run_state() {
-    let model = ScriptedModel::new([
-        ModelResponse::tool_calls([ToolCall::new("c1", "ls", json!({}))]),
-        ModelResponse::text("done"),
-    ]);
-    let layer = InstructionsLayer::new()
-        .text("Be brief.")
-        .with(|req: &ModelRequest| {
-            req.ctx
-                .state::<String>("user_language")
-                .map(|lang| format!("Answer in {lang}."))
-        })
-        .with(|req: &ModelRequest| Some(format!("Round {}.", req.ctx.round())));
-    let inner = ServiceBuilder::new()
-        .instructions(layer)
-        .service(model.clone());
-    let mut session = Session::new();
-    session
-        .state
-        .insert("user_language".into(), json!("French"));
-    Agent::builder()
-        .system("Base.")
-        .build(
-            inner,
-            ToolSet::new().tool(StubTool::returning("ls", "a.txt")),
-        )
-        .oneshot(AgentRequest::new(session, "go"))
-        .await
-        .expect("completes");
-    let systems: Vec<String> = model
-        .requests()
-        .iter()
-        .map(|r| r.system.as_deref().unwrap_or_default().to_owned())
-        .collect();
-    assert_eq!(
-        systems,
-        [
-            "Base.\n\nBe brief.\n\nAnswer in French.\n\nRound 1.",
-            "Base.\n\nBe brief.\n\nAnswer in French.\n\nRound 2.",
-        ]
-    );
 }

@@ -1,6 +1,8 @@
 //! The patching layer on a real agent: loaded sessions, the frontier, pending interrupts, the
 //! incremental check at the model, and the warning.
 
+#![cfg(feature = "patch")]
+
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
