@@ -3,7 +3,8 @@
 //!
 //! `instructions <workload> <runs> <history>` runs `runs` runs of 100 rounds (one tool call
 //! each) from a history of `history` messages. Workloads: `baseline` (setup only),
-//! `reference` (the hand-written copy-on-write loop), `agent`, `agent_six_callbacks`.
+//! `reference` (the hand-written copy-on-write loop), `agent`, `agent_six_callbacks`, `agent_patch_instructions` (patching at the agent and the
+//! model, one instruction block).
 //! Without arguments (as `cargo test --benches` runs it) it does one small run of each.
 
 use std::future::ready;
@@ -15,7 +16,7 @@ use tower_agent::prelude::*;
 
 mod common;
 
-use common::{Handoff, ROUNDS, history, model_answer, reference, tool_answer};
+use common::{Handoff, ROUNDS, history, model_answer, reference, tool_answer, with_builtins};
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -29,7 +30,13 @@ fn main() {
             len.parse().expect("history length"),
         ),
         _ => (
-            vec!["baseline", "reference", "agent", "agent_six_callbacks"],
+            vec![
+                "baseline",
+                "reference",
+                "agent",
+                "agent_six_callbacks",
+                "agent_patch_instructions",
+            ],
             1,
             10,
         ),
@@ -60,6 +67,7 @@ fn main() {
                     .service(tools),
             ),
         );
+    let builtins = with_builtins(model, tools);
     for workload in workloads {
         // Setup, counted in every workload alike: fresh sessions, so no run copies another's.
         let requests: Vec<AgentRequest> = (0..runs)
@@ -83,6 +91,12 @@ fn main() {
                 }
                 "agent_six_callbacks" => {
                     rt.block_on(six.clone().oneshot(req))
+                        .expect("run")
+                        .session
+                        .history
+                }
+                "agent_patch_instructions" => {
+                    rt.block_on(builtins.clone().oneshot(req))
                         .expect("run")
                         .session
                         .history

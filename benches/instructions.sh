@@ -10,10 +10,10 @@ count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$runs" "$2" 2>&1 \
         | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
-printf '%-22s %12s %12s\n' workload "history 10" "history 1000"
+printf '%-26s %12s %12s\n' workload "history 10" "history 1000"
 for len in 10 1000; do base[$len]=$(count baseline $len); done
-for workload in reference agent agent_six_callbacks; do
-    row=$(printf '%-22s' "$workload")
+for workload in reference agent agent_six_callbacks agent_patch_instructions; do
+    row=$(printf '%-26s' "$workload")
     for len in 10 1000; do
         total=$(count "$workload" "$len")
         row+=$(printf ' %12d' $(( (total - base[len]) / (runs * 100) )))

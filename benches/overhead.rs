@@ -7,6 +7,8 @@
 //!   history of 10 or 1,000 messages; next to two hand-written reference loops (history shared
 //!   copy-on-write, and history cloned every round). Divide by 100 for the per-round cost.
 //!   `loop/agent_streaming` spawns the run with its event stream and a reader that drains it.
+//!   `loop/agent_patch_instructions` adds the first built-ins: `patch_dangling` at the agent
+//!   and the model, and one static instruction block.
 //!
 //! Run: `cargo bench --bench overhead`.
 
@@ -23,7 +25,9 @@ use tower_agent::{History, ModelRequest, NextFuture};
 
 mod common;
 
-use common::{Handoff, ROUNDS, history, reference, request, stub_model, stub_tools};
+use common::{
+    Handoff, ROUNDS, history, reference, request, stub_model, stub_tools, with_builtins,
+};
 
 fn poll_once<F: Future>(future: F) -> F::Output {
     let mut cx = Context::from_waker(Waker::noop());
@@ -135,10 +139,13 @@ fn agent_loop(c: &mut Criterion) {
         .before_agent(|req: AgentRequest| async move { Ok(Flow::Continue(req)) })
         .service(Agent::builder().max_rounds(ROUNDS).build(model, tools));
 
+    let builtins = with_builtins(stub_model(), stub_tools());
+
     // The runs measured below really do 100 rounds with one tool call each.
     for agent_run in [
         rt.block_on(bare.clone().oneshot(request(10))),
         rt.block_on(six.clone().oneshot(request(10))),
+        rt.block_on(builtins.clone().oneshot(request(10))),
     ] {
         let res = agent_run.expect("the run");
         assert_eq!(res.rounds, ROUNDS);
@@ -200,6 +207,17 @@ fn agent_loop(c: &mut Criterion) {
                 b.iter_batched(
                     || request(len),
                     |req| rt.block_on(six.clone().oneshot(req)).expect("the run"),
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("agent_patch_instructions", len),
+            &len,
+            |b, &len| {
+                b.iter_batched(
+                    || request(len),
+                    |req| rt.block_on(builtins.clone().oneshot(req)).expect("the run"),
                     BatchSize::SmallInput,
                 )
             },

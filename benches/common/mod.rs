@@ -98,3 +98,24 @@ pub(crate) fn request(len: usize) -> AgentRequest {
         AgentInput::Continue,
     )
 }
+
+/// The agent with the first built-ins at their places of the canonical stack: patching at the
+/// agent and (innermost) at the model, one static instruction block at the model.
+pub(crate) fn with_builtins<M, T>(
+    model: M,
+    tools: T,
+) -> impl Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone
+where
+    M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    M::Future: Send,
+    T: Service<ToolRequest, Response = ToolResponse, Error = Error> + Clone + Send + 'static,
+    T::Future: Send,
+{
+    let model = ServiceBuilder::new()
+        .instructions("Be brief.")
+        .patch_dangling()
+        .service(model);
+    ServiceBuilder::new()
+        .patch_dangling()
+        .service(Agent::builder().max_rounds(ROUNDS).build(model, tools))
+}
