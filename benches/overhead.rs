@@ -25,9 +25,7 @@ use tower_agent::{History, ModelRequest, NextFuture};
 
 mod common;
 
-use common::{
-    Handoff, ROUNDS, history, reference, request, stub_model, stub_tools, with_builtins,
-};
+use common::{Handoff, ROUNDS, history, reference, request, stub_model, stub_tools, with_builtins};
 
 fn poll_once<F: Future>(future: F) -> F::Output {
     let mut cx = Context::from_waker(Waker::noop());
