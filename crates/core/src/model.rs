@@ -191,7 +191,7 @@ impl ModelResponse {
     /// use serde_json::json;
     /// use tower_agent_core::{ModelResponse, ToolCall, Usage};
     ///
-    /// let usage = Usage { input_tokens: 10, output_tokens: 5 };
+    /// let usage = Usage::new(10, 5);
     /// let res = ModelResponse::tool_calls([ToolCall::new("c1", "t", json!({}))]).with_usage(usage);
     /// let res = res.map_text(|_| "checking...".into());
     /// assert_eq!(res.message.text(), "checking...");

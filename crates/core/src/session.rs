@@ -174,10 +174,37 @@ pub enum Outcome {
 /// Tokens used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens (the cached ones included).
     pub input_tokens: u64,
-    /// Completion tokens.
+    /// Completion tokens (reasoning included).
     pub output_tokens: u64,
+    /// Of the prompt tokens, those the provider read from its prompt cache.
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+}
+
+impl Usage {
+    /// `input` prompt tokens and `output` completion tokens, none cached.
+    ///
+    /// ```
+    /// use tower_agent_core::Usage;
+    ///
+    /// let usage = Usage::new(10, 5) + Usage::new(1, 1).with_cached(1);
+    /// assert_eq!((usage.input_tokens, usage.output_tokens, usage.cached_input_tokens), (11, 6, 1));
+    /// ```
+    pub const fn new(input: u64, output: u64) -> Self {
+        Self {
+            input_tokens: input,
+            output_tokens: output,
+            cached_input_tokens: 0,
+        }
+    }
+
+    /// The same usage with `cached` of its prompt tokens read from the provider's cache.
+    pub const fn with_cached(mut self, cached: u64) -> Self {
+        self.cached_input_tokens = cached;
+        self
+    }
 }
 
 impl Add for Usage {
@@ -188,6 +215,9 @@ impl Add for Usage {
         Usage {
             input_tokens: self.input_tokens.saturating_add(rhs.input_tokens),
             output_tokens: self.output_tokens.saturating_add(rhs.output_tokens),
+            cached_input_tokens: self
+                .cached_input_tokens
+                .saturating_add(rhs.cached_input_tokens),
         }
     }
 }

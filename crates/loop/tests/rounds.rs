@@ -24,25 +24,14 @@ use common::{calculator, call, results, run};
 #[tokio::test]
 async fn completes_and_sums_usage() {
     let model = ScriptedModel::new([
-        ModelResponse::tool_calls([call("c1", "add", json!({"a": 2, "b": 3}))]).with_usage(Usage {
-            input_tokens: 10,
-            output_tokens: 2,
-        }),
-        ModelResponse::text("5").with_usage(Usage {
-            input_tokens: 20,
-            output_tokens: 1,
-        }),
+        ModelResponse::tool_calls([call("c1", "add", json!({"a": 2, "b": 3}))])
+            .with_usage(Usage::new(10, 2).with_cached(4)),
+        ModelResponse::text("5").with_usage(Usage::new(20, 1)),
     ]);
     let res = run(model.clone(), calculator(), "2+3?").await.unwrap();
     assert_eq!(res.text().as_deref(), Some("5"));
     assert_eq!(res.rounds, 2);
-    assert_eq!(
-        res.usage,
-        Usage {
-            input_tokens: 30,
-            output_tokens: 3
-        }
-    );
+    assert_eq!(res.usage, Usage::new(30, 3).with_cached(4));
     assert_eq!(
         results(&res.session.history),
         [("c1".into(), false, "5".into())]
