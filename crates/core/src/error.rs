@@ -56,6 +56,9 @@ pub enum ErrorKind {
     BadRequest,
     /// A deadline passed (for example tower's `Timeout` layer fired).
     Timeout,
+    /// The provider answered with no content at all (Gemini's empty `candidates`). Trying
+    /// again, perhaps with a slightly changed prompt, usually works.
+    EmptyResponse,
     /// The run was cancelled through its cancellation token.
     Cancelled,
     /// A tool failed at the infrastructure level (not a failure the model should see).
@@ -70,7 +73,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Whether trying the same request again later may succeed: rate limits, overload, server
-    /// errors and timeouts.
+    /// errors, timeouts and empty responses.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -78,6 +81,7 @@ impl ErrorKind {
                 | ErrorKind::Overloaded { .. }
                 | ErrorKind::Server
                 | ErrorKind::Timeout
+                | ErrorKind::EmptyResponse
         )
     }
 
@@ -102,6 +106,7 @@ impl ErrorKind {
             ErrorKind::ContextTooLong => "context too long",
             ErrorKind::BadRequest => "bad request",
             ErrorKind::Timeout => "timed out",
+            ErrorKind::EmptyResponse => "empty response",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Tool => "tool failure",
             ErrorKind::Backend => "backend failure",

@@ -1,0 +1,384 @@
+//! From an HTTP failure (status, headers, body) to the core error kinds, with the wait the
+//! provider asked for.
+//!
+//! | status | kind |
+//! |---|---|
+//! | 429, quota used up (OpenAI `insufficient_quota`; Gemini without a retry delay) | [`ErrorKind::QuotaExhausted`] |
+//! | 429 | [`ErrorKind::RateLimited`], with the wait |
+//! | 503, 529 | [`ErrorKind::Overloaded`], with the wait |
+//! | other 5xx | [`ErrorKind::Server`] |
+//! | 401, 403 | [`ErrorKind::Auth`] |
+//! | 402, 400 with a billing message (Anthropic's "credit balance is too low") | [`ErrorKind::QuotaExhausted`] |
+//! | 400 recognized as a context overflow per provider, 413 | [`ErrorKind::ContextTooLong`] |
+//! | 408 | [`ErrorKind::Timeout`] |
+//! | other 4xx | [`ErrorKind::BadRequest`] |
+//!
+//! The wait, first found wins: `Retry-After` (seconds, or an HTTP date), `retry-after-ms`,
+//! the longest of OpenAI's `x-ratelimit-reset-requests` / `-tokens` (`1s`, `6m0s`, `20ms`), the
+//! longest of Anthropic's `anthropic-ratelimit-*-reset` (RFC 3339 instants), Gemini's
+//! `RetryInfo.retryDelay` in the body (`"34s"`).
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+use tower_agent_core::{Error, ErrorKind};
+
+use crate::key::ApiKey;
+
+/// The most of a provider's error message kept in an error.
+const MAX_MESSAGE: usize = 500;
+
+/// The error for a failed HTTP response of `provider`.
+pub(crate) fn classify(
+    provider: &'static str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &str,
+    key: Option<&ApiKey>,
+    now: SystemTime,
+) -> Error {
+    let detail = Detail::of(body);
+    let message = redact(&detail.message, key);
+    let kind = match status.as_u16() {
+        429 if detail.is_quota(provider) => ErrorKind::QuotaExhausted,
+        429 => ErrorKind::RateLimited {
+            retry_after: retry_after(headers, &detail, now),
+        },
+        503 | 529 => ErrorKind::Overloaded {
+            retry_after: retry_after(headers, &detail, now),
+        },
+        500..=599 => ErrorKind::Server,
+        401 | 403 => ErrorKind::Auth,
+        402 => ErrorKind::QuotaExhausted,
+        413 => ErrorKind::ContextTooLong,
+        408 => ErrorKind::Timeout,
+        400 if detail.is_context_overflow(provider) => ErrorKind::ContextTooLong,
+        400 if detail.is_billing() => ErrorKind::QuotaExhausted,
+        _ => ErrorKind::BadRequest,
+    };
+    Error::new(kind, format!("{provider}: HTTP {}: {message}", status.as_u16()))
+}
+
+/// The error of an error event inside a stream that began with HTTP 200 (Anthropic's
+/// `overloaded_error`, OpenAI's `{"error": ..}` chunk).
+pub(crate) fn stream_error(provider: &'static str, data: &str, key: Option<&ApiKey>) -> Error {
+    let detail = Detail::of(data);
+    let message = redact(&detail.message, key);
+    let kind = match detail.kind.as_str() {
+        "overloaded_error" => ErrorKind::Overloaded { retry_after: None },
+        "rate_limit_error" | "rate_limit_exceeded" => ErrorKind::RateLimited { retry_after: None },
+        "authentication_error" | "permission_error" => ErrorKind::Auth,
+        "invalid_request_error" if detail.is_context_overflow(provider) => {
+            ErrorKind::ContextTooLong
+        }
+        "invalid_request_error" => ErrorKind::BadRequest,
+        _ => ErrorKind::Server,
+    };
+    Error::new(kind, format!("{provider}: error in the stream: {message}"))
+}
+
+/// What a provider's error body says, whatever its shape.
+#[derive(Debug, Default)]
+struct Detail {
+    message: String,
+    /// OpenAI `error.type`/`error.code`, Anthropic `error.type`, Gemini `error.status`.
+    kind: String,
+    code: String,
+    /// Gemini's `RetryInfo.retryDelay`.
+    retry_delay: Option<Duration>,
+}
+
+impl Detail {
+    fn of(body: &str) -> Detail {
+        let Ok(value) = serde_json::from_str::<Value>(body) else {
+            return Detail {
+                message: clip(body.trim()).to_owned(),
+                ..Detail::default()
+            };
+        };
+        let error = value.get("error").unwrap_or(&value);
+        let text = |v: Option<&Value>| match v {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => String::new(),
+        };
+        let message = match error {
+            Value::String(s) => s.clone(),
+            _ => text(error.get("message")),
+        };
+        let kind = [error.get("type"), error.get("status")]
+            .into_iter()
+            .map(text)
+            .find(|s| !s.is_empty())
+            .unwrap_or_default();
+        let retry_delay = error
+            .get("details")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d.get("retryDelay").and_then(Value::as_str))
+            .find_map(go_duration);
+        Detail {
+            message: clip(&message).to_owned(),
+            kind,
+            code: text(error.get("code")),
+            retry_delay,
+        }
+    }
+
+    fn lower(&self) -> String {
+        self.message.to_lowercase()
+    }
+
+    fn is_quota(&self, provider: &str) -> bool {
+        match provider {
+            "gemini" => self.retry_delay.is_none() && self.lower().contains("quota"),
+            _ => self.code == "insufficient_quota" || self.kind == "insufficient_quota",
+        }
+    }
+
+    fn is_billing(&self) -> bool {
+        let message = self.lower();
+        message.contains("credit balance") || message.contains("billing")
+    }
+
+    fn is_context_overflow(&self, provider: &str) -> bool {
+        let message = self.lower();
+        match provider {
+            "anthropic" => {
+                message.contains("prompt is too long") || message.contains("too many total tokens")
+            }
+            "gemini" => {
+                message.contains("exceeds the maximum number of tokens")
+                    || message.contains("input token count")
+            }
+            _ => {
+                self.code == "context_length_exceeded"
+                    || message.contains("maximum context length")
+                    || message.contains("context length exceeded")
+                    // llama.cpp's llama-server
+                    || message.contains("exceeds the available context size")
+                    // Ollama
+                    || message.contains("context window")
+            }
+        }
+    }
+}
+
+/// The wait a rate-limited or overloaded response asks for; see the [module docs](self).
+fn retry_after(headers: &HeaderMap, detail: &Detail, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(value) = header("retry-after") {
+        if let Ok(seconds) = value.parse::<f64>() {
+            if seconds.is_finite() && seconds >= 0.0 {
+                return Some(Duration::from_secs_f64(seconds.min(86_400.0)));
+            }
+        }
+        if let Ok(at) = httpdate::parse_http_date(value) {
+            return Some(at.duration_since(now).unwrap_or(Duration::ZERO));
+        }
+    }
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0));
+        }
+    }
+    let openai = ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .into_iter()
+        .filter_map(|name| header(name).and_then(go_duration))
+        .max();
+    if openai.is_some() {
+        return openai;
+    }
+    let anthropic = headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            name.starts_with("anthropic-ratelimit-") && name.ends_with("-reset")
+        })
+        .filter_map(|(_, value)| value.to_str().ok())
+        .filter_map(|value| humantime::parse_rfc3339_weak(value.trim()).ok())
+        .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO))
+        .max();
+    anthropic.or(detail.retry_delay)
+}
+
+/// A duration written the way Go prints one: `1s`, `6m0s`, `20ms`, `1h2m3.5s`, `34s`.
+pub(crate) fn go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0.0_f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            "us" | "µs" => 0.000_001,
+            "ns" => 0.000_000_001,
+            _ => return None,
+        };
+        total += number * seconds;
+        rest = &rest[unit_end..];
+    }
+    (total.is_finite() && total <= 86_400.0).then(|| Duration::from_secs_f64(total))
+}
+
+/// `text` without the key, if the provider echoed it.
+fn redact(text: &str, key: Option<&ApiKey>) -> String {
+    match key {
+        Some(key) if key.expose().len() >= 4 => text.replace(key.expose(), "…"),
+        _ => text.to_owned(),
+    }
+}
+
+fn clip(text: &str) -> &str {
+    if text.len() <= MAX_MESSAGE {
+        return text;
+    }
+    let mut end = MAX_MESSAGE;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderName, HeaderValue};
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                    HeaderValue::from_str(v).expect("value"),
+                )
+            })
+            .collect()
+    }
+
+    fn kind(provider: &'static str, status: u16, pairs: &[(&str, &str)], body: &str) -> ErrorKind {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        classify(
+            provider,
+            StatusCode::from_u16(status).expect("status"),
+            &headers(pairs),
+            body,
+            None,
+            now,
+        )
+        .kind()
+    }
+
+    fn waits(pairs: &[(&str, &str)], body: &str) -> Option<Duration> {
+        kind("openai", 429, pairs, body).retry_after()
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration("1s"), Some(Duration::from_secs(1)));
+        assert_eq!(go_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(go_duration("20ms"), Some(Duration::from_millis(20)));
+        assert_eq!(go_duration("1h2m3.5s"), Some(Duration::from_secs_f64(3723.5)));
+        for bad in ["", "s", "1x", "1.2.3s", "-1s", "10"] {
+            assert_eq!(go_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_wait_comes_from_the_first_header_found() {
+        assert_eq!(waits(&[("retry-after", "7")], ""), Some(Duration::from_secs(7)));
+        assert_eq!(waits(&[("retry-after", "1.5")], ""), Some(Duration::from_millis(1500)));
+        // An HTTP date 30 s after "now".
+        assert_eq!(
+            waits(&[("retry-after", "Tue, 14 Nov 2023 22:13:50 GMT")], ""),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(waits(&[("retry-after-ms", "250")], ""), Some(Duration::from_millis(250)));
+        assert_eq!(
+            waits(&[("x-ratelimit-reset-requests", "1s"), ("x-ratelimit-reset-tokens", "6m0s")], ""),
+            Some(Duration::from_secs(360))
+        );
+        assert_eq!(
+            waits(&[("retry-after", "2"), ("x-ratelimit-reset-tokens", "6m0s")], ""),
+            Some(Duration::from_secs(2)),
+            "Retry-After wins"
+        );
+        assert_eq!(
+            waits(
+                &[
+                    ("anthropic-ratelimit-requests-reset", "2023-11-14T22:13:25Z"),
+                    ("anthropic-ratelimit-tokens-reset", "2023-11-14T22:13:40Z"),
+                ],
+                ""
+            ),
+            Some(Duration::from_secs(20))
+        );
+        let gemini = r#"{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED",
+            "details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"34s"}]}}"#;
+        assert_eq!(kind("gemini", 429, &[], gemini).retry_after(), Some(Duration::from_secs(34)));
+        assert_eq!(waits(&[("retry-after", "soon")], ""), None, "unreadable: no wait");
+    }
+
+    #[test]
+    fn each_class_is_recognized() {
+        let openai_quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+        assert_eq!(kind("openai", 429, &[], openai_quota), ErrorKind::QuotaExhausted);
+        assert!(matches!(kind("openai", 429, &[], "{}"), ErrorKind::RateLimited { .. }));
+        assert!(matches!(kind("anthropic", 529, &[], "{}"), ErrorKind::Overloaded { .. }));
+        assert!(matches!(kind("openai", 503, &[("retry-after", "3")], ""), ErrorKind::Overloaded { retry_after: Some(d) } if d == Duration::from_secs(3)));
+        assert_eq!(kind("openai", 500, &[], ""), ErrorKind::Server);
+        assert_eq!(kind("openai", 502, &[], "<html>bad gateway</html>"), ErrorKind::Server);
+        assert_eq!(kind("openai", 401, &[], ""), ErrorKind::Auth);
+        assert_eq!(kind("gemini", 403, &[], ""), ErrorKind::Auth);
+        let openai_long = r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","code":"context_length_exceeded"}}"#;
+        assert_eq!(kind("openai", 400, &[], openai_long), ErrorKind::ContextTooLong);
+        let llama = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
+        assert_eq!(kind("openai", 400, &[], llama), ErrorKind::ContextTooLong);
+        let anthropic_long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        assert_eq!(kind("anthropic", 400, &[], anthropic_long), ErrorKind::ContextTooLong);
+        let anthropic_credit = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#;
+        assert_eq!(kind("anthropic", 400, &[], anthropic_credit), ErrorKind::QuotaExhausted);
+        let gemini_long = r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(kind("gemini", 400, &[], gemini_long), ErrorKind::ContextTooLong);
+        let gemini_quota = r#"{"error":{"code":429,"message":"You exceeded your current quota.","status":"RESOURCE_EXHAUSTED"}}"#;
+        assert_eq!(kind("gemini", 429, &[], gemini_quota), ErrorKind::QuotaExhausted);
+        assert_eq!(kind("openai", 400, &[], r#"{"error":{"message":"bad"}}"#), ErrorKind::BadRequest);
+        assert_eq!(kind("openai", 404, &[], ""), ErrorKind::BadRequest);
+        assert_eq!(kind("openai", 413, &[], ""), ErrorKind::ContextTooLong);
+    }
+
+    #[test]
+    fn an_echoed_key_is_redacted_and_messages_are_clipped() {
+        let key = ApiKey::new("sk-live-123456");
+        let body = r#"{"error":{"message":"Incorrect API key provided: sk-live-123456."}}"#;
+        let error = classify("openai", StatusCode::UNAUTHORIZED, &HeaderMap::new(), body, Some(&key), SystemTime::now());
+        assert!(!error.to_string().contains("sk-live-123456"), "{error}");
+        assert!(error.to_string().contains("Incorrect API key provided"), "{error}");
+        let long = "é".repeat(1000);
+        let error = classify("openai", StatusCode::BAD_REQUEST, &HeaderMap::new(), &long, None, SystemTime::now());
+        assert!(error.message().len() < 600);
+    }
+
+    #[test]
+    fn errors_inside_a_stream() {
+        let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert!(matches!(stream_error("anthropic", overloaded, None).kind(), ErrorKind::Overloaded { .. }));
+        assert_eq!(stream_error("openai", "not json", None).kind(), ErrorKind::Server);
+    }
+}

@@ -1,0 +1,248 @@
+//! The machinery every provider shares: one HTTP call, streamed or not, its span, its errors.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures_util::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{Error, ErrorKind, Event, FinishReason, ModelRequest, ModelResponse};
+use tracing::Instrument;
+
+use crate::classify::classify;
+use crate::key::ApiKey;
+
+/// A piece of a streamed answer, for the run's event sink.
+#[derive(Debug)]
+pub(crate) enum Delta {
+    Text(String),
+    Reasoning(String),
+}
+
+/// Assembles one streamed answer from its server-sent events.
+pub(crate) trait StreamDecoder: Send {
+    /// Take one event (`event` is its `event:` name, empty when none); push what should reach
+    /// the event sink now to `deltas`.
+    ///
+    /// # Errors
+    ///
+    /// A chunk that is not what the provider sends (invalid JSON), or an error event.
+    fn feed(&mut self, event: &str, data: &str, deltas: &mut Vec<Delta>) -> Result<(), Error>;
+
+    /// Whether the provider said the answer is complete.
+    fn is_done(&self) -> bool;
+
+    /// The complete answer.
+    ///
+    /// # Errors
+    ///
+    /// The stream ended before the provider said the answer is complete.
+    fn finish(self: Box<Self>) -> Result<ModelResponse, Error>;
+}
+
+/// One provider's wire format.
+pub(crate) trait Wire: Send + Sync + 'static {
+    /// The provider's name, as in `gen_ai.provider.name`.
+    const PROVIDER: &'static str;
+
+    fn model(&self) -> &str;
+    fn key(&self) -> Option<&ApiKey>;
+    fn url(&self, stream: bool) -> String;
+    /// Headers beyond `content-type`, the key's among them (marked sensitive).
+    fn headers(&self) -> HeaderMap;
+
+    /// The request body.
+    ///
+    /// # Errors
+    ///
+    /// A request this provider cannot express.
+    fn encode(&self, req: &ModelRequest, stream: bool) -> Result<Vec<u8>, Error>;
+
+    /// A whole (not streamed) response body.
+    ///
+    /// # Errors
+    ///
+    /// A body that is not what the provider sends.
+    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error>;
+
+    fn decoder(&self) -> Box<dyn StreamDecoder>;
+}
+
+/// A key header value the HTTP stack will not log.
+pub(crate) fn secret_header(name: &'static str, value: &str) -> Option<(HeaderName, HeaderValue)> {
+    let mut value = HeaderValue::from_str(value).ok()?;
+    value.set_sensitive(true);
+    Some((HeaderName::from_static(name), value))
+}
+
+/// A provider's client: its wire format, the HTTP client, and whether to stream.
+#[derive(Debug, Clone)]
+pub(crate) struct Client<W> {
+    pub(crate) wire: W,
+    pub(crate) http: reqwest::Client,
+    pub(crate) stream: bool,
+}
+
+/// One model call.
+pub(crate) fn call<W: Wire>(
+    client: Arc<Client<W>>,
+    req: ModelRequest,
+) -> BoxFuture<'static, Result<ModelResponse, Error>> {
+    let span = tracing::info_span!(
+        "chat",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = W::PROVIDER,
+        gen_ai.request.model = client.wire.model(),
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    let record = span.clone();
+    Box::pin(
+        async move {
+            let result = send(&client, &req).await;
+            match &result {
+                Ok(res) => {
+                    record.record("gen_ai.usage.input_tokens", res.usage.input_tokens);
+                    record.record("gen_ai.usage.output_tokens", res.usage.output_tokens);
+                    record.record(
+                        "gen_ai.response.finish_reasons",
+                        finish_reason_name(&res.finish_reason),
+                    );
+                }
+                Err(error) => {
+                    record.record("error.type", tracing::field::debug(error.kind()));
+                }
+            }
+            result
+        }
+        .instrument(span),
+    )
+}
+
+async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelResponse, Error> {
+    let wire = &client.wire;
+    let body = wire.encode(req, client.stream)?;
+    let response = client
+        .http
+        .post(wire.url(client.stream))
+        .headers(wire.headers())
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| transport_error(W::PROVIDER, e))?;
+    let status = response.status();
+    if !status.is_success() {
+        let headers = response.headers().clone();
+        let body = response.text().await.unwrap_or_default();
+        return Err(classify(
+            W::PROVIDER,
+            status,
+            &headers,
+            &body,
+            wire.key(),
+            SystemTime::now(),
+        ));
+    }
+    if !client.stream {
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| transport_error(W::PROVIDER, e))?;
+        return wire.decode(&bytes);
+    }
+    let mut events = response.bytes_stream().eventsource();
+    let mut decoder = wire.decoder();
+    let mut deltas = Vec::new();
+    let round = req.ctx.round();
+    let listening = req.ctx.events().is_enabled();
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|e| match e {
+            EventStreamError::Transport(e) => transport_error(W::PROVIDER, e),
+            other => Error::new(
+                ErrorKind::Server,
+                format!("{}: the event stream is not valid: {other}", W::PROVIDER),
+            ),
+        })?;
+        decoder.feed(&event.event, &event.data, &mut deltas)?;
+        for delta in deltas.drain(..) {
+            if !listening {
+                continue;
+            }
+            let event = match delta {
+                Delta::Text(delta) => Event::TextDelta { round, delta },
+                Delta::Reasoning(delta) => Event::ReasoningDelta { round, delta },
+            };
+            req.ctx.emit(event).await?;
+        }
+        if decoder.is_done() {
+            break;
+        }
+    }
+    decoder.finish()
+}
+
+/// A failure to talk to the server at all, without the URL (a key may hide in a URL).
+pub(crate) fn transport_error(provider: &'static str, error: reqwest::Error) -> Error {
+    let kind = if error.is_timeout() {
+        ErrorKind::Timeout
+    } else if error.is_builder() {
+        ErrorKind::BadRequest
+    } else {
+        ErrorKind::Server
+    };
+    let what = if error.is_connect() {
+        "cannot connect"
+    } else if error.is_body() || error.is_decode() {
+        "the response broke off"
+    } else {
+        "the request failed"
+    };
+    let error = error.without_url();
+    let mut message = format!("{provider}: {what}: {error}");
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    Error::new(kind, message)
+}
+
+/// The error of a body that is not what the provider sends.
+pub(crate) fn invalid(provider: &'static str, what: &str, error: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Server,
+        format!("{provider}: {what} is not valid: {error}"),
+    )
+}
+
+/// The error of a stream that ended before the provider said the answer was complete.
+pub(crate) fn truncated(provider: &'static str) -> Error {
+    Error::new(
+        ErrorKind::Server,
+        format!("{provider}: the stream ended before the answer was complete"),
+    )
+}
+
+/// The OpenTelemetry name of a finish reason.
+pub(crate) fn finish_reason_name(reason: &FinishReason) -> &str {
+    match reason {
+        FinishReason::Stop => "stop",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::Length => "length",
+        FinishReason::ContentFilter => "content_filter",
+        FinishReason::Other(other) => other,
+    }
+}
+
+/// The HTTP client every provider builds by default: rustls, a connect timeout, no overall
+/// timeout (a stream may run for minutes: put tower's `Timeout` around the service instead).
+pub(crate) fn default_http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}

@@ -1,0 +1,50 @@
+//! Model services over reqwest (rustls, no OpenSSL): one module and one cargo feature per
+//! provider.
+//!
+//! | service | feature | API | key from |
+//! |---|---|---|---|
+//! | [`OpenAi`] | `openai` | Chat Completions, any base URL (vLLM, llama.cpp, Ollama, LM Studio, OpenRouter) | `OPENAI_API_KEY` (base URL `OPENAI_BASE_URL`) |
+//! | [`Anthropic`] | `anthropic` | Messages | `ANTHROPIC_API_KEY` |
+//! | [`Gemini`] | `gemini` | `generateContent` | `GEMINI_API_KEY` |
+//!
+//! Each is a `Service<ModelRequest, Response = ModelResponse, Error = Error>`: wrap it in the
+//! model layers like any model service. Each streams by default (server-sent events, parsed by
+//! `eventsource-stream`): text and reasoning deltas reach the run's event sink as they arrive,
+//! and the response that goes back through the layers is the whole message. A broken stream
+//! is an error, never a half message.
+//!
+//! Failures are classified into the core [`ErrorKind`](tower_agent_core::ErrorKind)s from the
+//! status, the headers and the body, with the wait the provider asked for (see `classify`
+//! below). Keys are sent in headers marked sensitive, never in URLs, and never appear in
+//! `Debug` output or errors ([`ApiKey`]).
+//!
+//! Every call runs in a `tracing` span `chat` with the OpenTelemetry GenAI attributes
+//! `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`,
+//! `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` and
+//! `gen_ai.response.finish_reasons` (and `error.type` on failure).
+
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod key;
+
+#[cfg(feature = "http")]
+pub mod classify;
+#[cfg(feature = "http")]
+mod http;
+
+#[cfg(feature = "anthropic")]
+pub mod anthropic;
+#[cfg(feature = "gemini")]
+pub mod gemini;
+#[cfg(feature = "openai")]
+pub mod openai;
+
+pub use key::ApiKey;
+
+#[cfg(feature = "anthropic")]
+pub use anthropic::Anthropic;
+#[cfg(feature = "gemini")]
+pub use gemini::Gemini;
+#[cfg(feature = "openai")]
+pub use openai::OpenAi;
