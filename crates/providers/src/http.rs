@@ -7,7 +7,11 @@ use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tower_agent_core::event::BoxFuture;
-use tower_agent_core::{Error, ErrorKind, Event, FinishReason, ModelRequest, ModelResponse};
+use std::borrow::Cow;
+
+use tower_agent_core::{
+    ContentPart, Error, ErrorKind, Event, FinishReason, Message, ModelRequest, ModelResponse,
+};
 use tracing::Instrument;
 
 use crate::classify::classify;
@@ -246,3 +250,21 @@ pub(crate) fn default_http() -> reqwest::Client {
         .build()
         .unwrap_or_default()
 }
+
+/// The text parts of `message`, borrowed when there is one.
+pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
+    let mut texts = message.content.iter().filter_map(|p| match p {
+        ContentPart::Text { text } => Some(text.as_str()),
+        _ => None,
+    });
+    match (texts.next(), texts.next()) {
+        (None, _) => Cow::Borrowed(""),
+        (Some(one), None) => Cow::Borrowed(one),
+        (Some(first), Some(second)) => {
+            let mut all = format!("{first}{second}");
+            all.extend(texts);
+            Cow::Owned(all)
+        }
+    }
+}
+

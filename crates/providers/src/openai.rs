@@ -48,7 +48,9 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use crate::classify::stream_error;
-use crate::http::{self, Client, Delta, StreamDecoder, Wire, invalid, secret_header, truncated};
+use crate::http::{
+    self, Client, Delta, StreamDecoder, Wire, invalid, secret_header, text_of, truncated,
+};
 use crate::key::ApiKey;
 
 const PROVIDER: &str = "openai";
@@ -318,23 +320,6 @@ fn body<'a>(model: &'a str, req: &'a ModelRequest, stream: bool) -> Body<'a> {
         stream_options: stream.then_some(StreamOptions {
             include_usage: true,
         }),
-    }
-}
-
-/// The text parts of `message`, borrowed when there is one.
-pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
-    let mut texts = message.content.iter().filter_map(|p| match p {
-        ContentPart::Text { text } => Some(text.as_str()),
-        _ => None,
-    });
-    match (texts.next(), texts.next()) {
-        (None, _) => Cow::Borrowed(""),
-        (Some(one), None) => Cow::Borrowed(one),
-        (Some(first), Some(second)) => {
-            let mut all = format!("{first}{second}");
-            all.extend(texts);
-            Cow::Owned(all)
-        }
     }
 }
 
