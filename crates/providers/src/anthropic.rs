@@ -186,7 +186,11 @@ impl Wire for AnthropicWire {
     fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
         let response: WireResponse =
             serde_json::from_slice(body).map_err(|e| invalid(PROVIDER, "the response", e))?;
-        let parts = response.content.into_iter().filter_map(block_part).collect();
+        let parts = response
+            .content
+            .into_iter()
+            .filter_map(block_part)
+            .collect();
         let mut res = ModelResponse::from_parts(parts).with_usage(response.usage.into());
         res.finish_reason = finish_reason(response.stop_reason.as_deref());
         Ok(res)
@@ -507,10 +511,7 @@ impl StreamDecoder for Decoder {
         }
         let value: Value =
             serde_json::from_str(data).map_err(|e| invalid(PROVIDER, "a stream event", e))?;
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(event);
+        let kind = value.get("type").and_then(Value::as_str).unwrap_or(event);
         match kind {
             "message_start" => {
                 if let Some(usage) = value.pointer("/message/usage") {
@@ -577,7 +578,10 @@ impl StreamDecoder for Decoder {
                 if let Some(reason) = value.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.stop_reason = Some(reason.to_owned());
                 }
-                if let Some(output) = value.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                if let Some(output) = value
+                    .pointer("/usage/output_tokens")
+                    .and_then(Value::as_u64)
+                {
                     self.usage.output_tokens = output;
                 }
             }
@@ -684,7 +688,8 @@ mod tests {
             Message::system("be brief"),
         ]);
         req.system = Some("sys".into());
-        let body: Value = serde_json::from_slice(&wire().encode(&req, false).expect("encodes")).expect("json");
+        let body: Value =
+            serde_json::from_slice(&wire().encode(&req, false).expect("encodes")).expect("json");
         assert_eq!(
             body,
             json!({
@@ -714,18 +719,51 @@ mod tests {
         let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
         let mut deltas = Vec::new();
         for (event, data) in [
-            ("message_start", r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}"#),
-            ("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"SIG"}}"#),
-            ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
-            ("content_block_start", r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Let me"}}"#),
-            ("content_block_start", r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_1","name":"ls","input":{}}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"path\":"}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"src\"}"}}"#),
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"SIG"}}"#,
+            ),
+            (
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Let me"}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_1","name":"ls","input":{}}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"path\":"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"src\"}"}}"#,
+            ),
             ("ping", r#"{"type":"ping"}"#),
-            ("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}}"#),
+            (
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}}"#,
+            ),
             ("message_stop", r#"{"type":"message_stop"}"#),
         ] {
             decoder.feed(event, data, &mut deltas).expect("valid");
@@ -735,8 +773,13 @@ mod tests {
         assert_eq!(
             res.message.content,
             vec![
-                ContentPart::Reasoning { text: "hmm".into(), signature: Some("SIG".into()) },
-                ContentPart::Text { text: "Let me".into() },
+                ContentPart::Reasoning {
+                    text: "hmm".into(),
+                    signature: Some("SIG".into())
+                },
+                ContentPart::Text {
+                    text: "Let me".into()
+                },
                 ContentPart::ToolCall(ToolCall::raw("toolu_1", "ls", r#"{"path":"src"}"#)),
             ]
         );
@@ -748,10 +791,17 @@ mod tests {
     fn an_error_event_inside_a_200_stream_is_typed() {
         let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
         let err = decoder
-            .feed("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, &mut Vec::new())
+            .feed(
+                "error",
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                &mut Vec::new(),
+            )
             .expect_err("an error event");
         assert!(matches!(err.kind(), ErrorKind::Overloaded { .. }));
         let decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
-        assert_eq!(decoder.finish().expect_err("never stopped").kind(), ErrorKind::Server);
+        assert_eq!(
+            decoder.finish().expect_err("never stopped").kind(),
+            ErrorKind::Server
+        );
     }
 }

@@ -58,7 +58,10 @@ pub(crate) fn classify(
         400 if detail.is_billing() => ErrorKind::QuotaExhausted,
         _ => ErrorKind::BadRequest,
     };
-    Error::new(kind, format!("{provider}: HTTP {}: {message}", status.as_u16()))
+    Error::new(
+        kind,
+        format!("{provider}: HTTP {}: {message}", status.as_u16()),
+    )
 }
 
 /// The error of an error event inside a stream that began with HTTP 200 (Anthropic's
@@ -169,7 +172,12 @@ impl Detail {
 
 /// The wait a rate-limited or overloaded response asks for; see the [module docs](self).
 fn retry_after(headers: &HeaderMap, detail: &Detail, now: SystemTime) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(value) = header("retry-after") {
         if let Ok(seconds) = value.parse::<f64>() {
             if seconds.is_finite() && seconds >= 0.0 {
@@ -294,7 +302,10 @@ mod tests {
         assert_eq!(go_duration("1s"), Some(Duration::from_secs(1)));
         assert_eq!(go_duration("6m0s"), Some(Duration::from_secs(360)));
         assert_eq!(go_duration("20ms"), Some(Duration::from_millis(20)));
-        assert_eq!(go_duration("1h2m3.5s"), Some(Duration::from_secs_f64(3723.5)));
+        assert_eq!(
+            go_duration("1h2m3.5s"),
+            Some(Duration::from_secs_f64(3723.5))
+        );
         for bad in ["", "s", "1x", "1.2.3s", "-1s", "10"] {
             assert_eq!(go_duration(bad), None, "{bad}");
         }
@@ -302,20 +313,38 @@ mod tests {
 
     #[test]
     fn the_wait_comes_from_the_first_header_found() {
-        assert_eq!(waits(&[("retry-after", "7")], ""), Some(Duration::from_secs(7)));
-        assert_eq!(waits(&[("retry-after", "1.5")], ""), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            waits(&[("retry-after", "7")], ""),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            waits(&[("retry-after", "1.5")], ""),
+            Some(Duration::from_millis(1500))
+        );
         // An HTTP date 30 s after "now".
         assert_eq!(
             waits(&[("retry-after", "Tue, 14 Nov 2023 22:13:50 GMT")], ""),
             Some(Duration::from_secs(30))
         );
-        assert_eq!(waits(&[("retry-after-ms", "250")], ""), Some(Duration::from_millis(250)));
         assert_eq!(
-            waits(&[("x-ratelimit-reset-requests", "1s"), ("x-ratelimit-reset-tokens", "6m0s")], ""),
+            waits(&[("retry-after-ms", "250")], ""),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            waits(
+                &[
+                    ("x-ratelimit-reset-requests", "1s"),
+                    ("x-ratelimit-reset-tokens", "6m0s")
+                ],
+                ""
+            ),
             Some(Duration::from_secs(360))
         );
         assert_eq!(
-            waits(&[("retry-after", "2"), ("x-ratelimit-reset-tokens", "6m0s")], ""),
+            waits(
+                &[("retry-after", "2"), ("x-ratelimit-reset-tokens", "6m0s")],
+                ""
+            ),
             Some(Duration::from_secs(2)),
             "Retry-After wins"
         );
@@ -331,34 +360,73 @@ mod tests {
         );
         let gemini = r#"{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED",
             "details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"34s"}]}}"#;
-        assert_eq!(kind("gemini", 429, &[], gemini).retry_after(), Some(Duration::from_secs(34)));
-        assert_eq!(waits(&[("retry-after", "soon")], ""), None, "unreadable: no wait");
+        assert_eq!(
+            kind("gemini", 429, &[], gemini).retry_after(),
+            Some(Duration::from_secs(34))
+        );
+        assert_eq!(
+            waits(&[("retry-after", "soon")], ""),
+            None,
+            "unreadable: no wait"
+        );
     }
 
     #[test]
     fn each_class_is_recognized() {
         let openai_quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
-        assert_eq!(kind("openai", 429, &[], openai_quota), ErrorKind::QuotaExhausted);
-        assert!(matches!(kind("openai", 429, &[], "{}"), ErrorKind::RateLimited { .. }));
-        assert!(matches!(kind("anthropic", 529, &[], "{}"), ErrorKind::Overloaded { .. }));
-        assert!(matches!(kind("openai", 503, &[("retry-after", "3")], ""), ErrorKind::Overloaded { retry_after: Some(d) } if d == Duration::from_secs(3)));
+        assert_eq!(
+            kind("openai", 429, &[], openai_quota),
+            ErrorKind::QuotaExhausted
+        );
+        assert!(matches!(
+            kind("openai", 429, &[], "{}"),
+            ErrorKind::RateLimited { .. }
+        ));
+        assert!(matches!(
+            kind("anthropic", 529, &[], "{}"),
+            ErrorKind::Overloaded { .. }
+        ));
+        assert!(
+            matches!(kind("openai", 503, &[("retry-after", "3")], ""), ErrorKind::Overloaded { retry_after: Some(d) } if d == Duration::from_secs(3))
+        );
         assert_eq!(kind("openai", 500, &[], ""), ErrorKind::Server);
-        assert_eq!(kind("openai", 502, &[], "<html>bad gateway</html>"), ErrorKind::Server);
+        assert_eq!(
+            kind("openai", 502, &[], "<html>bad gateway</html>"),
+            ErrorKind::Server
+        );
         assert_eq!(kind("openai", 401, &[], ""), ErrorKind::Auth);
         assert_eq!(kind("gemini", 403, &[], ""), ErrorKind::Auth);
         let openai_long = r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","code":"context_length_exceeded"}}"#;
-        assert_eq!(kind("openai", 400, &[], openai_long), ErrorKind::ContextTooLong);
+        assert_eq!(
+            kind("openai", 400, &[], openai_long),
+            ErrorKind::ContextTooLong
+        );
         let llama = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
         assert_eq!(kind("openai", 400, &[], llama), ErrorKind::ContextTooLong);
         let anthropic_long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
-        assert_eq!(kind("anthropic", 400, &[], anthropic_long), ErrorKind::ContextTooLong);
+        assert_eq!(
+            kind("anthropic", 400, &[], anthropic_long),
+            ErrorKind::ContextTooLong
+        );
         let anthropic_credit = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#;
-        assert_eq!(kind("anthropic", 400, &[], anthropic_credit), ErrorKind::QuotaExhausted);
+        assert_eq!(
+            kind("anthropic", 400, &[], anthropic_credit),
+            ErrorKind::QuotaExhausted
+        );
         let gemini_long = r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#;
-        assert_eq!(kind("gemini", 400, &[], gemini_long), ErrorKind::ContextTooLong);
+        assert_eq!(
+            kind("gemini", 400, &[], gemini_long),
+            ErrorKind::ContextTooLong
+        );
         let gemini_quota = r#"{"error":{"code":429,"message":"You exceeded your current quota.","status":"RESOURCE_EXHAUSTED"}}"#;
-        assert_eq!(kind("gemini", 429, &[], gemini_quota), ErrorKind::QuotaExhausted);
-        assert_eq!(kind("openai", 400, &[], r#"{"error":{"message":"bad"}}"#), ErrorKind::BadRequest);
+        assert_eq!(
+            kind("gemini", 429, &[], gemini_quota),
+            ErrorKind::QuotaExhausted
+        );
+        assert_eq!(
+            kind("openai", 400, &[], r#"{"error":{"message":"bad"}}"#),
+            ErrorKind::BadRequest
+        );
         assert_eq!(kind("openai", 404, &[], ""), ErrorKind::BadRequest);
         assert_eq!(kind("openai", 413, &[], ""), ErrorKind::ContextTooLong);
     }
@@ -367,18 +435,42 @@ mod tests {
     fn an_echoed_key_is_redacted_and_messages_are_clipped() {
         let key = ApiKey::new("sk-live-123456");
         let body = r#"{"error":{"message":"Incorrect API key provided: sk-live-123456."}}"#;
-        let error = classify("openai", StatusCode::UNAUTHORIZED, &HeaderMap::new(), body, Some(&key), SystemTime::now());
+        let error = classify(
+            "openai",
+            StatusCode::UNAUTHORIZED,
+            &HeaderMap::new(),
+            body,
+            Some(&key),
+            SystemTime::now(),
+        );
         assert!(!error.to_string().contains("sk-live-123456"), "{error}");
-        assert!(error.to_string().contains("Incorrect API key provided"), "{error}");
+        assert!(
+            error.to_string().contains("Incorrect API key provided"),
+            "{error}"
+        );
         let long = "é".repeat(1000);
-        let error = classify("openai", StatusCode::BAD_REQUEST, &HeaderMap::new(), &long, None, SystemTime::now());
+        let error = classify(
+            "openai",
+            StatusCode::BAD_REQUEST,
+            &HeaderMap::new(),
+            &long,
+            None,
+            SystemTime::now(),
+        );
         assert!(error.message().len() < 600);
     }
 
     #[test]
     fn errors_inside_a_stream() {
-        let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        assert!(matches!(stream_error("anthropic", overloaded, None).kind(), ErrorKind::Overloaded { .. }));
-        assert_eq!(stream_error("openai", "not json", None).kind(), ErrorKind::Server);
+        let overloaded =
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert!(matches!(
+            stream_error("anthropic", overloaded, None).kind(),
+            ErrorKind::Overloaded { .. }
+        ));
+        assert_eq!(
+            stream_error("openai", "not json", None).kind(),
+            ErrorKind::Server
+        );
     }
 }

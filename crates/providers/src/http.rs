@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use tower_agent_core::event::BoxFuture;
 use std::borrow::Cow;
+use tower_agent_core::event::BoxFuture;
 
 use tower_agent_core::{
     ContentPart, Error, ErrorKind, Event, FinishReason, Message, ModelRequest, ModelResponse,
@@ -267,4 +267,3 @@ pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
         }
     }
 }
-

@@ -531,7 +531,11 @@ impl StreamDecoder for Decoder {
         }
         for choice in chunk.choices {
             let delta = choice.delta;
-            if let Some(text) = delta.reasoning_content.or(delta.reasoning).filter(|t| !t.is_empty()) {
+            if let Some(text) = delta
+                .reasoning_content
+                .or(delta.reasoning)
+                .filter(|t| !t.is_empty())
+            {
                 self.reasoning.push_str(&text);
                 deltas.push(Delta::Reasoning(text));
             }
@@ -620,7 +624,11 @@ mod tests {
             Message::tool_result(ToolResult::error(&call, "boom")),
         ]);
         req.system = Some("sys".into());
-        req.tools = Arc::from(vec![ToolSpec::new("add", "adds", json!({"type": "object"}))]);
+        req.tools = Arc::from(vec![ToolSpec::new(
+            "add",
+            "adds",
+            json!({"type": "object"}),
+        )]);
         req.options.max_tokens = Some(100);
         req.options.tool_choice = Some(ToolChoice::Tool("add".into()));
         assert_eq!(
@@ -664,7 +672,11 @@ mod tests {
         assert_eq!(deltas.len(), 2);
         let res = decoder.finish().expect("complete");
         assert_eq!(res.message.text(), "Hello");
-        let calls: Vec<_> = res.message.tool_calls().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
+        let calls: Vec<_> = res
+            .message
+            .tool_calls()
+            .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect();
         assert_eq!(calls, [("a", "t1", ""), ("b", "t2", "{\"x\":1}")]);
         assert_eq!(res.usage, Usage::new(9, 3).with_cached(4));
         assert_eq!(res.finish_reason, FinishReason::ToolCalls);
@@ -675,11 +687,23 @@ mod tests {
         let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
         let mut deltas = Vec::new();
         decoder
-            .feed("", r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#, &mut deltas)
+            .feed(
+                "",
+                r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+                &mut deltas,
+            )
             .expect("valid");
         assert_eq!(decoder.finish().expect_err("cut").kind(), ErrorKind::Server);
         let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
         assert!(decoder.feed("", "{not json", &mut deltas).is_err());
-        assert!(decoder.feed("", r#"{"error":{"message":"boom","type":"server_error"}}"#, &mut deltas).is_err());
+        assert!(
+            decoder
+                .feed(
+                    "",
+                    r#"{"error":{"message":"boom","type":"server_error"}}"#,
+                    &mut deltas
+                )
+                .is_err()
+        );
     }
 }
