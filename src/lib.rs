@@ -56,6 +56,7 @@
 //! | `tower-agent-loop` | the agent service, spawn/batch/blocking runs | always |
 //! | `tower-agent-tools` | [`ToolSet`] and typed tools with schemars schemas | `tools` (default) |
 //! | `tower-agent-layers` | built-in layers: patching, instructions, memory ([`layers`]) | `patch`, `instructions`, `memory`; `layers` for all (default) |
+//! | `tower-agent-providers` | model services over reqwest: OpenAI-compatible, Anthropic, Gemini ([`providers`]) | `openai`, `anthropic`, `gemini`; `providers` for all |
 //! | `tower-agent-test` | scripted model, stub tools, assertions (a dev-dependency) | — |
 //!
 //! `full` enables every feature.
@@ -82,6 +83,14 @@ pub mod tools {
 
 #[cfg(feature = "tools")]
 pub use tower_agent_tools::{FnTool, NoArgs, Tool, ToolSet, tool_fn};
+
+/// Model services over reqwest: [`OpenAi`](providers::OpenAi) (and compatible servers),
+/// [`Anthropic`](providers::Anthropic), [`Gemini`](providers::Gemini), each behind its feature
+/// (`openai`, `anthropic`, `gemini`; `providers` for all).
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "gemini"))]
+pub mod providers {
+    pub use tower_agent_providers::*;
+}
 
 /// Built-in layers: [`PatchDanglingLayer`](layers::PatchDanglingLayer),
 /// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),

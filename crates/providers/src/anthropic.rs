@@ -64,7 +64,7 @@ pub struct Anthropic {
     client: Arc<Client<AnthropicWire>>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct AnthropicWire {
     model: String,
     base_url: String,
@@ -148,6 +148,12 @@ impl Service<ModelRequest> for Anthropic {
 
     fn call(&mut self, req: ModelRequest) -> Self::Future {
         http::call(Arc::clone(&self.client), req)
+    }
+}
+
+impl std::fmt::Debug for AnthropicWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        http::debug_wire(f, &self.model, &self.base_url, self.key.as_ref())
     }
 }
 
@@ -617,20 +623,17 @@ impl StreamDecoder for Decoder {
                     json,
                     start,
                 } => {
-                    let input = if json.trim().is_empty() {
-                        start
-                    } else {
-                        // Kept as the model wrote it, valid JSON or not: the tool service
-                        // reports malformed arguments to the model.
-                        match serde_json::from_str::<Value>(&json) {
-                            Ok(value) => value,
-                            Err(_) => {
-                                parts.push(ContentPart::ToolCall(ToolCall::raw(id, name, json)));
-                                continue;
-                            }
-                        }
-                    };
-                    WireBlock::ToolUse { id, name, input }
+                    if !json.trim().is_empty() {
+                        // The arguments as the model wrote them, valid JSON or not: the tool
+                        // service reports malformed arguments to the model.
+                        parts.push(ContentPart::ToolCall(ToolCall::raw(id, name, json)));
+                        continue;
+                    }
+                    WireBlock::ToolUse {
+                        id,
+                        name,
+                        input: start,
+                    }
                 }
                 Open::Other => continue,
             };

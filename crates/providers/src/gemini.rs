@@ -61,7 +61,7 @@ pub struct Gemini {
     client: Arc<Client<GeminiWire>>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct GeminiWire {
     model: String,
     base_url: String,
@@ -137,6 +137,12 @@ impl Service<ModelRequest> for Gemini {
 
     fn call(&mut self, req: ModelRequest) -> Self::Future {
         http::call(Arc::clone(&self.client), req)
+    }
+}
+
+impl std::fmt::Debug for GeminiWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        http::debug_wire(f, &self.model, &self.base_url, self.key.as_ref())
     }
 }
 

@@ -267,3 +267,18 @@ pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
         }
     }
 }
+
+/// A provider's configuration for `Debug`: the base URL without its query (a key may hide
+/// there), and whether a key is set, never the key.
+pub(crate) fn debug_wire(
+    f: &mut std::fmt::Formatter<'_>,
+    model: &str,
+    base_url: &str,
+    key: Option<&ApiKey>,
+) -> std::fmt::Result {
+    f.debug_struct("Config")
+        .field("model", &model)
+        .field("base_url", &base_url.split('?').next().unwrap_or_default())
+        .field("key", &key)
+        .finish()
+}

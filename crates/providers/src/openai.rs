@@ -64,7 +64,7 @@ pub struct OpenAi {
     client: Arc<Client<OpenAiWire>>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct OpenAiWire {
     model: String,
     base_url: String,
@@ -139,6 +139,12 @@ impl Service<ModelRequest> for OpenAi {
 
     fn call(&mut self, req: ModelRequest) -> Self::Future {
         http::call(Arc::clone(&self.client), req)
+    }
+}
+
+impl std::fmt::Debug for OpenAiWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        http::debug_wire(f, &self.model, &self.base_url, self.key.as_ref())
     }
 }
 

@@ -1,0 +1,416 @@
+//! Each provider against recorded, real-shaped payloads served on 127.0.0.1: what it sends,
+//! what it makes of each answer, each error class, broken streams, keys that never show.
+
+#![cfg(all(feature = "openai", feature = "anthropic", feature = "gemini"))]
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::json;
+use tower::{Service, ServiceExt};
+use tower_agent_core::{
+    AgentRequest, ContentPart, Error, ErrorKind, Event, FinishReason, Message, ModelRequest,
+    ModelResponse, RunContext, Session, ToolSpec, Usage,
+};
+use tower_agent_loop::Agent;
+use tower_agent_providers::{Anthropic, Gemini, OpenAi};
+use tower_agent_test::{EventRecorder, StubTool, assert_valid_history};
+use tower_agent_tools::ToolSet;
+
+use common::{Canned, Server};
+
+const KEY: &str = "sk-test-SECRET-0123456789";
+
+fn request() -> ModelRequest {
+    let mut req = ModelRequest::new(vec![Message::user("What is the capital of France?")]);
+    req.system = Some("Be brief.".into());
+    req.tools = std::sync::Arc::from(vec![ToolSpec::new(
+        "weather",
+        "The weather in a city.",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    )]);
+    req
+}
+
+/// A request whose context streams events to a recorder.
+fn observed() -> (ModelRequest, EventRecorder) {
+    let recorder = EventRecorder::new();
+    let mut req = request();
+    req.ctx = RunContext::new().with_observer(recorder.clone());
+    (req, recorder)
+}
+
+fn text_deltas(recorder: &EventRecorder) -> Vec<String> {
+    recorder
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TextDelta { delta, .. } => Some(delta),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn call(
+    mut model: impl Service<ModelRequest, Response = ModelResponse, Error = Error>,
+    req: ModelRequest,
+) -> Result<ModelResponse, Error> {
+    model.ready().await?.call(req).await
+}
+
+#[tokio::test]
+async fn openai_text_and_what_it_sends() {
+    let server = Server::start([Canned::fixture("openai/text.json")]).await;
+    let model = OpenAi::new("gpt-4o-mini")
+        .base_url(format!("{}/v1", server.url))
+        .api_key(KEY)
+        .streaming(false);
+    let res = call(model, request()).await.expect("answered");
+    assert_eq!(res.message.text(), "Paris is the capital of France.");
+    assert_eq!(res.usage, Usage::new(24, 8));
+    assert_eq!(res.finish_reason, FinishReason::Stop);
+
+    let sent = &server.received()[0];
+    assert_eq!(
+        (sent.method.as_str(), sent.path.as_str()),
+        ("POST", "/v1/chat/completions")
+    );
+    assert_eq!(
+        sent.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let body = sent.json();
+    assert_eq!(body["model"], "gpt-4o-mini");
+    assert_eq!(
+        body["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    assert_eq!(body["tools"][0]["function"]["name"], "weather");
+    assert!(body.get("stream").is_none());
+}
+
+#[tokio::test]
+async fn openai_streams_deltas_and_assembles_parallel_calls() {
+    let server = Server::start([
+        Canned::fixture("openai/text.sse"),
+        Canned::fixture("openai/parallel_calls.sse"),
+    ])
+    .await;
+    let model = OpenAi::new("gpt-4o-mini")
+        .base_url(format!("{}/v1", server.url))
+        .api_key(KEY);
+    let (req, recorder) = observed();
+    let res = call(model.clone(), req).await.expect("streamed");
+    assert_eq!(res.message.text(), "Paris is the capital.");
+    assert_eq!(text_deltas(&recorder), ["Par", "is is", " the capital."]);
+    assert_eq!(res.usage, Usage::new(24, 6));
+    assert_eq!(
+        server.received()[0].json()["stream_options"],
+        json!({"include_usage": true})
+    );
+
+    let res = call(model, request()).await.expect("streamed");
+    let calls: Vec<_> = res
+        .message
+        .tool_calls()
+        .map(|c| (c.id.clone(), c.arguments.clone()))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("call_Wp1".to_owned(), r#"{"city": "Paris"}"#.to_owned()),
+            ("call_Wp2".to_owned(), r#"{"city": "Oslo"}"#.to_owned()),
+        ]
+    );
+    assert_eq!(res.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(res.usage, Usage::new(80, 40).with_cached(64));
+}
+
+#[tokio::test]
+async fn a_truncated_stream_is_an_error_not_half_a_message() {
+    let server = Server::start([Canned::fixture("openai/truncated.sse")]).await;
+    let model = OpenAi::new("m").base_url(format!("{}/v1", server.url));
+    let err = call(model, request()).await.expect_err("cut off");
+    assert_eq!(err.kind(), ErrorKind::Server);
+    assert!(err.message().contains("ended before"), "{err}");
+
+    let server = Server::start([Canned::sse("data: {\"choices\": [\n\n")]).await;
+    let model = OpenAi::new("m").base_url(format!("{}/v1", server.url));
+    let err = call(model, request()).await.expect_err("invalid JSON");
+    assert_eq!(err.kind(), ErrorKind::Server);
+}
+
+#[tokio::test]
+async fn openai_error_classes_over_http() {
+    let server = Server::start([
+        Canned::json(
+            429,
+            std::fs::read("tests/fixtures/openai/rate_limited.json").expect("fixture"),
+        )
+        .header("x-ratelimit-reset-requests", "20s")
+        .header("retry-after", "7"),
+        Canned::json(
+            400,
+            std::fs::read("tests/fixtures/openai/context_too_long.json").expect("fixture"),
+        ),
+        Canned::json(
+            401,
+            format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}."}}}}"#),
+        ),
+        Canned::json(503, "upstream connect error").header("retry-after", "3"),
+    ])
+    .await;
+    let model = OpenAi::new("m")
+        .base_url(format!("{}/v1", server.url))
+        .api_key(KEY);
+    let limited = call(model.clone(), request()).await.expect_err("429");
+    assert_eq!(
+        limited.kind(),
+        ErrorKind::RateLimited {
+            retry_after: Some(Duration::from_secs(7))
+        }
+    );
+    let long = call(model.clone(), request()).await.expect_err("400");
+    assert_eq!(long.kind(), ErrorKind::ContextTooLong);
+    let auth = call(model.clone(), request()).await.expect_err("401");
+    assert_eq!(auth.kind(), ErrorKind::Auth);
+    assert!(
+        !format!("{auth} {auth:?}").contains(KEY),
+        "the echoed key is redacted: {auth}"
+    );
+    let overloaded = call(model, request()).await.expect_err("503");
+    assert_eq!(
+        overloaded.kind(),
+        ErrorKind::Overloaded {
+            retry_after: Some(Duration::from_secs(3))
+        }
+    );
+}
+
+#[tokio::test]
+async fn keys_never_show_in_debug_or_transport_errors() {
+    // Nothing listens on port 9; the URL itself carries a key, as a careless base URL might.
+    let model = OpenAi::new("m")
+        .base_url(format!("http://127.0.0.1:9/v1?key={KEY}"))
+        .api_key(KEY);
+    assert!(!format!("{model:?}").contains(KEY));
+    let err = call(model, request()).await.expect_err("cannot connect");
+    assert_eq!(err.kind(), ErrorKind::Server);
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains(KEY), "{shown}");
+    assert!(shown.contains("cannot connect"), "{shown}");
+    for model in [
+        format!("{:?}", Anthropic::new("c").api_key(KEY)),
+        format!("{:?}", Gemini::new("g").api_key(KEY)),
+    ] {
+        assert!(!model.contains(KEY), "{model}");
+    }
+}
+
+#[tokio::test]
+async fn anthropic_streams_thinking_text_and_parallel_calls() {
+    let server = Server::start([
+        Canned::fixture("anthropic/thinking_tool.sse"),
+        Canned::fixture("anthropic/text.json"),
+    ])
+    .await;
+    let model = Anthropic::new("claude-sonnet-4-5")
+        .base_url(&server.url)
+        .api_key(KEY);
+    let (req, recorder) = observed();
+    let res = call(model.clone(), req).await.expect("streamed");
+    let kinds: Vec<&str> = res
+        .message
+        .content
+        .iter()
+        .map(|p| match p {
+            ContentPart::Reasoning {
+                signature: Some(_), ..
+            } => "thinking",
+            ContentPart::Text { .. } => "text",
+            ContentPart::ToolCall(_) => "call",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["thinking", "text", "call", "call"]);
+    assert_eq!(
+        res.message
+            .tool_calls()
+            .nth(1)
+            .map(|c| c.arguments.as_str()),
+        Some(r#"{"city": "Oslo"}"#)
+    );
+    assert_eq!(res.usage, Usage::new(2458, 89).with_cached(2048));
+    assert_eq!(res.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(text_deltas(&recorder), ["I'll check both."]);
+    assert!(recorder.names().contains(&"reasoning_delta"));
+
+    let sent = &server.received()[0];
+    assert_eq!(sent.path, "/v1/messages");
+    assert_eq!(sent.header("x-api-key"), Some(KEY));
+    assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(sent.json()["system"], "Be brief.");
+
+    // Non-streamed, the thinking goes back in the next request.
+    let model = model.streaming(false);
+    let mut next = request();
+    next.messages.push(res.message.clone());
+    call(model, next).await.expect("answered");
+    let sent = server.received()[1].json();
+    assert_eq!(sent["messages"][1]["content"][0]["type"], "thinking");
+    assert_eq!(
+        sent["messages"][1]["content"][0]["signature"],
+        "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
+    );
+}
+
+#[tokio::test]
+async fn anthropic_overloaded_inside_a_200_stream() {
+    let server = Server::start([Canned::fixture("anthropic/overloaded.sse")]).await;
+    let model = Anthropic::new("c").base_url(&server.url);
+    let err = call(model, request())
+        .await
+        .expect_err("overloaded mid-stream");
+    assert!(matches!(err.kind(), ErrorKind::Overloaded { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn gemini_streams_and_calls_with_signatures() {
+    let server = Server::start([
+        Canned::fixture("gemini/text.sse"),
+        Canned::fixture("gemini/calls.json"),
+        Canned::fixture("gemini/empty.json"),
+    ])
+    .await;
+    let model = Gemini::new("gemini-2.5-flash")
+        .base_url(&server.url)
+        .api_key(KEY);
+    let (req, recorder) = observed();
+    let res = call(model.clone(), req).await.expect("streamed");
+    assert_eq!(res.message.text(), "Paris is the capital of France.");
+    assert_eq!(res.usage, Usage::new(9, 31));
+    assert_eq!(text_deltas(&recorder).len(), 2);
+    let sent = &server.received()[0];
+    assert_eq!(
+        sent.path,
+        "/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    );
+    assert_eq!(sent.header("x-goog-api-key"), Some(KEY));
+    assert!(!sent.path.contains(KEY));
+
+    let model = model.streaming(false);
+    let res = call(model.clone(), request()).await.expect("calls");
+    assert_eq!(res.message.tool_calls().count(), 2);
+    assert_eq!(res.finish_reason, FinishReason::ToolCalls);
+    assert!(
+        matches!(&res.message.content[0], ContentPart::Reasoning { signature: Some(s), .. } if s == "CiQBVKhc7mS2yEeM3Lk4Nv0")
+    );
+    assert_eq!(
+        server.received()[1].path,
+        "/models/gemini-2.5-flash:generateContent"
+    );
+
+    let err = call(model, request()).await.expect_err("empty candidates");
+    assert_eq!(err.kind(), ErrorKind::EmptyResponse);
+}
+
+#[tokio::test]
+async fn an_agent_runs_end_to_end_over_http() {
+    let server = Server::start([
+        Canned::fixture("openai/parallel_calls.sse"),
+        Canned::fixture("openai/text.sse"),
+    ])
+    .await;
+    let model = OpenAi::new("gpt-4o-mini").base_url(format!("{}/v1", server.url));
+    let tools = ToolSet::new().tool(StubTool::returning("weather", "18°C"));
+    let agent = Agent::builder()
+        .tool_specs(tools.specs())
+        .build(model, tools);
+    let res = agent
+        .oneshot(AgentRequest::new(
+            Session::new(),
+            "Weather in Paris and Oslo?",
+        ))
+        .await
+        .expect("completes");
+    assert_eq!(res.text().as_deref(), Some("Paris is the capital."));
+    assert_valid_history(&res.session.history);
+    let second = server.received()[1].json();
+    let roles: Vec<&str> = second["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool"]);
+    assert_eq!(second["messages"][2]["tool_call_id"], "call_Wp1");
+    assert_eq!(second["messages"][3]["content"], "18°C");
+}
+
+/// Span fields recorded by the provider, by name.
+#[derive(Clone, Default)]
+struct Fields(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Fields {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        attrs.record(&mut self.clone());
+    }
+
+    fn on_record(
+        &self,
+        _id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        values.record(&mut self.clone());
+    }
+}
+
+#[tokio::test]
+async fn each_call_has_a_gen_ai_span_without_the_key() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let fields = Fields::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(fields.clone()));
+    let server = Server::start([Canned::fixture("openai/text.json")]).await;
+    let model = OpenAi::new("gpt-4o-mini")
+        .base_url(format!("{}/v1", server.url))
+        .api_key(KEY)
+        .streaming(false);
+    call(model, request()).await.expect("answered");
+    let recorded = fields.0.lock().expect("lock").clone();
+    let get = |name: &str| {
+        recorded
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(get("gen_ai.operation.name").as_deref(), Some("\"chat\""));
+    assert_eq!(get("gen_ai.provider.name").as_deref(), Some("\"openai\""));
+    assert_eq!(
+        get("gen_ai.request.model").as_deref(),
+        Some("\"gpt-4o-mini\"")
+    );
+    assert_eq!(get("gen_ai.usage.input_tokens").as_deref(), Some("24"));
+    assert_eq!(get("gen_ai.usage.output_tokens").as_deref(), Some("8"));
+    assert_eq!(
+        get("gen_ai.response.finish_reasons").as_deref(),
+        Some("\"stop\"")
+    );
+    assert!(recorded.iter().all(|(_, v)| !v.contains(KEY)));
+}
