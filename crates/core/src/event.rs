@@ -116,6 +116,19 @@ pub enum Event {
         /// The error the run returns.
         error: Error,
     },
+    /// A call failed and is about to be tried again after `delay` (the retry layer). For a
+    /// model call: discard the text and reasoning deltas received for this round so far, the
+    /// next attempt streams its answer from the start.
+    Retrying {
+        /// The round.
+        round: u32,
+        /// The attempt about to start (2 for the first retry).
+        attempt: u32,
+        /// The wait before it.
+        delay: std::time::Duration,
+        /// The failure that is retried.
+        error: Error,
+    },
     /// A layer handled something the run survives but a human may want to know: a memory
     /// file that is missing, a history that had to be repaired. May come at any point, also
     /// before `RunStarted` (from a `before_agent` layer).
@@ -150,6 +163,7 @@ impl Event {
             Event::RunFinished { .. } => "run_finished",
             Event::RunFailed { .. } => "run_failed",
             Event::Warning { .. } => "warning",
+            Event::Retrying { .. } => "retrying",
         }
     }
 }

@@ -6,6 +6,7 @@
 //! | [`patch`] | `patch` | agent and model (`before_*`) | every tool call answered exactly once, right after its message; orphans dropped |
 //! | [`instructions`] | `instructions` | model (`before_model`) | instruction blocks appended to the system prompt |
 //! | [`memory`] | `memory` | agent (loads) and model (shows) | memory files (`AGENTS.md`, ...) loaded once per run |
+//! | [`retry`] | `retry` | model (innermost; tools too) | `RetryPolicy` for tower's `Retry`: backoff, the provider's wait, a budget |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
 //! is one value added to both stacks (`.layer(memory.clone())` on the agent and on the model);
@@ -37,6 +38,8 @@ pub mod instructions;
 pub mod memory;
 #[cfg(feature = "patch")]
 pub mod patch;
+#[cfg(feature = "retry")]
+pub mod retry;
 
 #[cfg(feature = "instructions")]
 pub use instructions::{Instructions, InstructionsLayer};

@@ -127,6 +127,10 @@ pub(crate) fn call<W: Wire>(
 }
 
 async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelResponse, Error> {
+    // A cancelled run sends nothing (a retry waking up after a cancellation, say).
+    if req.ctx.is_cancelled() {
+        return Err(Error::cancelled());
+    }
     let wire = &client.wire;
     let body = wire.encode(req, client.stream)?;
     let response = client

@@ -109,6 +109,13 @@ where
                 this.stage.set(Stage::Readying { request });
             }
             StageProj::Done => panic!("`ServiceCall` polled after completion"),
+            // Woken after it was pending: if the run was cancelled meanwhile, the call is not
+            // polled again. A cancelled retry wait would otherwise end and make one more call
+            // before the cancellation is seen.
+            _ if this.wait.is_some() && this.token.is_cancelled() => {
+                this.stage.set(Stage::Done);
+                return Poll::Ready(None);
+            }
             _ => {}
         }
         let entered = this.span.enter();

@@ -1,0 +1,260 @@
+//! The retry policy on tower's `Retry`, with tokio's clock paused: exact waits, the provider's
+//! wait, attempt counts, fatal kinds, the budget, the nudge, cancellation, interrupts.
+
+#![cfg(feature = "retry")]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+use tower::retry::budget::TpsBudget;
+use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+use tower_agent_core::{
+    AgentRequest, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Outcome,
+    RunContext, Session, ToolCall,
+};
+use tower_agent_layers::retry::RetryPolicy;
+use tower_agent_loop::Agent;
+use tower_agent_test::{EventRecorder, ScriptedModel, StubTool};
+use tower_agent_tools::ToolSet;
+
+/// A model failing with `errors` in turn, then answering; it records when it was called.
+fn flaky(
+    errors: Vec<Error>,
+) -> (
+    impl Service<ModelRequest, Response = ModelResponse, Error = Error, Future: Send> + Clone + Send,
+    Arc<Mutex<Vec<(Instant, ModelRequest)>>>,
+) {
+    let calls: Arc<Mutex<Vec<(Instant, ModelRequest)>>> = Arc::default();
+    let record = calls.clone();
+    let errors = Arc::new(Mutex::new(errors.into_iter()));
+    let service = service_fn(move |req: ModelRequest| {
+        record.lock().expect("lock").push((Instant::now(), req));
+        let next = errors.lock().expect("lock").next();
+        async move {
+            match next {
+                Some(error) => Err(error),
+                None => Ok(ModelResponse::text("ok")),
+            }
+        }
+    });
+    (service, calls)
+}
+
+fn exact() -> RetryPolicy {
+    RetryPolicy::new().jitter(Duration::ZERO).budget(None)
+}
+
+fn waits(calls: &[(Instant, ModelRequest)]) -> Vec<u64> {
+    calls
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].0).as_secs())
+        .collect()
+}
+
+async fn call(
+    policy: RetryPolicy,
+    errors: Vec<Error>,
+    req: ModelRequest,
+) -> (Result<ModelResponse, Error>, Vec<(Instant, ModelRequest)>) {
+    let (model, calls) = flaky(errors);
+    let mut service = ServiceBuilder::new().retry(policy).service(model);
+    let result = match service.ready().await {
+        Ok(ready) => ready.call(req).await,
+        Err(e) => Err(e),
+    };
+    let calls = calls.lock().expect("lock").clone();
+    (result, calls)
+}
+
+fn server() -> Error {
+    Error::new(ErrorKind::Server, "HTTP 500")
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_backoff_doubles_up_to_the_cap() {
+    let (result, calls) = call(exact(), vec![server(); 8], ModelRequest::new(vec![])).await;
+    assert!(result.is_ok());
+    assert_eq!(waits(&calls), [1, 2, 4, 8, 16, 32, 60, 60]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_providers_wait_wins_over_the_backoff_and_the_jitter() {
+    let errors = vec![
+        Error::rate_limited(Some(Duration::from_secs(7)), "429"),
+        Error::new(
+            ErrorKind::Overloaded {
+                retry_after: Some(Duration::from_secs(90)),
+            },
+            "529",
+        ),
+        server(),
+    ];
+    let policy = RetryPolicy::new().jitter(Duration::ZERO).budget(None);
+    let (result, calls) = call(policy, errors, ModelRequest::new(vec![])).await;
+    assert!(result.is_ok());
+    // 7 s and 90 s as asked (above the 60 s cap), then the backoff of the third retry.
+    assert_eq!(waits(&calls), [7, 90, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn jitter_stays_within_its_bound() {
+    let policy = RetryPolicy::new()
+        .budget(None)
+        .jitter(Duration::from_secs(2));
+    let (_, calls) = call(policy, vec![server(); 3], ModelRequest::new(vec![])).await;
+    let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    for (gap, base) in gaps.iter().zip([1, 2, 4]) {
+        let base = Duration::from_secs(base);
+        assert!(
+            *gap >= base && *gap < base + Duration::from_secs(2),
+            "{gap:?} for {base:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_are_bounded_and_the_last_error_returned() {
+    let (result, calls) = call(exact(), vec![server(); 20], ModelRequest::new(vec![])).await;
+    assert_eq!(calls.len(), 10);
+    assert_eq!(result.expect_err("gave up").kind(), ErrorKind::Server);
+    let (_, calls) = call(
+        exact().max_attempts(3),
+        vec![server(); 20],
+        ModelRequest::new(vec![]),
+    )
+    .await;
+    assert_eq!(calls.len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fatal_kinds_are_not_retried() {
+    for kind in [
+        ErrorKind::Auth,
+        ErrorKind::BadRequest,
+        ErrorKind::QuotaExhausted,
+        ErrorKind::ContextTooLong,
+        ErrorKind::Cancelled,
+    ] {
+        let (result, calls) = call(
+            exact(),
+            vec![Error::new(kind.clone(), "no")],
+            ModelRequest::new(vec![]),
+        )
+        .await;
+        assert_eq!(calls.len(), 1, "{kind:?}");
+        assert_eq!(result.expect_err("returned").kind(), kind);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_response_is_retried_with_a_nudged_prompt() {
+    let req = ModelRequest::new(vec![Message::user("hi")]);
+    let history = req.messages.clone();
+    let empty = Error::new(ErrorKind::EmptyResponse, "no candidates");
+    let (result, calls) = call(exact(), vec![empty.clone(), empty], req).await;
+    assert!(result.is_ok());
+    let texts: Vec<String> = calls.iter().map(|(_, r)| r.messages[0].text()).collect();
+    assert_eq!(texts, ["hi", "hi.", "hi.."]);
+    assert_eq!(
+        history[0].text(),
+        "hi",
+        "the request the caller holds is not changed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_stops_retries_when_spent() {
+    let policy = exact().budget(Some(TpsBudget::new(Duration::from_secs(10), 0, 0.0)));
+    let (result, calls) = call(policy, vec![server(); 3], ModelRequest::new(vec![])).await;
+    assert_eq!(calls.len(), 1, "no budget, no retry");
+    assert!(result.is_err());
+    // The default budget allows a retry per second even with no successes yet.
+    let (result, calls) = call(
+        RetryPolicy::new().jitter(Duration::ZERO),
+        vec![server()],
+        ModelRequest::new(vec![]),
+    )
+    .await;
+    assert!(result.is_ok());
+    assert_eq!(calls.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_retry_is_announced_to_stream_readers() {
+    let recorder = EventRecorder::new();
+    let mut req = ModelRequest::new(vec![]);
+    req.ctx = RunContext::new().with_observer(recorder.clone());
+    let (result, _) = call(
+        exact(),
+        vec![
+            server(),
+            Error::rate_limited(Some(Duration::from_secs(5)), "429"),
+        ],
+        req,
+    )
+    .await;
+    assert!(result.is_ok());
+    let retries: Vec<(u32, Duration)> = recorder
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Retrying { attempt, delay, .. } => Some((attempt, delay)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        retries,
+        [(2, Duration::from_secs(1)), (3, Duration::from_secs(5))]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_the_run_ends_the_wait() {
+    let (model, calls) = flaky(vec![server(); 5]);
+    let model = ServiceBuilder::new()
+        .retry(exact().base(Duration::from_secs(600)))
+        .service(model);
+    let agent = Agent::new(model, ToolSet::new());
+    let start = Instant::now();
+    let run =
+        tower_agent_loop::AgentServiceExt::spawn(agent, AgentRequest::new(Session::new(), "hi"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    run.cancel();
+    let res = run.join().await.expect("a cancelled run is an outcome");
+    assert!(
+        matches!(res.outcome, Outcome::Cancelled),
+        "{:?}",
+        res.outcome
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(600),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(calls.lock().expect("lock").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_interrupt_is_an_outcome_the_policy_never_sees() {
+    let ask = StubTool::interrupting("deploy", json!({"question": "prod?"}));
+    let tools = ServiceBuilder::new()
+        .retry(exact())
+        .service(ToolSet::new().tool(ask.clone()));
+    let model = ScriptedModel::new([ModelResponse::tool_calls([ToolCall::new(
+        "c1",
+        "deploy",
+        json!({}),
+    )])]);
+    let res = Agent::new(model, tools)
+        .oneshot(AgentRequest::new(Session::new(), "ship"))
+        .await
+        .expect("interrupted, not failed");
+    assert!(
+        matches!(res.outcome, Outcome::Interrupted { .. }),
+        "{:?}",
+        res.outcome
+    );
+    assert_eq!(ask.requests().len(), 1, "asked once, never retried");
+}
