@@ -88,6 +88,7 @@ impl Gemini {
                 },
                 http: http::default_http(),
                 stream: true,
+                extra: HeaderMap::new(),
             }),
         }
     }
@@ -118,6 +119,16 @@ impl Gemini {
     /// The reqwest client to use.
     pub fn http_client(self, http: reqwest::Client) -> Self {
         self.edit(|c| c.http = http)
+    }
+
+    /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).
+    ///
+    /// # Errors
+    ///
+    /// `BadRequest` when the name or the value is not valid in a header.
+    pub fn header(mut self, name: &str, value: &str) -> Result<Self, Error> {
+        http::add_header(&mut Arc::make_mut(&mut self.client).extra, name, value)?;
+        Ok(self)
     }
 
     /// The model's name.

@@ -86,6 +86,8 @@ pub(crate) struct Client<W> {
     pub(crate) wire: W,
     pub(crate) http: reqwest::Client,
     pub(crate) stream: bool,
+    /// Headers the host adds to every request (OpenRouter's `HTTP-Referer`, a test id).
+    pub(crate) extra: HeaderMap,
 }
 
 /// One model call.
@@ -136,6 +138,7 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
     let response = client
         .http
         .post(wire.url(client.stream))
+        .headers(client.extra.clone())
         .headers(wire.headers())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body)
@@ -285,4 +288,14 @@ pub(crate) fn debug_wire(
         .field("base_url", &base_url.split('?').next().unwrap_or_default())
         .field("key", &key)
         .finish()
+}
+
+/// Add a header for every request; an invalid name or value is refused.
+pub(crate) fn add_header(extra: &mut HeaderMap, name: &str, value: &str) -> Result<(), Error> {
+    let name = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|e| Error::bad_request(format!("invalid header name `{name}`: {e}")))?;
+    let value = HeaderValue::from_str(value)
+        .map_err(|e| Error::bad_request(format!("invalid value for header `{name}`: {e}")))?;
+    extra.insert(name, value);
+    Ok(())
 }

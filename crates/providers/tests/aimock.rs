@@ -1,0 +1,157 @@
+//! End to end against aimock (npm `@copilotkit/aimock`, pinned in `.ci/run`), an outside mock
+//! server that speaks the OpenAI and Anthropic APIs and streams: an agent run through the
+//! default stack (patching, instructions, retry), tool call → tool result → final answer,
+//! streamed, with one injected 429 recovered by the retry policy.
+//!
+//! `.ci/run` installs aimock, starts it on 127.0.0.1 with `tests/aimock/fixtures.json` and sets
+//! `AIMOCK_URL`. Without it the tests say so and pass, except in CI (`CI=true`), where a
+//! missing server fails them.
+
+#![cfg(all(feature = "openai", feature = "anthropic"))]
+
+use std::time::Duration;
+
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_agent_core::{
+    AgentRequest, AgentResponse, Error, ErrorKind, Event, ModelRequest, ModelResponse, Session,
+    new_id,
+};
+use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::retry::RetryPolicy;
+use tower_agent_loop::Agent;
+use tower_agent_providers::{Anthropic, OpenAi};
+use tower_agent_test::{EventRecorder, StubTool, assert_valid_history};
+use tower_agent_tools::ToolSet;
+
+/// aimock's URL, or `None` (printed) when the test cannot run here.
+fn aimock() -> Option<String> {
+    match std::env::var("AIMOCK_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url.trim_end_matches('/').to_owned()),
+        _ => {
+            let reason = "AIMOCK_URL is not set: aimock is not running (`bash .ci/run` installs \
+                          and starts it)";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+            eprintln!("skipped: {reason}");
+            None
+        }
+    }
+}
+
+/// The default stack around `model`: patching at the agent and the model, an instruction
+/// block, retry innermost; a weather tool.
+fn agent<M>(model: M) -> impl Service<AgentRequest, Response = AgentResponse, Error = Error>
+where
+    M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    M::Future: Send,
+{
+    let tools = ToolSet::new().tool(StubTool::returning("weather", "18°C, sunny"));
+    let model = ServiceBuilder::new()
+        .instructions("Answer in one sentence.")
+        .patch_dangling()
+        .retry(
+            RetryPolicy::new()
+                .budget(None)
+                .jitter(Duration::ZERO)
+                .max_delay(Duration::from_secs(2)),
+        )
+        .service(model);
+    ServiceBuilder::new().patch_dangling().service(
+        Agent::builder()
+            .tool_specs(tools.specs())
+            .build(model, tools),
+    )
+}
+
+fn names(recorder: &EventRecorder) -> Vec<&'static str> {
+    recorder.names()
+}
+
+#[tokio::test]
+async fn an_openai_run_recovers_from_a_429_and_streams_to_the_answer() {
+    let Some(url) = aimock() else { return };
+    // A test id of its own: aimock counts fixture matches per `X-Test-Id`.
+    let model = OpenAi::new("gpt-4o-mini")
+        .base_url(format!("{url}/v1"))
+        .api_key("sk-aimock")
+        .header("x-test-id", &new_id())
+        .expect("a valid header");
+    let recorder = EventRecorder::new();
+    let req = AgentRequest::new(Session::new(), "What is the weather in Paris?")
+        .with_observer(recorder.clone());
+    let res = agent(model).oneshot(req).await.expect("the run completes");
+
+    assert_eq!(
+        res.text().as_deref(),
+        Some("It is 18°C and sunny in Paris.")
+    );
+    assert_valid_history(&res.session.history);
+    let events = recorder.events();
+    let retried: Vec<&Error> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Retrying { error, .. } => Some(error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retried.len(), 1, "{:?}", names(&recorder));
+    assert_eq!(
+        retried[0].kind(),
+        ErrorKind::RateLimited {
+            retry_after: Some(Duration::from_secs(1))
+        }
+    );
+    assert!(
+        names(&recorder).contains(&"text_delta"),
+        "streamed: {:?}",
+        names(&recorder)
+    );
+    assert_eq!(recorder.tools_finished().len(), 1);
+}
+
+#[tokio::test]
+async fn an_anthropic_run_calls_a_tool_and_answers() {
+    let Some(url) = aimock() else { return };
+    let model = Anthropic::new("claude-sonnet-4-5")
+        .base_url(&url)
+        .api_key("sk-ant-aimock")
+        .header("x-test-id", &new_id())
+        .expect("a valid header");
+    let recorder = EventRecorder::new();
+    let req = AgentRequest::new(Session::new(), "What is the weather in Oslo?")
+        .with_observer(recorder.clone());
+    let res = agent(model).oneshot(req).await.expect("the run completes");
+    assert_eq!(
+        res.text().as_deref(),
+        Some("It is 4°C with light rain in Oslo.")
+    );
+    assert_eq!(res.rounds, 2);
+    assert_valid_history(&res.session.history);
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried_then_returned_typed() {
+    let Some(url) = aimock() else { return };
+    let model = OpenAi::new("m")
+        .base_url(format!("{url}/v1"))
+        .header("x-test-id", &new_id())
+        .expect("a valid header");
+    let mut model = ServiceBuilder::new()
+        .retry(
+            RetryPolicy::new()
+                .budget(None)
+                .max_attempts(2)
+                .base(Duration::from_millis(10))
+                .jitter(Duration::ZERO),
+        )
+        .service(model);
+    let req = ModelRequest::new(vec![tower_agent_core::Message::user("Server error please")]);
+    let err = model
+        .ready()
+        .await
+        .expect("ready")
+        .call(req)
+        .await
+        .expect_err("500 twice");
+    assert_eq!(err.kind(), ErrorKind::Server);
+    assert!(err.message().contains("upstream failure"), "{err}");
+}
