@@ -142,6 +142,26 @@ impl Anthropic {
         Ok(self)
     }
 
+    /// The request body this service sends for `req` (streamed or not, as configured): for
+    /// logging, tests and benchmarks.
+    ///
+    /// # Errors
+    ///
+    /// A request this provider cannot express.
+    pub fn request_body(&self, req: &ModelRequest) -> Result<Vec<u8>, Error> {
+        http::request_body(&self.client, req)
+    }
+
+    /// The response a recorded body gives, as a call would return it: a server-sent event
+    /// stream when the service streams, a whole JSON body otherwise. No event is emitted.
+    ///
+    /// # Errors
+    ///
+    /// As a call: a broken stream, an error event, invalid JSON.
+    pub fn parse_response(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+        http::parse_recorded(&self.client, body)
+    }
+
     /// The model's name.
     pub fn model(&self) -> &str {
         &self.client.wire.model

@@ -299,3 +299,41 @@ pub(crate) fn add_header(extra: &mut HeaderMap, name: &str, value: &str) -> Resu
     extra.insert(name, value);
     Ok(())
 }
+
+/// The body `client` would send for `req`.
+pub(crate) fn request_body<W: Wire>(
+    client: &Client<W>,
+    req: &ModelRequest,
+) -> Result<Vec<u8>, Error> {
+    client.wire.encode(req, client.stream)
+}
+
+/// The response a recorded body gives: a server-sent event stream when `client` streams, a
+/// whole JSON body otherwise. No event is emitted.
+pub(crate) fn parse_recorded<W: Wire>(
+    client: &Client<W>,
+    body: &[u8],
+) -> Result<ModelResponse, Error> {
+    use futures_util::FutureExt;
+    if !client.stream {
+        return client.wire.decode(body);
+    }
+    // In pieces, as a network delivers them: the SSE parser keeps what it has not parsed yet,
+    // and one huge piece would make it copy the rest after every event.
+    let chunks = futures_util::stream::iter(
+        body.chunks(8 * 1024)
+            .map(|piece| Ok::<_, std::convert::Infallible>(piece.to_vec())),
+    );
+    let mut events = chunks.eventsource();
+    let mut decoder = client.wire.decoder();
+    let mut deltas = Vec::new();
+    while let Some(Some(event)) = events.next().now_or_never() {
+        let event = event.map_err(|e| invalid(W::PROVIDER, "the event stream", e))?;
+        decoder.feed(&event.event, &event.data, &mut deltas)?;
+        deltas.clear();
+        if decoder.is_done() {
+            break;
+        }
+    }
+    decoder.finish()
+}

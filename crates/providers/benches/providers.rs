@@ -1,0 +1,131 @@
+//! What a provider costs on top of the bytes it sends and reads.
+//!
+//! - `encode/*`: the request body for a history of 10 and 1,000 messages (user and assistant
+//!   text, tool calls and results), next to two floors: `serde_json::to_vec` of the same JSON
+//!   document held as a `Value`, and a plain copy of its bytes.
+//! - `decode/*`: a recorded streamed answer of 2,000 text chunks and 3 tool calls, next to
+//!   `serde_json` parsing each chunk's data as a `Value` (the floor).
+//!
+//! Run: `cargo bench -p tower-agent-providers --bench providers`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use tower_agent_core::{Message, ModelRequest, ToolCall, ToolResult, ToolSpec};
+use tower_agent_providers::{Anthropic, Gemini, OpenAi};
+
+fn history(len: usize) -> Vec<Message> {
+    (0..len)
+        .map(|i| match i % 4 {
+            0 => Message::user(format!("question {i}: what is in the file number {i}, and why does it matter?")),
+            1 => Message::assistant_with_calls(
+                "Let me look.",
+                [ToolCall::new(format!("call_{i}"), "read_file", json!({ "path": format!("src/file_{i}.rs") }))],
+            ),
+            2 => Message::tool_result(ToolResult::success(
+                &ToolCall::new(format!("call_{}", i - 1), "read_file", json!({})),
+                format!("fn main() {{\n    println!(\"file {i}\");\n}}\n").repeat(4),
+            )),
+            _ => Message::assistant(format!("File {i} prints its number; it matters because the build uses it. \"Quoted\" text too.")),
+        })
+        .collect()
+}
+
+fn request(len: usize) -> ModelRequest {
+    let mut req = ModelRequest::new(history(len));
+    req.system = Some("You are a careful coding assistant.".into());
+    req.tools = Arc::from(vec![ToolSpec::new(
+        "read_file",
+        "Read a file.",
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+    )]);
+    req
+}
+
+/// 2,000 text chunks and 3 tool calls, as Chat Completions streams them.
+fn openai_stream() -> Vec<u8> {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1731900000, "model": "gpt-4o-mini",
+                   "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+        )
+    };
+    let mut body = String::new();
+    for i in 0..2000 {
+        body.push_str(&chunk(json!({"content": format!(" tok{i}")}), Value::Null));
+    }
+    for call in 0..3 {
+        body.push_str(&chunk(
+            json!({"tool_calls": [{"index": call, "id": format!("call_{call}"), "type": "function", "function": {"name": "read_file", "arguments": ""}}]}),
+            Value::Null,
+        ));
+        for piece in ["{\"pa", "th\": \"src/", "main.rs\"}"] {
+            body.push_str(&chunk(
+                json!({"tool_calls": [{"index": call, "function": {"arguments": piece}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    body.push_str(&chunk(json!({}), json!("tool_calls")));
+    body.push_str("data: [DONE]\n\n");
+    body.into_bytes()
+}
+
+fn encode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("encode");
+    let openai = OpenAi::new("gpt-4o-mini");
+    let anthropic = Anthropic::new("claude-sonnet-4-5");
+    let gemini = Gemini::new("gemini-2.5-flash");
+    for len in [10_usize, 1000] {
+        let req = request(len);
+        let body = openai.request_body(&req).expect("encodes");
+        let value: Value = serde_json::from_slice(&body).expect("JSON");
+        group.bench_with_input(BenchmarkId::new("openai", len), &req, |b, req| {
+            b.iter(|| openai.request_body(black_box(req)).expect("encodes"))
+        });
+        group.bench_with_input(BenchmarkId::new("anthropic", len), &req, |b, req| {
+            b.iter(|| anthropic.request_body(black_box(req)).expect("encodes"))
+        });
+        group.bench_with_input(BenchmarkId::new("gemini", len), &req, |b, req| {
+            b.iter(|| gemini.request_body(black_box(req)).expect("encodes"))
+        });
+        group.bench_with_input(
+            BenchmarkId::new("serde_value_floor", len),
+            &value,
+            |b, value| b.iter(|| serde_json::to_vec(black_box(value)).expect("encodes")),
+        );
+        group.bench_with_input(BenchmarkId::new("copy_floor", len), &body, |b, body| {
+            b.iter(|| black_box(body).to_vec())
+        });
+    }
+    group.finish();
+}
+
+fn decode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decode");
+    let body = openai_stream();
+    let openai = OpenAi::new("gpt-4o-mini");
+    let res = openai.parse_response(&body).expect("a whole answer");
+    assert_eq!(res.message.tool_calls().count(), 3);
+    group.bench_function("openai_stream_2000_chunks_3_calls", |b| {
+        b.iter(|| openai.parse_response(black_box(&body)).expect("parses"))
+    });
+    let text = String::from_utf8(body.clone()).expect("utf-8");
+    group.bench_function("serde_value_floor", |b| {
+        b.iter(|| {
+            black_box(&text)
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str::<Value>(d).expect("JSON"))
+                .count()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, encode, decode);
+criterion_main!(benches);
