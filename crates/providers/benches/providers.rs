@@ -121,6 +121,7 @@ fn decode(c: &mut Criterion) {
                 .filter_map(|l| l.strip_prefix("data: "))
                 .filter(|d| *d != "[DONE]")
                 .map(|d| serde_json::from_str::<Value>(d).expect("JSON"))
+                .filter(|chunk| chunk.is_object())
                 .count()
         })
     });
