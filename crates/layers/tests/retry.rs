@@ -19,14 +19,17 @@ use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool};
 use tower_agent_tools::ToolSet;
 
+/// When each call came, and its request.
+type Calls = Arc<Mutex<Vec<(Instant, ModelRequest)>>>;
+
 /// A model failing with `errors` in turn, then answering; it records when it was called.
 fn flaky(
     errors: Vec<Error>,
 ) -> (
     impl Service<ModelRequest, Response = ModelResponse, Error = Error, Future: Send> + Clone + Send,
-    Arc<Mutex<Vec<(Instant, ModelRequest)>>>,
+    Calls,
 ) {
-    let calls: Arc<Mutex<Vec<(Instant, ModelRequest)>>> = Arc::default();
+    let calls: Calls = Arc::default();
     let record = calls.clone();
     let errors = Arc::new(Mutex::new(errors.into_iter()));
     let service = service_fn(move |req: ModelRequest| {
@@ -139,7 +142,7 @@ async fn fatal_kinds_are_not_retried() {
     ] {
         let (result, calls) = call(
             exact(),
-            vec![Error::new(kind.clone(), "no")],
+            vec![Error::new(kind, "no")],
             ModelRequest::new(vec![]),
         )
         .await;
