@@ -56,7 +56,7 @@
 //! | `tower-agent-loop` | the agent service, spawn/batch/blocking runs | always |
 //! | `tower-agent-tools` | [`ToolSet`] and typed tools with schemars schemas | `tools` (default) |
 //! | `tower-agent-layers` | built-in layers: patching, instructions, memory ([`layers`]) | `patch`, `instructions`, `memory`; `layers` for all (default) |
-//! | `tower-agent-providers` | model services over reqwest: OpenAI-compatible, Anthropic, Gemini ([`providers`]) | `openai`, `anthropic`, `gemini`; `providers` for all |
+//! | `tower-agent-providers` | model services over reqwest: OpenAI-compatible, Anthropic, Gemini (`tower_agent::providers`) | `openai`, `anthropic`, `gemini`; `providers` for all |
 //! | `tower-agent-test` | scripted model, stub tools, assertions (a dev-dependency) | — |
 //!
 //! `full` enables every feature.

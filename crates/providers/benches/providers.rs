@@ -2,7 +2,9 @@
 //!
 //! - `encode/*`: the request body for a history of 10 and 1,000 messages (user and assistant
 //!   text, tool calls and results), next to two floors: `serde_json::to_vec` of the same JSON
-//!   document held as a `Value`, and a plain copy of its bytes.
+//!   document held as a `Value`, and a plain copy of its bytes. `*_cold` is a run's first
+//!   request (a fresh context: every message encoded, and kept); `*_warm` a later round (the
+//!   same context, the history grown by two messages: two encoded, the rest reused).
 //! - `decode/*`: a recorded streamed answer of 2,000 text chunks and 3 tool calls, next to
 //!   `serde_json` parsing each chunk's data as a `Value` (the floor).
 //!
@@ -13,7 +15,9 @@ use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use tower_agent_core::{Message, ModelRequest, ToolCall, ToolResult, ToolSpec};
+use tower_agent_core::{
+    History, Message, ModelRequest, RunContext, ToolCall, ToolResult, ToolSpec,
+};
 use tower_agent_providers::{Anthropic, Gemini, OpenAi};
 
 fn history(len: usize) -> Vec<Message> {
@@ -83,15 +87,42 @@ fn encode(c: &mut Criterion) {
         let req = request(len);
         let body = openai.request_body(&req).expect("encodes");
         let value: Value = serde_json::from_slice(&body).expect("JSON");
-        group.bench_with_input(BenchmarkId::new("openai", len), &req, |b, req| {
-            b.iter(|| openai.request_body(black_box(req)).expect("encodes"))
-        });
-        group.bench_with_input(BenchmarkId::new("anthropic", len), &req, |b, req| {
-            b.iter(|| anthropic.request_body(black_box(req)).expect("encodes"))
-        });
-        group.bench_with_input(BenchmarkId::new("gemini", len), &req, |b, req| {
-            b.iter(|| gemini.request_body(black_box(req)).expect("encodes"))
-        });
+        macro_rules! provider {
+            ($name:literal, $model:expr) => {
+                group.bench_with_input(
+                    BenchmarkId::new(concat!($name, "_cold"), len),
+                    &req,
+                    |b, req| {
+                        b.iter(|| {
+                            let mut req = req.clone();
+                            req.ctx = RunContext::new();
+                            $model.request_body(black_box(&req)).expect("encodes")
+                        })
+                    },
+                );
+                // Two rounds of one run, in turn: the longer one re-encodes its last two messages.
+                let shorter = {
+                    let mut shorter = req.clone();
+                    shorter.messages = History::from(req.messages[..len - 2].to_vec());
+                    shorter
+                };
+                let mut round = 0_usize;
+                group.bench_with_input(
+                    BenchmarkId::new(concat!($name, "_warm"), len),
+                    &req,
+                    |b, req| {
+                        b.iter(|| {
+                            round += 1;
+                            let req = if round % 2 == 0 { req } else { &shorter };
+                            $model.request_body(black_box(req)).expect("encodes")
+                        })
+                    },
+                );
+            };
+        }
+        provider!("openai", openai);
+        provider!("anthropic", anthropic);
+        provider!("gemini", gemini);
         group.bench_with_input(
             BenchmarkId::new("serde_value_floor", len),
             &value,

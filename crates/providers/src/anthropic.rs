@@ -46,6 +46,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use crate::classify::stream_error;
+use crate::encode::{self, Frame};
 use crate::http::{
     self, Client, Delta, StreamDecoder, Wire, invalid, secret_header, text_of, truncated,
 };
@@ -143,7 +144,8 @@ impl Anthropic {
     }
 
     /// The request body this service sends for `req` (streamed or not, as configured): for
-    /// logging, tests and benchmarks.
+    /// logging, tests and benchmarks. Like a call, it reuses the bytes of the messages it
+    /// encoded before for the same run (`req.ctx`).
     ///
     /// # Errors
     ///
@@ -215,9 +217,25 @@ impl Wire for AnthropicWire {
         headers
     }
 
-    fn encode(&self, req: &ModelRequest, stream: bool) -> Result<Vec<u8>, Error> {
-        serde_json::to_vec(&body(self, req, stream))
-            .map_err(|e| Error::bad_request(format!("{PROVIDER}: cannot encode the request: {e}")))
+    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
+        frame(self, req, stream)
+    }
+
+    fn encode_message(
+        &self,
+        message: &Message,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<&'static str>, Error> {
+        if message.role == Role::System {
+            // In the system prompt (see `frame`).
+            return Ok(None);
+        }
+        let (role, blocks) = blocks_of(message);
+        let mut first = true;
+        for block in &blocks {
+            encode::item(out, &mut first, block, PROVIDER)?;
+        }
+        Ok(Some(role))
     }
 
     fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
@@ -241,12 +259,16 @@ impl Wire for AnthropicWire {
 // ------------------------------------------------------------------------------- request
 
 #[derive(Serialize)]
-struct Body<'a> {
+struct Head<'a> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "String::is_empty")]
     system: String,
-    messages: Vec<Turn<'a>>,
+}
+
+/// The fields after the messages.
+#[derive(Serialize)]
+struct Rest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -259,12 +281,6 @@ struct Body<'a> {
     stop_sequences: &'a [String],
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
-}
-
-#[derive(Serialize)]
-struct Turn<'a> {
-    role: &'static str,
-    content: Vec<Block<'a>>,
 }
 
 #[derive(Serialize)]
@@ -300,38 +316,29 @@ struct WireTool<'a> {
     input_schema: &'a Value,
 }
 
-fn body<'a>(wire: &'a AnthropicWire, req: &'a ModelRequest, stream: bool) -> Body<'a> {
+fn frame(wire: &AnthropicWire, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
+    // System messages of the history join the system prompt.
     let mut system = req.system.as_deref().unwrap_or_default().to_owned();
-    let mut turns: Vec<Turn<'a>> = Vec::with_capacity(req.messages.len());
-    for message in req.messages.iter() {
-        if message.role == Role::System {
-            let text = text_of(message);
-            if !text.is_empty() {
-                if !system.is_empty() {
-                    system.push_str("\n\n");
-                }
-                system.push_str(&text);
+    for message in req.messages.iter().filter(|m| m.role == Role::System) {
+        let text = text_of(message);
+        if !text.is_empty() {
+            if !system.is_empty() {
+                system.push_str("\n\n");
             }
-            continue;
-        }
-        let (role, blocks) = blocks_of(message);
-        if blocks.is_empty() {
-            continue;
-        }
-        match turns.last_mut() {
-            Some(turn) if turn.role == role => turn.content.extend(blocks),
-            _ => turns.push(Turn {
-                role,
-                content: blocks,
-            }),
+            system.push_str(&text);
         }
     }
-    let options = &req.options;
-    Body {
+    let head = Head {
         model: &wire.model,
-        max_tokens: options.max_tokens.unwrap_or(wire.max_tokens),
+        max_tokens: req.options.max_tokens.unwrap_or(wire.max_tokens),
         system,
-        messages: turns,
+    };
+    Frame::around(&head, "messages", &rest(req, stream), PROVIDER)
+}
+
+fn rest(req: &ModelRequest, stream: bool) -> Rest<'_> {
+    let options = &req.options;
+    Rest {
         tools: req
             .tools
             .iter()
@@ -723,7 +730,8 @@ mod tests {
         ]);
         req.system = Some("sys".into());
         let body: Value =
-            serde_json::from_slice(&wire().encode(&req, false).expect("encodes")).expect("json");
+            serde_json::from_slice(&encode::body(&wire(), &req, false, false).expect("encodes"))
+                .expect("json");
         assert_eq!(
             body,
             json!({

@@ -46,6 +46,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use crate::classify::stream_error;
+use crate::encode::{self, Frame};
 use crate::http::{
     self, Client, Delta, StreamDecoder, Wire, invalid, secret_header, text_of, truncated,
 };
@@ -132,7 +133,8 @@ impl Gemini {
     }
 
     /// The request body this service sends for `req` (streamed or not, as configured): for
-    /// logging, tests and benchmarks.
+    /// logging, tests and benchmarks. Like a call, it reuses the bytes of the messages it
+    /// encoded before for the same run (`req.ctx`).
     ///
     /// # Errors
     ///
@@ -207,9 +209,27 @@ impl Wire for GeminiWire {
         headers
     }
 
-    fn encode(&self, req: &ModelRequest, _stream: bool) -> Result<Vec<u8>, Error> {
-        serde_json::to_vec(&body(req))
-            .map_err(|e| Error::bad_request(format!("{PROVIDER}: cannot encode the request: {e}")))
+    const TURN_ITEMS: &'static str = "parts";
+
+    fn frame(&self, req: &ModelRequest, _stream: bool) -> Result<Frame, Error> {
+        frame(req)
+    }
+
+    fn encode_message(
+        &self,
+        message: &Message,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<&'static str>, Error> {
+        if message.role == Role::System {
+            // In the system instruction (see `frame`).
+            return Ok(None);
+        }
+        let model = message.role == Role::Assistant;
+        let mut first = true;
+        for part in parts_of(message, model) {
+            encode::item(out, &mut first, &part, PROVIDER)?;
+        }
+        Ok(Some(if model { "model" } else { "user" }))
     }
 
     fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
@@ -227,39 +247,24 @@ impl Wire for GeminiWire {
 
 // ------------------------------------------------------------------------------- request
 
-fn body(req: &ModelRequest) -> Value {
+fn frame(req: &ModelRequest) -> Result<Frame, Error> {
+    // System messages of the history join the system instruction.
     let mut system = req.system.as_deref().unwrap_or_default().to_owned();
-    let mut contents: Vec<Value> = Vec::with_capacity(req.messages.len());
-    for message in req.messages.iter() {
-        if message.role == Role::System {
-            let text = text_of(message);
-            if !text.is_empty() {
-                if !system.is_empty() {
-                    system.push_str("\n\n");
-                }
-                system.push_str(&text);
+    for message in req.messages.iter().filter(|m| m.role == Role::System) {
+        let text = text_of(message);
+        if !text.is_empty() {
+            if !system.is_empty() {
+                system.push_str("\n\n");
             }
-            continue;
-        }
-        let role = if message.role == Role::Assistant {
-            "model"
-        } else {
-            "user"
-        };
-        let parts = parts_of(message, role == "model");
-        if parts.is_empty() {
-            continue;
-        }
-        let same_role = contents
-            .last()
-            .is_some_and(|last| last.get("role").and_then(Value::as_str) == Some(role));
-        match contents.last_mut().and_then(|c| c.get_mut("parts")) {
-            Some(Value::Array(existing)) if same_role => existing.extend(parts),
-            _ => contents.push(json!({ "role": role, "parts": parts })),
+            system.push_str(&text);
         }
     }
+    Frame::around(&Map::new(), "contents", &rest(req, system), PROVIDER)
+}
+
+/// The fields after the contents.
+fn rest(req: &ModelRequest, system: String) -> Value {
     let mut body = Map::new();
-    body.insert("contents".into(), Value::Array(contents));
     if !system.is_empty() {
         body.insert(
             "systemInstruction".into(),
@@ -597,8 +602,16 @@ mod tests {
             },
             Message::tool_result(ToolResult::error(&call, "denied")),
         ]);
+        let wire = GeminiWire {
+            model: "g".into(),
+            base_url: "http://x".into(),
+            key: None,
+        };
+        let body: Value =
+            serde_json::from_slice(&encode::body(&wire, &req, false, false).expect("encodes"))
+                .expect("json");
         assert_eq!(
-            body(&req),
+            body,
             json!({
                 "contents": [
                     {"role": "user", "parts": [{"text": "list"}]},

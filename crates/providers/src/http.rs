@@ -15,6 +15,7 @@ use tower_agent_core::{
 use tracing::Instrument;
 
 use crate::classify::classify;
+use crate::encode::{self, Frame};
 use crate::key::ApiKey;
 
 /// A piece of a streamed answer, for the run's event sink.
@@ -56,12 +57,29 @@ pub(crate) trait Wire: Send + Sync + 'static {
     /// Headers beyond `content-type`, the key's among them (marked sensitive).
     fn headers(&self) -> HeaderMap;
 
-    /// The request body.
+    /// The key of a turn's item list, for providers whose messages are turns of items
+    /// (`content` for Anthropic, `parts` for Gemini).
+    const TURN_ITEMS: &'static str = "content";
+
+    /// The body around the messages (model, system prompt, tools, options).
     ///
     /// # Errors
     ///
     /// A request this provider cannot express.
-    fn encode(&self, req: &ModelRequest, stream: bool) -> Result<Vec<u8>, Error>;
+    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error>;
+
+    /// Append one message's items to `out` (comma-separated, nothing when it has none), and
+    /// say which turn they belong to (`None`: they stand alone in the array). Must depend on
+    /// the message only: the bytes are reused across rounds and requests of a run.
+    ///
+    /// # Errors
+    ///
+    /// A message this provider cannot express.
+    fn encode_message(
+        &self,
+        message: &Message,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<&'static str>, Error>;
 
     /// A whole (not streamed) response body.
     ///
@@ -134,7 +152,7 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
         return Err(Error::cancelled());
     }
     let wire = &client.wire;
-    let body = wire.encode(req, client.stream)?;
+    let body = encode::body(wire, req, client.stream, true)?;
     let response = client
         .http
         .post(wire.url(client.stream))
@@ -305,7 +323,7 @@ pub(crate) fn request_body<W: Wire>(
     client: &Client<W>,
     req: &ModelRequest,
 ) -> Result<Vec<u8>, Error> {
-    client.wire.encode(req, client.stream)
+    encode::body(&client.wire, req, client.stream, true)
 }
 
 /// The response a recorded body gives: a server-sent event stream when `client` streams, a

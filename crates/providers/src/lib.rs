@@ -31,6 +31,8 @@ mod key;
 #[cfg(feature = "http")]
 pub mod classify;
 #[cfg(feature = "http")]
+mod encode;
+#[cfg(feature = "http")]
 mod http;
 
 #[cfg(feature = "anthropic")]

@@ -48,6 +48,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use crate::classify::stream_error;
+use crate::encode::{self, Frame};
 use crate::http::{
     self, Client, Delta, StreamDecoder, Wire, invalid, secret_header, text_of, truncated,
 };
@@ -134,7 +135,8 @@ impl OpenAi {
     }
 
     /// The request body this service sends for `req` (streamed or not, as configured): for
-    /// logging, tests and benchmarks.
+    /// logging, tests and benchmarks. Like a call, it reuses the bytes of the messages it
+    /// encoded before for the same run (`req.ctx`).
     ///
     /// # Errors
     ///
@@ -203,9 +205,22 @@ impl Wire for OpenAiWire {
         headers
     }
 
-    fn encode(&self, req: &ModelRequest, stream: bool) -> Result<Vec<u8>, Error> {
-        serde_json::to_vec(&body(&self.model, req, stream))
-            .map_err(|e| Error::bad_request(format!("{PROVIDER}: cannot encode the request: {e}")))
+    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
+        frame(&self.model, req, stream)
+    }
+
+    fn encode_message(
+        &self,
+        message: &Message,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<&'static str>, Error> {
+        let mut items = Vec::with_capacity(2);
+        wire_messages(message, &mut items);
+        let mut first = true;
+        for item in &items {
+            encode::item(out, &mut first, item, PROVIDER)?;
+        }
+        Ok(None)
     }
 
     fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
@@ -241,9 +256,13 @@ impl Wire for OpenAiWire {
 // ------------------------------------------------------------------------------- request
 
 #[derive(Serialize)]
-struct Body<'a> {
+struct Head<'a> {
     model: &'a str,
-    messages: Vec<WireMessage<'a>>,
+}
+
+/// The fields after the messages.
+#[derive(Serialize)]
+struct Rest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -315,20 +334,21 @@ struct WireToolSpec<'a> {
     parameters: &'a Value,
 }
 
-fn body<'a>(model: &'a str, req: &'a ModelRequest, stream: bool) -> Body<'a> {
-    let mut messages = Vec::with_capacity(req.messages.len() + 1);
+fn frame(model: &str, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
+    let mut frame = Frame::around(&Head { model }, "messages", &rest(req, stream), PROVIDER)?;
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
-        messages.push(WireMessage::System {
+        let system = WireMessage::System {
             content: Cow::Borrowed(system),
-        });
+        };
+        encode::item(&mut frame.head, &mut true, &system, PROVIDER)?;
+        frame.head_has_items = true;
     }
-    for message in req.messages.iter() {
-        encode_message(message, &mut messages);
-    }
+    Ok(frame)
+}
+
+fn rest(req: &ModelRequest, stream: bool) -> Rest<'_> {
     let options = &req.options;
-    Body {
-        model,
-        messages,
+    Rest {
         tools: req
             .tools
             .iter()
@@ -360,7 +380,7 @@ fn body<'a>(model: &'a str, req: &'a ModelRequest, stream: bool) -> Body<'a> {
     }
 }
 
-fn encode_message<'a>(message: &'a Message, out: &mut Vec<WireMessage<'a>>) {
+fn wire_messages<'a>(message: &'a Message, out: &mut Vec<WireMessage<'a>>) {
     // Results first: a result in a user message (a stored Anthropic-style turn) answers the
     // calls before it.
     for result in message.tool_results() {
@@ -640,7 +660,8 @@ mod tests {
             base_url: "http://x/v1".into(),
             key: None,
         };
-        serde_json::from_slice(&wire.encode(req, true).expect("encodes")).expect("json")
+        serde_json::from_slice(&encode::body(&wire, req, true, false).expect("encodes"))
+            .expect("json")
     }
 
     #[test]

@@ -1,0 +1,222 @@
+//! Request bodies, with each message encoded once per run.
+//!
+//! A provider sends the whole history every round, so encoding it is the one cost that grows
+//! with the session. The history only grows during a run: the encoded bytes of every message
+//! are kept in the run's context, next to a copy of the message they came from, and a later
+//! round reuses them for every message that is still equal to its copy (a byte comparison,
+//! much cheaper than encoding), encoding only what is new. A history that changed (a layer
+//! rewrote it, a summary replaced its start) is encoded again from the first message that
+//! differs. A message's bytes depend on the message and the provider only, never on the
+//! model or the options, which go in the frame around the messages.
+
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use tower_agent_core::{Error, Message, ModelRequest, RunContext};
+
+use crate::http::Wire;
+
+/// The body around the messages.
+#[derive(Debug, Default)]
+pub(crate) struct Frame {
+    /// Up to and including the opening `[` of the messages (and items already in it).
+    pub(crate) head: Vec<u8>,
+    /// Whether `head` already holds an item (OpenAI's system message).
+    pub(crate) head_has_items: bool,
+    /// From the closing `]` of the messages to the end.
+    pub(crate) tail: Vec<u8>,
+}
+
+impl Frame {
+    /// A frame from the fields before the messages, the key of the messages, and the fields
+    /// after them, each serialized as a JSON object (whose braces are dropped).
+    pub(crate) fn around(
+        before: &impl Serialize,
+        key: &str,
+        after: &impl Serialize,
+        provider: &'static str,
+    ) -> Result<Frame, Error> {
+        let before = to_vec(before, provider)?;
+        let after = to_vec(after, provider)?;
+        let mut head = Vec::with_capacity(before.len() + key.len() + 8);
+        head.extend_from_slice(&before[..before.len() - 1]);
+        if before.len() > 2 {
+            head.push(b',');
+        }
+        head.push(b'"');
+        head.extend_from_slice(key.as_bytes());
+        head.extend_from_slice(b"\":[");
+        let mut tail = Vec::with_capacity(after.len() + 2);
+        tail.push(b']');
+        if after.len() > 2 {
+            tail.push(b',');
+            tail.extend_from_slice(&after[1..]);
+        } else {
+            tail.push(b'}');
+        }
+        Ok(Frame {
+            head,
+            head_has_items: false,
+            tail,
+        })
+    }
+}
+
+/// `value` as JSON.
+pub(crate) fn to_vec(value: &impl Serialize, provider: &'static str) -> Result<Vec<u8>, Error> {
+    serde_json::to_vec(value)
+        .map_err(|e| Error::bad_request(format!("{provider}: cannot encode the request: {e}")))
+}
+
+/// Append `value` as JSON to `out`, after a comma unless it is the first item.
+pub(crate) fn item(
+    out: &mut Vec<u8>,
+    first: &mut bool,
+    value: &impl Serialize,
+    provider: &'static str,
+) -> Result<(), Error> {
+    if !std::mem::take(first) {
+        out.push(b',');
+    }
+    serde_json::to_writer(&mut *out, value)
+        .map_err(|e| Error::bad_request(format!("{provider}: cannot encode the request: {e}")))
+}
+
+/// One message's encoded items.
+#[derive(Debug)]
+struct Entry {
+    /// The message they came from (kept only when cached across rounds).
+    source: Option<Message>,
+    /// The turn the items belong to; `None`: they stand alone in the array.
+    turn: Option<&'static str>,
+    range: Range<usize>,
+}
+
+/// The encoded messages of a run, for one provider.
+#[derive(Debug, Default)]
+struct Encoded {
+    entries: Vec<Entry>,
+    buffer: Vec<u8>,
+}
+
+impl Encoded {
+    /// Keep the entries of the messages that did not change, encode the others.
+    fn refresh<W: Wire>(
+        &mut self,
+        wire: &W,
+        messages: &[Message],
+        keep: bool,
+    ) -> Result<(), Error> {
+        let same = self
+            .entries
+            .iter()
+            .zip(messages)
+            .take_while(|(entry, message)| entry.source.as_ref() == Some(*message))
+            .count();
+        if same < self.entries.len() {
+            self.buffer.truncate(self.entries[same].range.start);
+            self.entries.truncate(same);
+        }
+        for message in &messages[same..] {
+            let start = self.buffer.len();
+            let turn = wire.encode_message(message, &mut self.buffer)?;
+            self.entries.push(Entry {
+                source: keep.then(|| message.clone()),
+                turn,
+                range: start..self.buffer.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The body: the frame around the messages' items, merged into turns where the provider
+    /// has them.
+    fn assemble<W: Wire>(&self, frame: &Frame) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            frame.head.len() + self.buffer.len() + frame.tail.len() + 32 * self.entries.len(),
+        );
+        out.extend_from_slice(&frame.head);
+        let mut first = !frame.head_has_items;
+        let mut open: Option<&'static str> = None;
+        let mut first_in_turn = true;
+        for entry in self.entries.iter().filter(|e| !e.range.is_empty()) {
+            let bytes = &self.buffer[entry.range.clone()];
+            match entry.turn {
+                None => {
+                    if !std::mem::take(&mut first) {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(bytes);
+                }
+                Some(turn) if open == Some(turn) => {
+                    if !std::mem::take(&mut first_in_turn) {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(bytes);
+                }
+                Some(turn) => {
+                    if open.is_some() {
+                        out.extend_from_slice(b"]}");
+                    }
+                    if !std::mem::take(&mut first) {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(b"{\"role\":\"");
+                    out.extend_from_slice(turn.as_bytes());
+                    out.extend_from_slice(b"\",\"");
+                    out.extend_from_slice(W::TURN_ITEMS.as_bytes());
+                    out.extend_from_slice(b"\":[");
+                    out.extend_from_slice(bytes);
+                    open = Some(turn);
+                    first_in_turn = false;
+                }
+            }
+        }
+        if open.is_some() {
+            out.extend_from_slice(b"]}");
+        }
+        out.extend_from_slice(&frame.tail);
+        out
+    }
+}
+
+/// The encoded messages kept in a run's context, one per provider type.
+struct Cache<W>(Arc<Mutex<Encoded>>, PhantomData<fn() -> W>);
+
+impl<W> Clone for Cache<W> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0), PhantomData)
+    }
+}
+
+impl<W: Wire> Cache<W> {
+    fn of(ctx: &RunContext) -> Cache<W> {
+        ctx.extension::<Cache<W>>().unwrap_or_else(|| {
+            let cache = Cache(Arc::default(), PhantomData);
+            ctx.insert_extension(cache.clone());
+            cache
+        })
+    }
+}
+
+/// The request body for `req`. With `across_rounds`, messages encoded for an earlier request
+/// of the same run are reused.
+pub(crate) fn body<W: Wire>(
+    wire: &W,
+    req: &ModelRequest,
+    stream: bool,
+    across_rounds: bool,
+) -> Result<Vec<u8>, Error> {
+    let frame = wire.frame(req, stream)?;
+    if !across_rounds {
+        let mut encoded = Encoded::default();
+        encoded.refresh(wire, &req.messages, false)?;
+        return Ok(encoded.assemble::<W>(&frame));
+    }
+    let cache = Cache::<W>::of(&req.ctx);
+    let mut encoded = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
+    encoded.refresh(wire, &req.messages, true)?;
+    Ok(encoded.assemble::<W>(&frame))
+}
