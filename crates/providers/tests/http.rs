@@ -347,3 +347,43 @@ async fn an_agent_runs_end_to_end_over_http() {
     assert_eq!(second["messages"][2]["tool_call_id"], "call_Wp1");
     assert_eq!(second["messages"][3]["content"], "18°C");
 }
+
+#[tokio::test]
+async fn gemini_thought_summaries_and_signatures_round_trip() {
+    let server = Server::start([
+        Canned::fixture("gemini/thinking_call.sse"),
+        Canned::fixture("gemini/text.sse"),
+    ])
+    .await;
+    let model = Gemini::new("gemini-2.5-pro").base_url(&server.url);
+    let (req, recorder) = observed();
+    let res = call(model.clone(), req).await.expect("streamed");
+    assert!(
+        matches!(&res.message.content[0], ContentPart::Reasoning { text, signature: None } if text.contains("Planning the lookup"))
+    );
+    assert!(
+        matches!(&res.message.content[1], ContentPart::Reasoning { text, signature: Some(s) } if text.is_empty() && s == "CrQCAdHtim9a")
+    );
+    assert_eq!(res.message.tool_calls().count(), 1);
+    assert_eq!(res.usage, Usage::new(40, 52));
+    assert!(recorder.names().contains(&"reasoning_delta"));
+
+    // Sent back: the signature on its call, the unsigned summary left out.
+    let mut next = request();
+    next.messages.push(res.message.clone());
+    call(model, next).await.expect("answered");
+    let sent = server.received()[1].json();
+    let parts = &sent["contents"][1]["parts"];
+    assert_eq!(parts.as_array().map(Vec::len), Some(1), "{sent}");
+    assert_eq!(parts[0]["thoughtSignature"], "CrQCAdHtim9a");
+    assert_eq!(parts[0]["functionCall"]["name"], "weather");
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_cut_before_message_stop_is_an_error() {
+    let server = Server::start([Canned::fixture("anthropic/truncated.sse")]).await;
+    let model = Anthropic::new("c").base_url(&server.url);
+    let err = call(model, request()).await.expect_err("cut off");
+    assert_eq!(err.kind(), ErrorKind::Server);
+    assert!(err.message().contains("ended before"), "{err}");
+}
