@@ -741,6 +741,29 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_of_compatible_servers_is_kept_first() {
+        let wire = OpenAiWire {
+            model: "deepseek-reasoner".into(),
+            base_url: "http://x/v1".into(),
+            key: None,
+        };
+        let body = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"42","reasoning_content":"6 times 7"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#;
+        let res = wire.decode(body).expect("decodes");
+        assert_eq!(
+            res.message.content,
+            vec![
+                ContentPart::Reasoning {
+                    text: "6 times 7".into(),
+                    signature: None
+                },
+                ContentPart::Text { text: "42".into() },
+            ]
+        );
+        let empty = wire.decode(br#"{"choices":[]}"#).expect_err("no choices");
+        assert_eq!(empty.kind(), ErrorKind::EmptyResponse);
+    }
+
+    #[test]
     fn a_broken_stream_is_an_error() {
         let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
         let mut deltas = Vec::new();
