@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use reqwest::header::HeaderMap;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
@@ -320,20 +320,66 @@ fn rest(req: &ModelRequest, system: String) -> Value {
     Value::Object(body)
 }
 
-fn parts_of(message: &Message, model: bool) -> Vec<Value> {
+/// One part of a content, as the API reads it.
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Part<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    thought: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thought_signature: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_call: Option<FunctionCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_response: Option<FunctionResponse<'a>>,
+}
+
+#[derive(Serialize)]
+struct FunctionCall<'a> {
+    name: &'a str,
+    args: Value,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'a str,
+}
+
+#[derive(Serialize)]
+struct FunctionResponse<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'a str,
+    response: Outcome<'a>,
+}
+
+/// `{"result": ..}` or, for a failed call, `{"error": ..}`.
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Outcome<'a> {
+    Result(&'a str),
+    Error(&'a str),
+}
+
+fn parts_of(message: &Message, model: bool) -> Vec<Part<'_>> {
     let mut parts = Vec::with_capacity(message.content.len());
     for result in message.tool_results() {
-        let key = if result.is_error { "error" } else { "result" };
-        let mut response = json!({ "name": result.name, "response": { key: result.content } });
-        if !result.call_id.is_empty() {
-            response["id"] = json!(result.call_id);
-        }
-        parts.push(json!({ "functionResponse": response }));
+        parts.push(Part {
+            function_response: Some(FunctionResponse {
+                name: &result.name,
+                id: &result.call_id,
+                response: if result.is_error {
+                    Outcome::Error(&result.content)
+                } else {
+                    Outcome::Result(&result.content)
+                },
+            }),
+            ..Part::default()
+        });
     }
     // A signature waiting for the part it belongs to.
     let mut signature: Option<&str> = None;
     for part in &message.content {
-        let mut value = match part {
+        let mut wire = match part {
             ContentPart::Reasoning {
                 text,
                 signature: sig,
@@ -343,26 +389,37 @@ fn parts_of(message: &Message, model: bool) -> Vec<Value> {
                     continue;
                 }
                 let Some(sig) = sig else { continue };
-                json!({ "text": text, "thought": true, "thoughtSignature": sig })
+                Part {
+                    text: Some(text),
+                    thought: true,
+                    thought_signature: Some(sig),
+                    ..Part::default()
+                }
             }
-            ContentPart::Text { text } if !text.is_empty() => json!({ "text": text }),
+            ContentPart::Text { text } if !text.is_empty() => Part {
+                text: Some(text),
+                ..Part::default()
+            },
             ContentPart::ToolCall(call) if model => {
                 let args = match call.parse_arguments::<Value>() {
                     Ok(value @ Value::Object(_)) => value,
                     _ => json!({ "_arguments": call.arguments }),
                 };
-                let mut function = json!({ "name": call.name, "args": args });
-                if !call.id.is_empty() {
-                    function["id"] = json!(call.id);
+                Part {
+                    function_call: Some(FunctionCall {
+                        name: &call.name,
+                        args,
+                        id: &call.id,
+                    }),
+                    ..Part::default()
                 }
-                json!({ "functionCall": function })
             }
             _ => continue,
         };
         if let Some(sig) = signature.take() {
-            value["thoughtSignature"] = json!(sig);
+            wire.thought_signature = Some(sig);
         }
-        parts.push(value);
+        parts.push(wire);
     }
     parts
 }
