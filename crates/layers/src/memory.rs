@@ -89,8 +89,8 @@ impl MemorySource for HashMap<String, String> {
     }
 }
 
-/// Files under a directory of the local filesystem. A path that is absolute or climbs out of
-/// the directory (`..`) is refused.
+/// Files under a directory of the local filesystem. A path that is absolute, climbs out of
+/// the directory (`..`) or resolves outside it through a symbolic link is refused.
 #[derive(Debug, Clone)]
 pub struct Directory {
     root: PathBuf,
@@ -116,7 +116,22 @@ impl MemorySource for Directory {
                 )));
             }
             let full = self.root.join(relative);
-            match tokio::fs::read(&full).await {
+            // A symbolic link inside the directory may point out of it: read only what
+            // resolves inside.
+            let resolved = match tokio::fs::canonicalize(&full).await {
+                Ok(resolved) => resolved,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(error) => return Err(unreadable(&full, error)),
+            };
+            let root = tokio::fs::canonicalize(&self.root)
+                .await
+                .map_err(|error| unreadable(&self.root, error))?;
+            if !resolved.starts_with(&root) {
+                return Err(Error::bad_request(format!(
+                    "memory file `{path}` resolves outside the directory"
+                )));
+            }
+            match tokio::fs::read(&resolved).await {
                 Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| {
                     Error::backend(format!(
                         "memory file `{}` is not UTF-8 text",
@@ -124,11 +139,7 @@ impl MemorySource for Directory {
                     ))
                 }),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(error) => Err(Error::backend(format!(
-                    "memory file `{}` could not be read: {error}",
-                    full.display()
-                ))
-                .with_source(error)),
+                Err(error) => Err(unreadable(&full, error)),
             }
         })
     }
@@ -136,6 +147,15 @@ impl MemorySource for Directory {
     fn describe(&self) -> String {
         format!("directory `{}`", self.root.display())
     }
+}
+
+/// The error of a file that exists but cannot be read, naming it.
+fn unreadable(path: &Path, error: std::io::Error) -> Error {
+    Error::backend(format!(
+        "memory file `{}` could not be read: {error}",
+        path.display()
+    ))
+    .with_source(error)
 }
 
 #[derive(Clone)]

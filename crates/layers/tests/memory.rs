@@ -164,6 +164,18 @@ async fn a_directory_reads_files_and_refuses_to_leave_its_root() {
         let err = dir.read(escape).await.expect_err(escape);
         assert_eq!(err.kind(), ErrorKind::BadRequest, "{escape}");
     }
+    // A link inside the root that points out of it is refused.
+    #[cfg(unix)]
+    {
+        let outside =
+            std::env::temp_dir().join(format!("tower-agent-outside-{}.md", std::process::id()));
+        tokio::fs::write(&outside, "secret").await.expect("write");
+        let _ = tokio::fs::remove_file(root.join("link.md")).await;
+        std::os::unix::fs::symlink(&outside, root.join("link.md")).expect("symlink");
+        let err = dir.read("link.md").await.expect_err("resolves outside");
+        assert_eq!(err.kind(), ErrorKind::BadRequest);
+        let _ = tokio::fs::remove_file(&outside).await;
+    }
     // A directory where a file is expected cannot be read: an error naming the path.
     let err = dir.read("docs").await.expect_err("a directory");
     assert!(err.message().contains("docs"), "{}", err.message());
