@@ -215,15 +215,19 @@ async fn main() -> Result<(), Error> {
     let specs = tools.specs().to_vec();
 
     // Gated tools ask on the terminal before they run; "no" answers the call with an error
-    // the model sees.
+    // the model sees. `prompted` tells the tool log that a question broke its line.
     let approvals = lines.clone();
+    let prompted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let asked = prompted.clone();
     let tools = ServiceBuilder::new()
         .before_tool(move |req: ToolRequest| {
             let lines = approvals.clone();
+            let asked = asked.clone();
             async move {
                 if !GATED.contains(&req.call.name.as_str()) {
                     return Ok(Flow::Continue(req));
                 }
+                asked.store(true, std::sync::atomic::Ordering::SeqCst);
                 say(&format!(
                     "\n❓ run {}({})? [y/N] ",
                     req.call.name, req.call.arguments
@@ -283,7 +287,13 @@ async fn main() -> Result<(), Error> {
                     }
                     Some(Event::ToolStarted { name, .. }) => say(&format!("\n🔧 {name} ...")).await,
                     Some(Event::ToolFinished { name, is_error, .. }) => {
-                        say(if is_error { " ✗\n" } else { " ✓\n" }).await;
+                        let mark = if is_error { "✗" } else { "✓" };
+                        if prompted.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                            // A question was asked since the tool started: a line of its own.
+                            say(&format!("\n🔧 {name} {mark}\n")).await;
+                        } else {
+                            say(&format!(" {mark}\n")).await;
+                        }
                         tools_run.push(format!("{name} {}", if is_error { "✗" } else { "✓" }));
                     }
                     Some(_) => {}
