@@ -308,7 +308,7 @@ async fn main() -> Result<(), Error> {
         match run.join().await {
             Ok(res) => {
                 match &res.outcome {
-                    Outcome::Cancelled => {
+                    Outcome::Cancelled { .. } => {
                         say(&format!(
                             "\n⏹ cancelled after {} round(s); tools run: {}\n",
                             res.rounds,

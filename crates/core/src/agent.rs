@@ -1,14 +1,16 @@
 //! The agent service's request and response: sessions, inputs and outcomes.
 
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::RunContext;
+use crate::decision::Decisions;
 use crate::event::{EventStream, Observer};
 use crate::message::{Message, ToolResult};
 pub use crate::session::{Outcome, Session, StopReason, Usage};
 
 /// What the run starts from.
+///
+/// [`StopReason::Replayed`]: crate::StopReason::Replayed
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum AgentInput {
@@ -17,9 +19,17 @@ pub enum AgentInput {
     /// If the session has pending interrupts, their calls get a "not executed" result first:
     /// the user moved on without deciding.
     Messages(Vec<Message>),
-    /// Resume an interrupted run: the pending calls are executed again with this value in
+    /// Resume an interrupted run with one value per waiting call, keyed by its id: each
+    /// pending call is executed again with its value in
     /// [`ToolRequest::resume`](crate::ToolRequest::resume), then the loop goes on.
-    Resume(Value),
+    ///
+    /// Checked before anything changes ([`ResumeError`](crate::ResumeError)): a value for a
+    /// call the session does not have, a waiting call without a value, or a value its call
+    /// does not allow ([`Interrupt::allowed`](crate::Interrupt::allowed)) fails the run with
+    /// the session unchanged. Values for calls already answered are ignored: resuming the
+    /// session a resume returned with the same decisions runs nothing twice (outcome
+    /// [`StopReason::Replayed`], or the pending or final state the session is in).
+    Resume(Decisions),
     /// Go on from the history as it is (after a cancelled or stopped run). Pending interrupts
     /// stay pending: the run ends interrupted again at once.
     Continue,
@@ -119,6 +129,29 @@ impl AgentRequest {
         ctx.absorb_state(std::mem::take(&mut session.state));
         session.state = ctx.state_snapshot();
         AgentResponse::new(session, Outcome::Completed { message })
+    }
+
+    /// Resume `session` with `decisions`, one per waiting call ([`AgentInput::Resume`]).
+    pub fn resume(session: Session, decisions: Decisions) -> Self {
+        Self::new(session, AgentInput::Resume(decisions))
+    }
+
+    /// Resume `session` with the same value for every waiting call: one approval for all, or
+    /// the answer to a single question.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{AgentInput, AgentRequest, Decision, Interrupt, Session, ToolCall};
+    ///
+    /// let mut session = Session::new();
+    /// session.interrupts.push(Interrupt::new(ToolCall::new("c1", "rm", json!({})), json!("ok?")));
+    /// let req = AgentRequest::resume_all(session, Decision::Approve);
+    /// let AgentInput::Resume(decisions) = &req.input else { unreachable!() };
+    /// assert_eq!(decisions.get("c1"), Some(&json!({"type": "approve"})));
+    /// ```
+    pub fn resume_all(session: Session, value: impl Into<serde_json::Value>) -> Self {
+        let decisions = Decisions::all(&session.interrupts, value);
+        Self::resume(session, decisions)
     }
 
     /// Cancel the run through `token`.

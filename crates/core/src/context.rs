@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::event::{Event, EventSink, EventStream, Observer};
 use crate::history::History;
+use crate::session::StopReason;
 pub use crate::session::new_id;
 
 /// What every request of one run carries: ids, the round, shared state, the event sink and
@@ -57,6 +58,9 @@ struct Shared {
     commit: Mutex<Option<History>>,
     /// Whether `commit` holds a history: lets the agent skip the lock every round.
     has_commit: AtomicBool,
+    stop: Mutex<Option<StopReason>>,
+    /// Whether `stop` holds a reason: lets the agent skip the lock before every call.
+    has_stop: AtomicBool,
 }
 
 /// A copy for [`Arc::make_mut`]: the locks are copied by value.
@@ -71,6 +75,8 @@ impl Clone for Shared {
             extensions: Mutex::new(lock(&self.extensions).clone()),
             commit: Mutex::new(lock(&self.commit).clone()),
             has_commit: AtomicBool::new(self.has_commit.load(Ordering::Acquire)),
+            stop: Mutex::new(lock(&self.stop).clone()),
+            has_stop: AtomicBool::new(self.has_stop.load(Ordering::Acquire)),
         }
     }
 }
@@ -101,6 +107,8 @@ impl RunContext {
             extensions: Mutex::new(Extensions::default()),
             commit: Mutex::new(None),
             has_commit: AtomicBool::new(false),
+            stop: Mutex::new(None),
+            has_stop: AtomicBool::new(false),
         })
     }
 
@@ -316,6 +324,49 @@ impl RunContext {
         let mut commit = lock(&self.shared.commit);
         self.shared.has_commit.store(false, Ordering::Release);
         commit.take()
+    }
+
+    /// Stop the run gracefully, for a layer (a call limit, a checkpoint): the agent ends it
+    /// with [`Outcome::Stopped`](crate::Outcome::Stopped) and `reason` before its next model
+    /// or tool call. A call already running finishes: a tool's result is kept (later calls of
+    /// the round get a "not executed" result); a model's message is dropped, since its calls
+    /// could not be answered. The first reason given wins.
+    ///
+    /// Unlike cancellation, nothing is interrupted mid-call, and the history ends valid:
+    /// every tool call answered.
+    ///
+    /// ```
+    /// use tower_agent_core::{RunContext, StopReason};
+    ///
+    /// let ctx = RunContext::new();
+    /// ctx.stop(StopReason::Layer { reason: "budget spent".into() });
+    /// ctx.stop(StopReason::Layer { reason: "second".into() });
+    /// assert!(ctx.is_stopping());
+    /// assert_eq!(ctx.take_stop(), Some(StopReason::Layer { reason: "budget spent".into() }));
+    /// ```
+    pub fn stop(&self, reason: StopReason) {
+        let mut stop = lock(&self.shared.stop);
+        if stop.is_none() {
+            *stop = Some(reason);
+            self.shared.has_stop.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether a layer asked to stop the run ([`RunContext::stop`]).
+    #[inline]
+    pub fn is_stopping(&self) -> bool {
+        self.shared.has_stop.load(Ordering::Acquire)
+    }
+
+    /// Take the reason a layer stopped the run with. The agent calls this.
+    #[inline]
+    pub fn take_stop(&self) -> Option<StopReason> {
+        if !self.is_stopping() {
+            return None;
+        }
+        let mut stop = lock(&self.shared.stop);
+        self.shared.has_stop.store(false, Ordering::Release);
+        stop.take()
     }
 
     /// Merge `state` into the JSON state; keys already present win.

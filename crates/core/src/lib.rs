@@ -52,6 +52,7 @@ pub mod agent;
 mod builder;
 pub mod callback;
 pub mod context;
+pub mod decision;
 pub mod error;
 pub mod event;
 pub mod history;
@@ -71,6 +72,7 @@ pub use callback::{
     before_tool,
 };
 pub use context::{RunContext, new_id};
+pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
 pub use history::{CallBlock, History, HistoryError};
@@ -79,5 +81,6 @@ pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
 pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,
 };
+pub use session::{Progress, Step};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{Interrupt, ToolAction, ToolRequest, ToolResponse};

@@ -1,11 +1,13 @@
 //! Plain data of a session, at the bottom of the crate: the session itself, pending
 //! interrupts, how a run ended, token usage and ids. Nothing here knows about services.
 
+use std::fmt;
 use std::ops::{Add, AddAssign};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::decision::{Decision, DecisionKind, ResumeError};
 use crate::history::History;
 use crate::message::{Message, ToolCall, ToolResult};
 
@@ -79,7 +81,7 @@ impl Session {
     /// let call = ToolCall::new("c1", "rm", json!({}));
     /// let mut session = Session::new()
     ///     .with_history(vec![Message::user("clean up"), Message::assistant_with_calls("", [call.clone()])]);
-    /// session.interrupts.push(Interrupt { call, payload: json!("approve?") });
+    /// session.interrupts.push(Interrupt::new(call, json!("approve?")));
     /// session.push_input([Message::user("no, stop")]);
     /// assert_eq!(session.history[2].tool_results().next().unwrap().content, ToolResult::NOT_DECIDED);
     /// assert_eq!(session.history[3].text(), "no, stop");
@@ -118,14 +120,82 @@ impl Session {
 /// A run paused at a tool call, waiting for the host (typically a human decision).
 ///
 /// Stored in [`Session::interrupts`](crate::Session::interrupts) and reported in
-/// [`Outcome::Interrupted`]. The call stays unanswered in the
-/// history until the run is resumed with [`AgentInput::Resume`](crate::AgentInput::Resume).
+/// [`Outcome::Interrupted`]. The call stays unanswered in the history until the run is
+/// resumed with [`AgentInput::Resume`](crate::AgentInput::Resume), whose
+/// [`Decisions`](crate::Decisions) carry a value for its call id.
+///
+/// ```
+/// use serde_json::json;
+/// use tower_agent_core::{Decision, DecisionKind, Interrupt, ToolCall};
+///
+/// let call = ToolCall::new("c1", "shell", json!({"cmd": "rm -rf build"}));
+/// let review = Interrupt::new(call, json!("run it?")).with_allowed([DecisionKind::Approve, DecisionKind::Reject]);
+/// assert!(review.check(&Decision::reject("no").into()).is_ok());
+/// assert!(review.check(&Decision::respond("done").into()).is_err());
+/// assert!(review.check(&json!("yes")).is_err()); // not a decision
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Interrupt {
     /// The call that waits.
     pub call: ToolCall,
     /// What the host needs to decide (for example the question to show a human).
     pub payload: Value,
+    /// The decisions the call takes, when it waits for review. Empty: it takes any JSON
+    /// value (a tool's own question).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed: Vec<DecisionKind>,
+}
+
+impl Interrupt {
+    /// `call` waits with `payload` for the host, taking any value.
+    pub fn new(call: ToolCall, payload: Value) -> Self {
+        Self {
+            call,
+            payload,
+            allowed: Vec::new(),
+        }
+    }
+
+    /// The call takes only these decisions.
+    pub fn with_allowed(mut self, allowed: impl IntoIterator<Item = DecisionKind>) -> Self {
+        self.allowed = allowed.into_iter().collect();
+        self
+    }
+
+    /// Whether `value` may resume this call: anything when [`Interrupt::allowed`] is empty,
+    /// else a [`Decision`] of an allowed kind.
+    pub fn check(&self, value: &Value) -> Result<(), ResumeError> {
+        if self.allowed.is_empty() {
+            return Ok(());
+        }
+        let not_allowed = |got: String| ResumeError::NotAllowed {
+            call_id: self.call.id.clone(),
+            allowed: self
+                .allowed
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            got,
+        };
+        match Decision::deserialize(value) {
+            Ok(decision) if self.allowed.contains(&decision.kind()) => {
+                if let Decision::Edit { arguments } = &decision {
+                    if !arguments.is_object() {
+                        return Err(not_allowed(format!(
+                            "edited arguments that are not a JSON object: {arguments}"
+                        )));
+                    }
+                }
+                Ok(())
+            }
+            Ok(decision) => Err(not_allowed(format!("`{}`", decision.kind()))),
+            Err(error) => Err(not_allowed(format!(
+                "a value that is not a decision ({error})"
+            ))),
+        }
+    }
 }
 
 /// Why the loop stopped before the model finished.
@@ -146,6 +216,128 @@ pub enum StopReason {
         /// The reason it gave.
         reason: String,
     },
+    /// A call limit was reached (see the limit layers of `tower-agent-layers`).
+    Limit {
+        /// Which limit, in words (`"model calls per run"`, `"\`search\` calls per session"`).
+        name: String,
+        /// The number of calls it allows.
+        limit: u32,
+    },
+    /// The tool-budget checkpoint was answered "stop" (or not answered in time).
+    Checkpoint {
+        /// Tool calls made since the previous checkpoint.
+        calls: u32,
+        /// Why, in words (`"declined"`, `"no answer within 900 s"`).
+        reason: String,
+    },
+    /// A layer stopped the run ([`RunContext::stop`](crate::RunContext::stop)).
+    Layer {
+        /// Why.
+        reason: String,
+    },
+    /// A resume whose decisions were all applied before (delivered twice): nothing ran.
+    Replayed,
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::MaxRounds { limit } => {
+                write!(f, "the run reached its limit of {limit} rounds")
+            }
+            StopReason::Tool { name, reason, .. } => {
+                write!(f, "`{name}` stopped the run: {reason}")
+            }
+            StopReason::Limit { name, limit } => {
+                write!(f, "the limit of {limit} {name} was reached")
+            }
+            StopReason::Checkpoint { calls, reason } => {
+                write!(
+                    f,
+                    "the checkpoint after {calls} tool calls said stop ({reason})"
+                )
+            }
+            StopReason::Layer { reason } => f.write_str(reason),
+            StopReason::Replayed => {
+                f.write_str("these decisions were already applied; nothing ran")
+            }
+        }
+    }
+}
+
+/// What a run did with tools: its calls in order, each with whether it succeeded. Shows as
+/// `query_todoist ✓ → create_todoist_task ✓ → set_memory_block ✗`.
+///
+/// ```
+/// use tower_agent_core::Progress;
+///
+/// let mut progress = Progress::default();
+/// progress.push("search", true);
+/// progress.push("write_file", false);
+/// assert_eq!(progress.to_string(), "search ✓ → write_file ✗");
+/// assert_eq!(Progress::default().to_string(), "no tool calls");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Progress {
+    /// The calls, in order.
+    pub steps: Vec<Step>,
+}
+
+/// One tool call of a [`Progress`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// The tool.
+    pub tool: String,
+    /// Whether its result is not an error.
+    pub ok: bool,
+}
+
+impl Progress {
+    /// Add a call.
+    pub fn push(&mut self, tool: impl Into<String>, ok: bool) {
+        self.steps.push(Step {
+            tool: tool.into(),
+            ok,
+        });
+    }
+
+    /// The tool calls of `messages` that have a result, in call order.
+    pub fn of(messages: &[Message]) -> Self {
+        let mut progress = Progress::default();
+        for (index, message) in messages.iter().enumerate() {
+            for call in message.tool_calls() {
+                let result = messages[index + 1..]
+                    .iter()
+                    .flat_map(Message::tool_results)
+                    .find(|r| r.call_id == call.id);
+                if let Some(result) = result {
+                    progress.push(call.name.as_str(), !result.is_error);
+                }
+            }
+        }
+        progress
+    }
+
+    /// Whether no call was made.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+}
+
+impl fmt::Display for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.steps.is_empty() {
+            return f.write_str("no tool calls");
+        }
+        for (index, step) in self.steps.iter().enumerate() {
+            if index > 0 {
+                f.write_str(" → ")?;
+            }
+            write!(f, "{} {}", step.tool, if step.ok { '✓' } else { '✗' })?;
+        }
+        Ok(())
+    }
 }
 
 /// How a run ended.
@@ -157,18 +349,57 @@ pub enum Outcome {
         /// Its final message.
         message: Message,
     },
-    /// The loop was stopped by a limit or a tool response.
+    /// The loop was stopped by a limit, a checkpoint, a layer or a tool response. Every tool
+    /// call in the history has a result.
     Stopped {
         /// Why.
         reason: StopReason,
+        /// The run's tool calls.
+        progress: Progress,
     },
     /// The run was cancelled. Every tool call in the history has a result.
-    Cancelled,
+    Cancelled {
+        /// The run's tool calls, up to the cancellation.
+        progress: Progress,
+    },
     /// The run paused for the host: resume it with [`AgentInput::Resume`](crate::AgentInput::Resume).
     Interrupted {
         /// The calls waiting (also in [`Session::interrupts`]).
         interrupts: Vec<Interrupt>,
     },
+}
+
+impl Outcome {
+    /// A one-line summary for a person when the run stopped or was cancelled:
+    /// `Cancelled. Was working on: search ✓ → write_file ✗`.
+    ///
+    /// ```
+    /// use tower_agent_core::{Outcome, Progress};
+    ///
+    /// let mut progress = Progress::default();
+    /// progress.push("a", true);
+    /// let outcome = Outcome::Cancelled { progress };
+    /// assert_eq!(outcome.summary().as_deref(), Some("Cancelled. Was working on: a ✓"));
+    /// ```
+    pub fn summary(&self) -> Option<String> {
+        match self {
+            Outcome::Cancelled { progress } => {
+                Some(format!("Cancelled. Was working on: {progress}"))
+            }
+            Outcome::Stopped { reason, progress } => {
+                Some(format!("Stopped: {reason}. Done: {progress}"))
+            }
+            _ => None,
+        }
+    }
+
+    /// The run's tool calls, when it stopped or was cancelled.
+    pub fn progress(&self) -> Option<&Progress> {
+        match self {
+            Outcome::Cancelled { progress } | Outcome::Stopped { progress, .. } => Some(progress),
+            _ => None,
+        }
+    }
 }
 
 /// Tokens used.

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use crate::context::RunContext;
+use crate::decision::DecisionKind;
 use crate::message::{ToolCall, ToolResult};
 pub use crate::session::Interrupt;
 
@@ -54,6 +55,9 @@ pub enum ToolAction {
     Interrupt {
         /// What the host needs to decide.
         payload: Value,
+        /// The decisions the call takes on resume; empty: any value
+        /// ([`Interrupt::allowed`]).
+        allowed: Vec<DecisionKind>,
     },
 }
 
@@ -66,6 +70,10 @@ pub struct ToolResponse {
     pub result: ToolResult,
     /// What the loop does next.
     pub action: ToolAction,
+    /// The arguments the call ran with, when a layer changed them (an approval that edited
+    /// them, a repair): the agent writes them into the call in the history, so the history
+    /// records what was executed and the model sees it. `None`: the model's own arguments.
+    pub arguments: Option<String>,
     pub(crate) replaced: bool,
 }
 
@@ -75,6 +83,7 @@ impl ToolResponse {
         Self {
             result,
             action: ToolAction::Continue,
+            arguments: None,
             replaced: false,
         }
     }
@@ -89,13 +98,32 @@ impl ToolResponse {
         Self::new(ToolResult::error(call, content))
     }
 
-    /// Pause the run at `call` with `payload` for the host.
+    /// Pause the run at `call` with `payload` for the host; it resumes with any value.
     pub fn interrupt(call: &ToolCall, payload: Value) -> Self {
-        Self {
-            result: ToolResult::error(call, "interrupted: waiting for a decision"),
-            action: ToolAction::Interrupt { payload },
-            replaced: false,
-        }
+        Self::review(call, payload, [])
+    }
+
+    /// Pause the run at `call` for a review that takes only the `allowed` decisions.
+    pub fn review(
+        call: &ToolCall,
+        payload: Value,
+        allowed: impl IntoIterator<Item = DecisionKind>,
+    ) -> Self {
+        Self::new(ToolResult::error(
+            call,
+            "interrupted: waiting for a decision",
+        ))
+        .with_action(ToolAction::Interrupt {
+            payload,
+            allowed: allowed.into_iter().collect(),
+        })
+    }
+
+    /// Record that the call ran with `arguments` (raw JSON) instead of the model's
+    /// ([`ToolResponse::arguments`]).
+    pub fn with_arguments(mut self, arguments: impl Into<String>) -> Self {
+        self.arguments = Some(arguments.into());
+        self
     }
 
     /// Set the action.
@@ -107,6 +135,8 @@ impl ToolResponse {
 
 impl PartialEq for ToolResponse {
     fn eq(&self, other: &Self) -> bool {
-        self.result == other.result && self.action == other.action
+        self.result == other.result
+            && self.action == other.action
+            && self.arguments == other.arguments
     }
 }

@@ -156,10 +156,7 @@ async fn pending_interrupts_and_the_frontier_are_left_to_the_agent() {
 
     // Resumed: the call that waited runs for real, not patched.
     let res = agent(model, tools, PatchDanglingLayer::new())
-        .oneshot(AgentRequest::new(
-            res.session,
-            AgentInput::Resume(json!("yes")),
-        ))
+        .oneshot(AgentRequest::resume_all(res.session, json!("yes")))
         .await
         .expect("resumed");
     assert_eq!(res.text().as_deref(), Some("deployed"));

@@ -227,7 +227,7 @@ async fn cancelling_the_run_ends_the_wait() {
     run.cancel();
     let res = run.join().await.expect("a cancelled run is an outcome");
     assert!(
-        matches!(res.outcome, Outcome::Cancelled),
+        matches!(res.outcome, Outcome::Cancelled { .. }),
         "{:?}",
         res.outcome
     );

@@ -144,12 +144,12 @@ async fn a_checkpoint_with_open_calls_resumes_cleanly() {
 #[tokio::test]
 async fn stale_interrupts_are_refused() {
     let mut session = Session::new().with_history(vec![Message::user("hi")]);
-    session.interrupts.push(tower_agent_core::Interrupt {
-        call: call("ghost", "add", json!({})),
-        payload: json!(null),
-    });
+    session.interrupts.push(tower_agent_core::Interrupt::new(
+        call("ghost", "add", json!({})),
+        json!(null),
+    ));
     let mut err = Agent::new(ScriptedModel::new([]), calculator())
-        .oneshot(AgentRequest::new(session, AgentInput::Resume(json!(true))))
+        .oneshot(AgentRequest::resume_all(session, json!(true)))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::BadRequest);
@@ -163,10 +163,7 @@ async fn stale_interrupts_are_refused() {
 
 #[tokio::test]
 async fn new_input_drops_stale_interrupts_and_duplicates_are_refused() {
-    let ghost = tower_agent_core::Interrupt {
-        call: call("ghost", "add", json!({})),
-        payload: json!(null),
-    };
+    let ghost = tower_agent_core::Interrupt::new(call("ghost", "add", json!({})), json!(null));
     let mut session = Session::new().with_history(vec![Message::user("hi")]);
     session.interrupts.push(ghost.clone());
     let model = ScriptedModel::new([ModelResponse::text("fresh start")]);
@@ -180,13 +177,10 @@ async fn new_input_drops_stale_interrupts_and_duplicates_are_refused() {
     let pending = call("c1", "add", json!({"a": 1, "b": 1}));
     let mut session =
         Session::new().with_history(vec![Message::assistant_with_calls("", [pending.clone()])]);
-    let twice = tower_agent_core::Interrupt {
-        call: pending,
-        payload: json!(null),
-    };
+    let twice = tower_agent_core::Interrupt::new(pending, json!(null));
     session.interrupts = vec![twice.clone(), twice];
     let err = Agent::new(ScriptedModel::new([]), calculator())
-        .oneshot(AgentRequest::new(session, AgentInput::Resume(json!(true))))
+        .oneshot(AgentRequest::resume_all(session, json!(true)))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");

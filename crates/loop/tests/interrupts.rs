@@ -4,7 +4,9 @@ mod common;
 
 use serde_json::json;
 use tower::ServiceExt;
-use tower_agent_core::{AgentInput, AgentRequest, ErrorKind, ModelResponse, Outcome, Session};
+use tower_agent_core::{
+    AgentInput, AgentRequest, Decisions, ErrorKind, ModelResponse, Outcome, Session,
+};
 use tower_agent_loop::Agent;
 use tower_agent_test::{
     ScriptedModel, StubTool, assert_valid_history, assert_valid_history_with_pending,
@@ -48,10 +50,7 @@ async fn interrupt_then_resume_in_another_process() {
     let saved = serde_json::to_string(&res.session).unwrap();
     let session: Session = serde_json::from_str(&saved).unwrap();
     let res = agent(model.clone(), ask.clone())
-        .oneshot(AgentRequest::new(
-            session,
-            AgentInput::Resume(json!("approved")),
-        ))
+        .oneshot(AgentRequest::resume_all(session, json!("approved")))
         .await
         .unwrap();
     assert_eq!(res.text().as_deref(), Some("deployed"));
@@ -107,7 +106,7 @@ async fn resume_without_pending_is_a_typed_error_keeping_the_session() {
     let mut err = agent
         .oneshot(AgentRequest::new(
             Session::with_id("s"),
-            AgentInput::Resume(json!(true)),
+            AgentInput::Resume(Decisions::new()),
         ))
         .await
         .unwrap_err();
@@ -132,10 +131,7 @@ async fn resumed_results_are_put_back_in_call_order() {
         .await
         .unwrap();
     let res = agent
-        .oneshot(AgentRequest::new(
-            paused.session,
-            AgentInput::Resume(json!("yes")),
-        ))
+        .oneshot(AgentRequest::resume_all(paused.session, json!("yes")))
         .await
         .unwrap();
     let ids: Vec<String> = results(&res.session.history)

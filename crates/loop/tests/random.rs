@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use tower::{ServiceExt, service_fn};
 use tower_agent_core::history::validate;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, CancellationToken, ContentPart, Error, ErrorKind,
-    Interrupt, Message, ModelRequest, ModelResponse, Outcome, Role, RunContext, Session,
+    AgentInput, AgentRequest, AgentResponse, CancellationToken, ContentPart, Decisions, Error,
+    ErrorKind, Interrupt, Message, ModelRequest, ModelResponse, Outcome, Role, RunContext, Session,
     ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult, ToolSpec,
 };
 use tower_agent_loop::Agent;
@@ -192,7 +192,9 @@ fn plan(rng: &mut Rng, session: &mut Session, first: bool) -> Plan {
     let damage = rng.chance(if first { 50 } else { 25 });
     let damage = damage.then(|| perturb(session, rng));
     let input = match (session.interrupts.is_empty(), rng.below(10)) {
-        (false, 0..5) | (true, 0) => AgentInput::Resume(json!("yes")),
+        (false, 0..5) | (true, 0) => {
+            AgentInput::Resume(Decisions::all(&session.interrupts, json!("yes")))
+        }
         (_, 0..7) => AgentInput::Messages(vec![Message::user("next")]),
         _ => AgentInput::Continue,
     };
@@ -288,7 +290,7 @@ fn perturb(session: &mut Session, rng: &mut Rng) -> String {
     for call in open_calls(&session.history) {
         if rng.chance(50) {
             let (call, payload) = (call.clone(), json!("approve?"));
-            session.interrupts.push(Interrupt { call, payload });
+            session.interrupts.push(Interrupt::new(call, payload));
         }
     }
     let first = session.interrupts.first().cloned();
@@ -299,7 +301,7 @@ fn perturb(session: &mut Session, rng: &mut Rng) -> String {
     }
     if rng.chance(8) {
         let (call, payload) = (ToolCall::new("ghost", "t0", json!({})), Value::Null);
-        session.interrupts.push(Interrupt { call, payload });
+        session.interrupts.push(Interrupt::new(call, payload));
         notes.push("stale interrupt");
     }
     if let (Some(interrupt), true) = (first, rng.chance(8)) {

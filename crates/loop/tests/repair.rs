@@ -6,8 +6,8 @@ mod common;
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, Error, ErrorKind, Event, Flow, Interrupt, Message,
-    ModelResponse, Outcome, ServiceBuilderExt, Session, ToolResult, observer_fn,
+    AgentInput, AgentRequest, AgentResponse, Decisions, Error, ErrorKind, Event, Flow, Interrupt,
+    Message, ModelResponse, Outcome, ServiceBuilderExt, Session, ToolResult, observer_fn,
 };
 use tower_agent_loop::Agent;
 use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
@@ -100,10 +100,9 @@ async fn calls_without_results_further_up_or_in_the_input_are_answered_in_place(
         Message::user("later"),
         Message::assistant_with_calls("", [call("wait", "add", json!({}))]),
     ]);
-    session.interrupts.push(Interrupt {
-        call: call("wait", "add", json!({})),
-        payload: json!(null),
-    });
+    session
+        .interrupts
+        .push(Interrupt::new(call("wait", "add", json!({})), json!(null)));
     let res = Agent::new(ScriptedModel::new([]), calculator())
         .oneshot(AgentRequest::new(session, AgentInput::Continue))
         .await
@@ -131,13 +130,15 @@ async fn refused_requests_return_the_session_untouched() {
         Message::user("go"),
         Message::assistant_with_calls("", [call("c1", "add", json!({}))]),
     ]);
-    session.interrupts.push(Interrupt {
-        call: call("c9", "add", json!({})),
-        payload: json!(null),
-    });
+    session
+        .interrupts
+        .push(Interrupt::new(call("c9", "add", json!({})), json!(null)));
     session.state.insert("mine".into(), json!(1));
     let before = session.clone();
-    for input in [AgentInput::Continue, AgentInput::Resume(json!(true))] {
+    for input in [
+        AgentInput::Continue,
+        AgentInput::Resume(Decisions::all(&session.interrupts, json!(true))),
+    ] {
         let request = AgentRequest::new(session.clone(), input);
         request.ctx.set_state("from_the_context", 2);
         let err = Agent::new(ScriptedModel::new([]), calculator())
@@ -152,7 +153,7 @@ async fn refused_requests_return_the_session_untouched() {
     let err = Agent::new(ScriptedModel::new([]), calculator())
         .oneshot(AgentRequest::new(
             plain.clone(),
-            AgentInput::Resume(json!(1)),
+            AgentInput::Resume(Decisions::new()),
         ))
         .await
         .unwrap_err();
@@ -162,14 +163,14 @@ async fn refused_requests_return_the_session_untouched() {
 #[tokio::test]
 async fn a_pending_call_must_stand_at_the_end_of_the_history() {
     let mut session = dangling_before_a_later_message();
-    session.interrupts.push(Interrupt {
-        call: call("c1", "add", json!({"a": 1, "b": 2})),
-        payload: json!(null),
-    });
+    session.interrupts.push(Interrupt::new(
+        call("c1", "add", json!({"a": 1, "b": 2})),
+        json!(null),
+    ));
     let before = session.clone();
     let tool = StubTool::interrupting("add", json!("approve?"));
     let err = Agent::new(ScriptedModel::new([]), ToolSet::new().tool(tool.clone()))
-        .oneshot(AgentRequest::new(session, AgentInput::Resume(json!("ok"))))
+        .oneshot(AgentRequest::resume_all(session, json!("ok")))
         .await
         .unwrap_err();
     assert_unchanged(&err, &before);
@@ -188,16 +189,13 @@ async fn resume_refuses_an_interrupt_that_is_not_the_call_in_the_history() {
     ];
     for stored in stored {
         let mut session = Session::new().with_history(history.clone());
-        session.interrupts.push(Interrupt {
-            call: stored,
-            payload: json!(null),
-        });
+        session.interrupts.push(Interrupt::new(stored, json!(null)));
         let before = session.clone();
         let rm = StubTool::returning("rm", "removed");
         let wipe = StubTool::returning("wipe", "wiped");
         let tools = ToolSet::new().tool(rm.clone()).tool(wipe.clone());
         let err = Agent::new(ScriptedModel::new([]), tools)
-            .oneshot(AgentRequest::new(session, AgentInput::Resume(json!("yes"))))
+            .oneshot(AgentRequest::resume_all(session, json!("yes")))
             .await
             .unwrap_err();
         assert_unchanged(&err, &before);
@@ -254,10 +252,10 @@ async fn a_before_agent_answer_keeps_the_session_valid() {
         Message::user("delete it"),
         Message::assistant_with_calls("", [call("c1", "rm", json!({}))]),
     ]);
-    session.interrupts.push(Interrupt {
-        call: call("c1", "rm", json!({})),
-        payload: json!("approve?"),
-    });
+    session.interrupts.push(Interrupt::new(
+        call("c1", "rm", json!({})),
+        json!("approve?"),
+    ));
     let model = ScriptedModel::new([]);
     let agent = ServiceBuilder::new()
         .before_agent(|req: AgentRequest| async move {

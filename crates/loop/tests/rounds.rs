@@ -61,11 +61,14 @@ async fn a_tool_can_stop_the_loop_and_later_calls_are_skipped() {
                     name,
                     reason,
                 },
+            progress,
         } => {
             assert_eq!(
                 (call_id.as_str(), name.as_str(), reason.as_str()),
                 ("c2", "halt", "budget spent")
             );
+            // The call after the stop did not run: it counts as failed.
+            assert_eq!(progress.to_string(), "add ✓ → halt ✓ → add ✗");
         }
         other => panic!("unexpected outcome {other:?}"),
     }
@@ -99,12 +102,11 @@ async fn max_rounds_stops_with_a_valid_history() {
         .oneshot(AgentRequest::new(Session::new(), "loop"))
         .await
         .unwrap();
-    assert_eq!(
-        res.outcome,
-        Outcome::Stopped {
-            reason: StopReason::MaxRounds { limit: 3 }
-        }
-    );
+    let Outcome::Stopped { reason, progress } = &res.outcome else {
+        panic!("unexpected outcome {:?}", res.outcome);
+    };
+    assert_eq!(reason, &StopReason::MaxRounds { limit: 3 });
+    assert_eq!(progress.to_string(), "add ✓ → add ✓ → add ✓");
     assert_eq!(res.rounds, 3);
     assert_eq!(model.request_count(), 3);
     assert_eq!(results(&res.session.history).len(), 3);

@@ -171,6 +171,7 @@ where
             rounds: 0,
             scratch: RoundTools::default(),
             call_ids: CallIdSet::default(),
+            start: 0,
         };
         ResponseFuture {
             inner: Box::pin(run.run(input).instrument(span)),

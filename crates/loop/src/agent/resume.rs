@@ -10,9 +10,12 @@
 //!
 //! [`History::answer_unanswered`]: tower_agent_core::History::answer_unanswered
 
+use std::collections::HashSet;
+
+use tower_agent_core::decision::check_decisions;
 use tower_agent_core::{
-    AgentInput, BoxError, ContentPart, Error, ModelRequest, ModelResponse, Outcome, Session,
-    ToolRequest, ToolResponse, ToolResult,
+    AgentInput, BoxError, ContentPart, Error, Message, ModelRequest, ModelResponse, Outcome, Role,
+    Session, StopReason, ToolRequest, ToolResponse, ToolResult,
 };
 use tower_service::Service;
 
@@ -20,18 +23,29 @@ use super::rounds::Run;
 use super::tools::execute;
 
 /// Whether `input` fits `session`; checked before anything changes, so a refused request
-/// returns the session exactly as it came.
-pub(super) fn check_input(session: &Session, input: &AgentInput) -> Result<(), Error> {
+/// returns the session exactly as it came. `Ok(true)`: a resume whose decisions were all
+/// applied before (a replay), which runs nothing.
+pub(super) fn check_input(session: &Session, input: &AgentInput) -> Result<bool, Error> {
     match input {
-        AgentInput::Messages(_) => Ok(()),
-        AgentInput::Continue => check_interrupts(session),
-        AgentInput::Resume(_) => {
-            if session.interrupts.is_empty() {
-                return Err(Error::bad_request(
-                    "cannot resume: the session has no pending interrupt",
-                ));
-            }
-            check_interrupts(session)
+        AgentInput::Messages(_) => Ok(false),
+        AgentInput::Continue => check_interrupts(session).map(|()| false),
+        AgentInput::Resume(decisions) => {
+            check_interrupts(session)?;
+            // Only a decision that names no pending call needs the answered ids.
+            let mut answered: Option<HashSet<&str>> = None;
+            check_decisions(decisions, &session.interrupts, |id| {
+                answered
+                    .get_or_insert_with(|| {
+                        session
+                            .history
+                            .iter()
+                            .flat_map(Message::tool_results)
+                            .map(|r| r.call_id.as_str())
+                            .collect()
+                    })
+                    .contains(id)
+            })
+            .map_err(|error| Error::bad_request(error.to_string()).with_source(error))
         }
         other => Err(Error::bad_request(format!(
             "this agent does not support the input {other:?}"
@@ -86,11 +100,28 @@ where
     /// Calls a previous run left without a result and without waiting for a decision (a
     /// process that stopped after `RoundCompleted`) get a cancelled result: the model sees
     /// why. Running them again could repeat their side effects.
-    pub(super) async fn prepare(&mut self, input: AgentInput) -> Result<Option<Outcome>, Error> {
+    pub(super) async fn prepare(
+        &mut self,
+        input: AgentInput,
+        replay: bool,
+    ) -> Result<Option<Outcome>, Error> {
         let outcome = match input {
-            AgentInput::Resume(value) => {
+            AgentInput::Resume(_) if replay => {
                 self.session.answer_dangling_calls();
                 self.index_and_repair(false);
+                self.start = self.session.history.len();
+                Some(self.replayed())
+            }
+            AgentInput::Resume(decisions) => {
+                self.session.answer_dangling_calls();
+                self.index_and_repair(false);
+                // The calls that waited belong to this run's work.
+                self.start = self
+                    .session
+                    .history
+                    .iter()
+                    .rposition(|m| m.role == Role::Assistant)
+                    .unwrap_or(0);
                 let calls: Vec<ContentPart> = std::mem::take(&mut self.session.interrupts)
                     .into_iter()
                     .map(|i| ContentPart::ToolCall(i.call))
@@ -101,7 +132,7 @@ where
                     0,
                     self.config.tool_execution,
                     &calls,
-                    Some(&value),
+                    Some(&decisions),
                     &mut self.scratch,
                 )
                 .await;
@@ -110,6 +141,7 @@ where
             AgentInput::Continue => {
                 self.session.answer_dangling_calls();
                 self.index_and_repair(false);
+                self.start = self.session.history.len();
                 if self.session.interrupts.is_empty() {
                     None
                 } else {
@@ -124,6 +156,7 @@ where
                 self.session.push_input(messages);
                 // The input itself may end with calls: nothing waits any more.
                 self.index_and_repair(true);
+                self.start = self.session.history.len();
                 None
             }
             other => {
@@ -133,6 +166,27 @@ where
             }
         };
         Ok(outcome)
+    }
+
+    /// The outcome of a resume whose decisions were all applied before: the calls that still
+    /// wait, the final answer the session ends with, or [`StopReason::Replayed`].
+    fn replayed(&mut self) -> Outcome {
+        if !self.session.interrupts.is_empty() {
+            return Outcome::Interrupted {
+                interrupts: std::mem::take(&mut self.session.interrupts),
+            };
+        }
+        match self.session.history.last() {
+            Some(last) if last.role == Role::Assistant && !last.has_tool_calls() => {
+                Outcome::Completed {
+                    message: last.clone(),
+                }
+            }
+            _ => Outcome::Stopped {
+                reason: StopReason::Replayed,
+                progress: Default::default(),
+            },
+        }
     }
 
     /// Collect every call id of the session (the input included), so that new calls get unique

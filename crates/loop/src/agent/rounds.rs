@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use tower_agent_core::{
-    AgentInput, AgentResponse, BoxError, CallIdSet, ContentPart, Error, ErrorKind, Event, Message,
-    ModelRequest, ModelResponse, Outcome, Role, RunContext, Session, StopReason, ToolRequest,
-    ToolResponse, ToolResult, Usage,
+    AgentInput, AgentResponse, BoxError, CallIdSet, ContentPart, Error, ErrorKind, Event, History,
+    Message, ModelRequest, ModelResponse, Outcome, Progress, Role, RunContext, Session, StopReason,
+    ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -27,10 +27,46 @@ pub(super) struct Run<M, T> {
     pub(super) scratch: RoundTools,
     /// Hashes of every tool call id in the history, so new calls get unique ids.
     pub(super) call_ids: CallIdSet,
+    /// Where this run's work starts in the history, for the progress of a stopped or
+    /// cancelled run.
+    pub(super) start: usize,
 }
 
 /// The result of a call left without one when the run failed.
 pub(super) const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
+
+/// A cancelled outcome; its progress is filled in when the run ends.
+fn cancelled_outcome() -> Outcome {
+    Outcome::Cancelled {
+        progress: Progress::default(),
+    }
+}
+
+/// A stopped outcome; its progress is filled in when the run ends.
+fn stopped(reason: StopReason) -> Outcome {
+    Outcome::Stopped {
+        reason,
+        progress: Progress::default(),
+    }
+}
+
+/// Write the arguments calls ran with into the calls of the history (newest first: the calls
+/// of the round just run).
+fn record_arguments(history: &mut History, mut rewrites: Vec<(String, String)>) {
+    let messages = history.make_mut();
+    for message in messages.iter_mut().rev() {
+        if rewrites.is_empty() {
+            break;
+        }
+        for part in &mut message.content {
+            if let ContentPart::ToolCall(call) = part {
+                if let Some(index) = rewrites.iter().position(|(id, _)| *id == call.id) {
+                    call.arguments = rewrites.swap_remove(index).1;
+                }
+            }
+        }
+    }
+}
 
 impl<M, T> Run<M, T>
 where
@@ -51,31 +87,33 @@ where
             }
         );
         // An input that does not fit the session is refused before anything changes.
-        if let Err(error) = started.and_then(|()| check_input(&self.session, &input)) {
-            return self.refuse(error).await;
-        }
+        let replay = match started.and_then(|()| check_input(&self.session, &input)) {
+            Ok(replay) => replay,
+            Err(error) => return self.refuse(error).await,
+        };
         // The session's durable state lives in the context during the run.
         self.ctx
             .absorb_state(std::mem::take(&mut self.session.state));
-        let result = self.drive(input).await;
+        let result = self.drive(input, replay).await;
         self.finish(result).await
     }
 
-    async fn drive(&mut self, input: AgentInput) -> Result<Outcome, Error> {
-        if let Some(outcome) = self.prepare(input).await? {
+    async fn drive(&mut self, input: AgentInput, replay: bool) -> Result<Outcome, Error> {
+        if let Some(outcome) = self.prepare(input, replay).await? {
             return Ok(outcome);
         }
 
         loop {
             if self.ctx.is_cancelled() {
-                return Ok(Outcome::Cancelled);
+                return Ok(cancelled_outcome());
+            }
+            if let Some(reason) = self.ctx.take_stop() {
+                return Ok(stopped(reason));
             }
             if self.rounds >= self.config.max_rounds {
-                return Ok(Outcome::Stopped {
-                    reason: StopReason::MaxRounds {
-                        limit: self.config.max_rounds,
-                    },
-                });
+                return Ok(stopped(StopReason::MaxRounds {
+                    limit: self.config.max_rounds,
+                }));
             }
             self.rounds += 1;
             let round = self.rounds;
@@ -103,11 +141,11 @@ where
             // model's message is appended.
             let committed = self.apply_commit();
             let response = match response {
-                None => return Ok(Outcome::Cancelled),
+                None => return Ok(cancelled_outcome()),
                 Some(Err(error))
                     if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() =>
                 {
-                    return Ok(Outcome::Cancelled);
+                    return Ok(cancelled_outcome());
                 }
                 Some(Err(error)) => return Err(error),
                 Some(Ok(response)) => response,
@@ -117,6 +155,10 @@ where
             } = response;
             self.usage += usage;
             committed?;
+            // A layer stopped the run during the call: its calls could not be answered.
+            if let Some(reason) = self.ctx.take_stop() {
+                return Ok(stopped(reason));
+            }
             message.role = Role::Assistant;
             self.normalize(&mut message, round);
             if message.has_text() {
@@ -206,6 +248,7 @@ where
         let stop = out.stop.take();
         let cancelled = std::mem::take(&mut out.cancelled);
         let error = out.error.take();
+        let stop = stop.or_else(|| self.ctx.take_stop());
         // Calls that would wait for a decision cannot wait when the run ends otherwise.
         let closing = if error.is_some() {
             Some(RUN_FAILED.to_owned())
@@ -227,11 +270,15 @@ where
         if let Some(error) = error {
             return Err(error);
         }
+        if !out.rewrites.is_empty() {
+            let rewrites = std::mem::take(&mut out.rewrites);
+            record_arguments(&mut self.session.history, rewrites);
+        }
         if cancelled {
-            return Ok(Some(Outcome::Cancelled));
+            return Ok(Some(cancelled_outcome()));
         }
         if let Some(reason) = stop {
-            return Ok(Some(Outcome::Stopped { reason }));
+            return Ok(Some(stopped(reason)));
         }
         if !interrupts.is_empty() {
             return Ok(Some(Outcome::Interrupted { interrupts }));
@@ -249,6 +296,9 @@ where
                 "a layer committed an invalid history ({defect}); the session was left as it was"
             )));
         }
+        // The run's own messages are the newest: they keep their place from the end.
+        let own = self.session.history.len().saturating_sub(self.start);
+        self.start = history.len().saturating_sub(own);
         self.call_ids.clear();
         self.call_ids.extend(
             history
@@ -277,7 +327,13 @@ where
         self.discard_stale_commit();
         self.session.state = self.ctx.state_snapshot();
         let error = match result {
-            Ok(outcome) => {
+            Ok(mut outcome) => {
+                if let Outcome::Cancelled { progress } | Outcome::Stopped { progress, .. } =
+                    &mut outcome
+                {
+                    let start = self.start.min(self.session.history.len());
+                    *progress = Progress::of(&self.session.history[start..]);
+                }
                 if let Outcome::Interrupted { interrupts } = &outcome {
                     self.session.interrupts = interrupts.clone();
                 }

@@ -1,10 +1,9 @@
 //! Executing the tool calls of one round.
 
 use futures_util::stream::{self, StreamExt};
-use serde_json::Value;
 use tower_agent_core::{
-    BoxError, CancellationToken, ContentPart, Error, ErrorKind, Event, Interrupt, RunContext,
-    StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
+    BoxError, CancellationToken, ContentPart, Decisions, Error, ErrorKind, Event, Interrupt,
+    RunContext, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
 };
 use tower_service::Service;
 
@@ -20,6 +19,8 @@ pub(super) struct RoundTools {
     pub(super) stop: Option<StopReason>,
     pub(super) cancelled: bool,
     pub(super) error: Option<Error>,
+    /// Calls that ran with other arguments than the model's: `(call id, arguments)`.
+    pub(super) rewrites: Vec<(String, String)>,
 }
 
 /// How one tool call ended.
@@ -41,7 +42,7 @@ pub(super) async fn execute<T>(
     round: u32,
     mode: ToolExecution,
     parts: &[ContentPart],
-    resume: Option<&Value>,
+    resume: Option<&Decisions>,
     out: &mut RoundTools,
 ) where
     T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
@@ -53,6 +54,10 @@ pub(super) async fn execute<T>(
     match mode {
         ToolExecution::Sequential => {
             for call in parts.iter().filter_map(as_call) {
+                // A layer that stopped the run stops it before the next call.
+                if out.stop.is_none() && ctx.is_stopping() {
+                    out.stop = ctx.take_stop();
+                }
                 if let Some(reason) = &out.stop {
                     out.results
                         .push(ToolResult::error(call, not_executed(reason)));
@@ -76,7 +81,7 @@ pub(super) async fn execute<T>(
                 let request = ToolRequest {
                     call: (*call).clone(),
                     ctx: ctx.with_round(round),
-                    resume: resume.cloned(),
+                    resume: resume.and_then(|d| d.get(&call.id)).cloned(),
                 };
                 let span = tool_span(call);
                 // Not started if the run is cancelled (e.g. while the event waited).
@@ -97,7 +102,7 @@ pub(super) async fn execute<T>(
                 let request = ToolRequest {
                     call: (*call).clone(),
                     ctx: ctx.with_round(round),
-                    resume: resume.cloned(),
+                    resume: resume.and_then(|d| d.get(&call.id)).cloned(),
                 };
                 running.push(run_one(index, tools.clone(), request, events));
             }
@@ -223,7 +228,10 @@ fn absorb(
         }
         Some(Ok(response)) => {
             let ToolResponse {
-                mut result, action, ..
+                mut result,
+                action,
+                arguments,
+                ..
             } = response;
             // The result answers this call, whatever the service wrote.
             if result.call_id != call.id {
@@ -233,11 +241,9 @@ fn absorb(
                 result.name.clone_from(&call.name);
             }
             match action {
-                ToolAction::Interrupt { payload } => {
-                    out.interrupts.push(Interrupt {
-                        call: call.clone(),
-                        payload,
-                    });
+                ToolAction::Interrupt { payload, allowed } => {
+                    out.interrupts
+                        .push(Interrupt::new(call.clone(), payload).with_allowed(allowed));
                     return false;
                 }
                 ToolAction::Stop { reason } => {
@@ -248,6 +254,12 @@ fn absorb(
                     });
                 }
                 _ => {}
+            }
+            // Not for an interrupt: the call that waits must stay the one stored.
+            if let Some(arguments) = arguments {
+                if arguments != call.arguments {
+                    out.rewrites.push((call.id.clone(), arguments));
+                }
             }
             result
         }

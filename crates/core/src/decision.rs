@@ -1,0 +1,315 @@
+//! Decisions on calls that wait for the host: what [`AgentInput::Resume`] carries.
+//!
+//! Plain data, at the bottom of the crate with the session.
+//!
+//! [`AgentInput::Resume`]: crate::AgentInput::Resume
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::session::Interrupt;
+
+/// A decision on a call that waits for review (a human approving a tool call).
+///
+/// Serialized with a `type` tag, so a web front end sends
+/// `{"type": "edit", "arguments": {"cmd": "ls"}}`:
+///
+/// ```
+/// use serde_json::json;
+/// use tower_agent_core::{Decision, DecisionKind};
+///
+/// let decision: Decision = serde_json::from_value(json!({"type": "reject", "reason": "too risky"})).unwrap();
+/// assert_eq!(decision, Decision::reject("too risky"));
+/// assert_eq!(decision.kind(), DecisionKind::Reject);
+/// assert_eq!(serde_json::to_value(Decision::Approve).unwrap(), json!({"type": "approve"}));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Run the call as the model wrote it.
+    Approve,
+    /// Run the call with these arguments instead (a JSON object).
+    Edit {
+        /// The arguments to run with.
+        arguments: Value,
+    },
+    /// Do not run the call; the model sees an error result with the reason.
+    Reject {
+        /// Why, for the model.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        reason: String,
+    },
+    /// Do not run the call; `text` becomes its result, as if the tool had returned it.
+    Respond {
+        /// The result the model sees.
+        text: String,
+    },
+}
+
+impl Decision {
+    /// Run the call with `arguments` instead of the model's.
+    pub fn edit(arguments: Value) -> Self {
+        Decision::Edit { arguments }
+    }
+
+    /// Do not run the call, for `reason`.
+    pub fn reject(reason: impl Into<String>) -> Self {
+        Decision::Reject {
+            reason: reason.into(),
+        }
+    }
+
+    /// Answer the call with `text` instead of running it.
+    pub fn respond(text: impl Into<String>) -> Self {
+        Decision::Respond { text: text.into() }
+    }
+
+    /// Which kind of decision this is.
+    pub fn kind(&self) -> DecisionKind {
+        match self {
+            Decision::Approve => DecisionKind::Approve,
+            Decision::Edit { .. } => DecisionKind::Edit,
+            Decision::Reject { .. } => DecisionKind::Reject,
+            Decision::Respond { .. } => DecisionKind::Respond,
+        }
+    }
+}
+
+impl From<Decision> for Value {
+    fn from(decision: Decision) -> Value {
+        serde_json::to_value(decision).unwrap_or(Value::Null)
+    }
+}
+
+/// The kinds of [`Decision`], to say which a waiting call allows.
+///
+/// Parsed from its name (`"approve"`, `"edit"`, `"reject"`, `"respond"`), so a gate read from
+/// a configuration file is checked when it is built:
+///
+/// ```
+/// use tower_agent_core::DecisionKind;
+///
+/// assert_eq!("edit".parse::<DecisionKind>().unwrap(), DecisionKind::Edit);
+/// let err = "aprove".parse::<DecisionKind>().unwrap_err();
+/// assert_eq!(err.to_string(), "unknown decision `aprove` (known: approve, edit, reject, respond)");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// [`Decision::Approve`].
+    Approve,
+    /// [`Decision::Edit`].
+    Edit,
+    /// [`Decision::Reject`].
+    Reject,
+    /// [`Decision::Respond`].
+    Respond,
+}
+
+impl DecisionKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [DecisionKind; 4] = [
+        DecisionKind::Approve,
+        DecisionKind::Edit,
+        DecisionKind::Reject,
+        DecisionKind::Respond,
+    ];
+
+    /// Its name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::Approve => "approve",
+            DecisionKind::Edit => "edit",
+            DecisionKind::Reject => "reject",
+            DecisionKind::Respond => "respond",
+        }
+    }
+}
+
+impl fmt::Display for DecisionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl AsRef<str> for DecisionKind {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+/// A decision name that is not one of [`DecisionKind`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown decision `{0}` (known: approve, edit, reject, respond)")]
+pub struct UnknownDecision(pub String);
+
+impl FromStr for DecisionKind {
+    type Err = UnknownDecision;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        DecisionKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+            .ok_or_else(|| UnknownDecision(name.to_owned()))
+    }
+}
+
+/// The values a run resumes with, keyed by the id of the call each one answers.
+///
+/// A call that waits for review ([`Interrupt::allowed`] not empty) takes a [`Decision`]; a
+/// call a tool paused with a question of its own takes any JSON value (the answer).
+///
+/// ```
+/// use serde_json::json;
+/// use tower_agent_core::{Decision, Decisions};
+///
+/// let decisions = Decisions::new()
+///     .with("call_1", Decision::Approve)
+///     .with("call_2", json!("notes.txt"));
+/// assert_eq!(decisions.get("call_2"), Some(&json!("notes.txt")));
+/// assert_eq!(decisions.len(), 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Decisions(BTreeMap<String, Value>);
+
+impl Decisions {
+    /// No decision yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The same value for every call of `interrupts` (typically [`Session::interrupts`]).
+    ///
+    /// [`Session::interrupts`]: crate::Session::interrupts
+    pub fn all(interrupts: &[Interrupt], value: impl Into<Value>) -> Self {
+        let value = value.into();
+        Self(
+            interrupts
+                .iter()
+                .map(|i| (i.call.id.clone(), value.clone()))
+                .collect(),
+        )
+    }
+
+    /// Add the value for `call_id` (replacing an earlier one).
+    pub fn with(mut self, call_id: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.insert(call_id, value);
+        self
+    }
+
+    /// Set the value for `call_id` (replacing an earlier one).
+    pub fn insert(&mut self, call_id: impl Into<String>, value: impl Into<Value>) {
+        self.0.insert(call_id.into(), value.into());
+    }
+
+    /// The value for `call_id`.
+    pub fn get(&self, call_id: &str) -> Option<&Value> {
+        self.0.get(call_id)
+    }
+
+    /// Whether there is a value for `call_id`.
+    pub fn contains(&self, call_id: &str) -> bool {
+        self.0.contains_key(call_id)
+    }
+
+    /// How many calls are decided.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no call is decided.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The decided call ids and their values, ordered by id.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter().map(|(id, value)| (id.as_str(), value))
+    }
+}
+
+impl<K: Into<String>, V: Into<Value>> FromIterator<(K, V)> for Decisions {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Self(
+            iter.into_iter()
+                .map(|(id, value)| (id.into(), value.into()))
+                .collect(),
+        )
+    }
+}
+
+/// Why a resume was refused: the session is left exactly as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// The session has no call waiting and no call these decisions could answer.
+    #[error("cannot resume: the session has no pending interrupt")]
+    NothingPending,
+    /// A decision names a call the session does not have.
+    #[error("cannot resume: no call `{call_id}` in the session")]
+    UnknownCall {
+        /// The id decided.
+        call_id: String,
+    },
+    /// A waiting call has no decision.
+    #[error("cannot resume: call `{call_id}` (tool `{tool}`) waits for a decision and got none")]
+    Missing {
+        /// The waiting call.
+        call_id: String,
+        /// Its tool.
+        tool: String,
+    },
+    /// A decision the waiting call does not allow, or a value that is not a decision.
+    #[error("cannot resume: call `{call_id}` allows {allowed}; got {got}")]
+    NotAllowed {
+        /// The waiting call.
+        call_id: String,
+        /// What it allows, comma separated.
+        allowed: String,
+        /// What it got.
+        got: String,
+    },
+}
+
+/// Check `decisions` against the calls that wait (`pending`) and those already answered
+/// (`answered`): every key names one of them, every pending call has a value, every value
+/// fits what its call allows. Returns whether the decisions are a replay: they only name
+/// calls already answered (a resume delivered twice), so nothing is to run.
+pub fn check_decisions(
+    decisions: &Decisions,
+    pending: &[Interrupt],
+    mut answered: impl FnMut(&str) -> bool,
+) -> Result<bool, ResumeError> {
+    let mut fresh = 0;
+    for (call_id, _) in decisions.iter() {
+        if pending.iter().any(|i| i.call.id == call_id) {
+            fresh += 1;
+        } else if !answered(call_id) {
+            return Err(ResumeError::UnknownCall {
+                call_id: call_id.to_owned(),
+            });
+        }
+    }
+    if fresh == 0 && !decisions.is_empty() {
+        return Ok(true);
+    }
+    if pending.is_empty() {
+        return Err(ResumeError::NothingPending);
+    }
+    for interrupt in pending {
+        let Some(value) = decisions.get(&interrupt.call.id) else {
+            return Err(ResumeError::Missing {
+                call_id: interrupt.call.id.clone(),
+                tool: interrupt.call.name.clone(),
+            });
+        };
+        interrupt.check(value)?;
+    }
+    Ok(false)
+}
