@@ -134,14 +134,28 @@ impl fmt::Display for ErrorKind {
 ///
 /// When a run fails, the agent attaches the session as it stood at the failure (every tool
 /// call answered), so nothing is lost: take it back with [`Error::take_session`] and resume.
-#[derive(Clone, thiserror::Error)]
-#[error("{kind}: {message}")]
+#[derive(Clone)]
 pub struct Error {
     kind: ErrorKind,
     message: Cow<'static, str>,
-    #[source]
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
     session: Option<Box<Session>>,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+impl StdError for Error {
+    /// The cause itself (not the `Arc` that shares it), so `downcast_ref` finds its type.
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match &self.source {
+            Some(source) => Some(&**source),
+            None => None,
+        }
+    }
 }
 
 impl Error {
@@ -322,6 +336,17 @@ mod tests {
         let err = Error::from(boxed);
         assert_eq!(err.kind(), ErrorKind::Other);
         assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn the_source_downcasts_to_its_own_type() {
+        let io = std::io::Error::other("disk full");
+        let err = Error::backend("write failed").with_source(io);
+        let source = StdError::source(&err).unwrap();
+        assert_eq!(
+            source.downcast_ref::<std::io::Error>().unwrap().to_string(),
+            "disk full"
+        );
     }
 
     #[test]

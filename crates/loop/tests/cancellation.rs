@@ -70,6 +70,10 @@ async fn between_tool_calls() {
     let tools = ToolSet::new().tool(canceller).tool(after.clone());
     let res = run(model.clone(), tools, "go").await.unwrap();
     assert!(matches!(res.outcome, Outcome::Cancelled { .. }));
+    assert_eq!(
+        res.outcome.summary().as_deref(),
+        Some("Cancelled. Was working on: cancel ✓ → after ✗")
+    );
     assert!(after.calls().is_empty());
     let got = results(&res.session.history);
     assert_eq!(got[0], ("c1".into(), false, "cancelling".into()));

@@ -277,6 +277,6 @@ pub(super) fn not_executed(reason: &StopReason) -> String {
         StopReason::MaxRounds { limit } => {
             format!("not executed: the run reached its limit of {limit} rounds")
         }
-        _ => "not executed: the run was stopped".to_owned(),
+        other => format!("not executed: the run was stopped: {other}"),
     }
 }
