@@ -382,3 +382,60 @@ async fn the_history_records_the_arguments_a_call_ran_with() {
     assert_eq!(call.arguments, r#"{"cmd":"ls"}"#);
     assert_valid_history(&res.session.history);
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Pick {
+    pattern: String,
+}
+
+/// A typed tool asks the human a question of its own, without any layer, and reads the
+/// answer when the run is resumed in another process.
+#[tokio::test]
+async fn a_typed_tool_asks_and_reads_the_answer() {
+    use tower_agent_tools::{Reply, ToolContext, tool_fn};
+    let delete = tool_fn(
+        "delete",
+        "Delete one file.",
+        |args: Pick, cx: ToolContext| async move {
+            match cx.resume_as::<String>() {
+                None => Ok(Reply::ask(
+                    json!({"question": format!("which file matching {}?", args.pattern)}),
+                )),
+                Some(Ok(file)) => Ok(Reply::Done(format!("deleted {file}"))),
+                Some(Err(error)) => Err(format!("expected a file name: {error}")),
+            }
+        },
+    );
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([call("c1", "delete", json!({"pattern": "*.log"}))]),
+        ModelResponse::text("done"),
+    ]);
+    let agent = Agent::new(model, ToolSet::new().tool(delete));
+    let paused = agent
+        .clone()
+        .oneshot(AgentRequest::new(Session::new(), "clean the logs"))
+        .await
+        .unwrap();
+    let Outcome::Interrupted { interrupts } = &paused.outcome else {
+        panic!("{:?}", paused.outcome);
+    };
+    assert_eq!(
+        interrupts[0].payload["question"],
+        "which file matching *.log?"
+    );
+    assert!(interrupts[0].allowed.is_empty(), "any answer");
+    let saved = serde_json::to_string(&paused.session).unwrap();
+    let session: Session = serde_json::from_str(&saved).unwrap();
+    let res = agent
+        .oneshot(AgentRequest::resume(
+            session,
+            Decisions::new().with("c1", "old.log"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.text().as_deref(), Some("done"));
+    assert_eq!(
+        results(&res.session.history)[0],
+        ("c1".into(), false, "deleted old.log".into())
+    );
+}

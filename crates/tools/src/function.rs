@@ -10,31 +10,44 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tower_agent_core::{Error, RunContext, ToolCall, ToolRequest, ToolResponse, ToolSpec};
+#[cfg(doc)]
+use tower_agent_core::ToolAction;
+use tower_agent_core::{
+    DecisionKind, Error, RunContext, ToolCall, ToolRequest, ToolResponse, ToolSpec,
+};
 use tower_service::Service;
 
 use crate::schema::parameters_schema;
 use crate::{ResponseFuture, Tool};
 
-/// An async function usable as a typed tool: `Fn(Args)` or `Fn(Args, RunContext)`, returning
-/// `Result<Output, Err>` where `Output: Serialize` and `Err: Display`.
+/// An async function usable as a typed tool: `Fn(Args)`, `Fn(Args, RunContext)` or
+/// `Fn(Args, ToolContext)`, returning `Result<Output, Err>` where `Output:`[`ToolOutput`]
+/// (anything `Serialize`, or a [`Reply`]) and `Err: Display`.
 ///
 /// The output becomes the result's content: a string as is, anything else as JSON text. The
-/// error becomes an error result the model sees (its `Display` text).
+/// error becomes an error result the model sees (its `Display` text). A [`Reply::Interrupt`]
+/// pauses the run for the host; the call is run again on resume, with the host's answer in
+/// [`ToolContext::resume`].
 ///
-/// `M` only tells the two function shapes apart; you never name it.
+/// `M` only tells the function shapes apart; you never name it.
 pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     /// The arguments, deserialized from the call and described by their JSON schema.
     type Args: DeserializeOwned + JsonSchema;
     /// What the tool returns on success.
-    type Output: Serialize;
+    type Output: ToolOutput;
     /// What the tool returns on failure.
     type Error: fmt::Display;
     /// The function's future.
     type Future: Future<Output = Result<Self::Output, Self::Error>> + Send + 'static;
 
-    /// Run the function.
-    fn call(&self, args: Self::Args, ctx: RunContext) -> Self::Future;
+    /// Run the function on the call's arguments; `call` and `resume` are the request's.
+    fn call(
+        &self,
+        args: Self::Args,
+        ctx: RunContext,
+        call: &ToolCall,
+        resume: Option<Value>,
+    ) -> Self::Future;
 }
 
 impl<F, Fut, A, O, E> ToolHandler<(A,)> for F
@@ -42,7 +55,7 @@ where
     F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<O, E>> + Send + 'static,
     A: DeserializeOwned + JsonSchema,
-    O: Serialize,
+    O: ToolOutput,
     E: fmt::Display,
 {
     type Args = A;
@@ -50,7 +63,7 @@ where
     type Error = E;
     type Future = Fut;
 
-    fn call(&self, args: A, _ctx: RunContext) -> Fut {
+    fn call(&self, args: A, _ctx: RunContext, _call: &ToolCall, _resume: Option<Value>) -> Fut {
         self(args)
     }
 }
@@ -60,7 +73,7 @@ where
     F: Fn(A, RunContext) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<O, E>> + Send + 'static,
     A: DeserializeOwned + JsonSchema,
-    O: Serialize,
+    O: ToolOutput,
     E: fmt::Display,
 {
     type Args = A;
@@ -68,8 +81,161 @@ where
     type Error = E;
     type Future = Fut;
 
-    fn call(&self, args: A, ctx: RunContext) -> Fut {
+    fn call(&self, args: A, ctx: RunContext, _call: &ToolCall, _resume: Option<Value>) -> Fut {
         self(args, ctx)
+    }
+}
+
+impl<F, Fut, A, O, E> ToolHandler<(A, ToolContext)> for F
+where
+    F: Fn(A, ToolContext) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    A: DeserializeOwned + JsonSchema,
+    O: ToolOutput,
+    E: fmt::Display,
+{
+    type Args = A;
+    type Output = O;
+    type Error = E;
+    type Future = Fut;
+
+    fn call(&self, args: A, ctx: RunContext, call: &ToolCall, resume: Option<Value>) -> Fut {
+        self(
+            args,
+            ToolContext {
+                ctx,
+                call: call.clone(),
+                resume,
+            },
+        )
+    }
+}
+
+/// What a typed tool of the shape `Fn(Args, ToolContext)` sees besides its arguments: the run
+/// context (it derefs to [`RunContext`]), its call, and the value the run was resumed with.
+///
+/// ```
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+/// use serde_json::json;
+/// use tower::ServiceExt;
+/// use tower_agent_core::{Error, RunContext, ToolAction, ToolCall, ToolRequest};
+/// use tower_agent_tools::{tool_fn, Reply, ToolContext};
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Delete {
+///     pattern: String,
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// // Asks the human which of the matching files to delete, then deletes that one.
+/// let delete = tool_fn("delete", "Delete a file.", |args: Delete, cx: ToolContext| async move {
+///     match cx.resume_as::<String>() {
+///         None => Ok(Reply::ask(json!({"question": "which file?", "options": ["a.txt", "b.txt"]}))),
+///         Some(Ok(file)) => Ok(Reply::Done(format!("deleted {file} ({})", args.pattern))),
+///         Some(Err(error)) => Err(format!("not a file name: {error}")),
+///     }
+/// });
+///
+/// let call = ToolCall::new("c1", "delete", json!({"pattern": "*.txt"}));
+/// let first = delete.clone().oneshot(ToolRequest::new(call.clone(), RunContext::new())).await?;
+/// assert!(matches!(first.action, ToolAction::Interrupt { .. }));
+///
+/// let mut again = ToolRequest::new(call, RunContext::new());
+/// again.resume = Some(json!("b.txt"));
+/// let second = delete.oneshot(again).await?;
+/// assert_eq!(second.result.content, "deleted b.txt (*.txt)");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    ctx: RunContext,
+    call: ToolCall,
+    resume: Option<Value>,
+}
+
+impl ToolContext {
+    /// The run context.
+    pub fn run(&self) -> &RunContext {
+        &self.ctx
+    }
+
+    /// The call being executed (its id, tool name and raw arguments).
+    pub fn call(&self) -> &ToolCall {
+        &self.call
+    }
+
+    /// The value the host resumed this call with; `None` on a first execution.
+    pub fn resume(&self) -> Option<&Value> {
+        self.resume.as_ref()
+    }
+
+    /// The resume value as a `T`; `None` on a first execution.
+    pub fn resume_as<T: DeserializeOwned>(&self) -> Option<Result<T, serde_json::Error>> {
+        self.resume.as_ref().map(T::deserialize)
+    }
+}
+
+impl std::ops::Deref for ToolContext {
+    type Target = RunContext;
+
+    fn deref(&self) -> &RunContext {
+        &self.ctx
+    }
+}
+
+/// What a typed tool returns: a value, or a pause for the host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply<O> {
+    /// The tool's output.
+    Done(O),
+    /// Pause the run at this call with `payload` for the host ([`ToolAction::Interrupt`]);
+    /// the call runs again on resume, with the host's value in [`ToolContext::resume`].
+    Interrupt {
+        /// What the host needs to decide.
+        payload: Value,
+        /// The decisions the call takes; empty: any value.
+        allowed: Vec<DecisionKind>,
+    },
+}
+
+impl<O> Reply<O> {
+    /// Pause the run with `payload` (for example a question); the answer may be any value.
+    pub fn ask(payload: Value) -> Self {
+        Reply::Interrupt {
+            payload,
+            allowed: Vec::new(),
+        }
+    }
+}
+
+/// The output of a typed tool: anything `Serialize` (a string as is, anything else as JSON
+/// text), or a [`Reply`].
+pub trait ToolOutput {
+    /// The response for `call`.
+    fn into_response(self, call: &ToolCall) -> ToolResponse;
+}
+
+impl<T: Serialize> ToolOutput for T {
+    fn into_response(self, call: &ToolCall) -> ToolResponse {
+        match render(&self) {
+            Ok(content) => ToolResponse::success(call, content),
+            Err(error) => ToolResponse::error(
+                call,
+                format!("the tool's output could not be serialized: {error}"),
+            ),
+        }
+    }
+}
+
+impl<O: Serialize> ToolOutput for Reply<O> {
+    fn into_response(self, call: &ToolCall) -> ToolResponse {
+        match self {
+            Reply::Done(output) => output.into_response(call),
+            Reply::Interrupt { payload, allowed } => ToolResponse::review(call, payload, allowed),
+        }
     }
 }
 
@@ -164,7 +330,7 @@ where
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
-        let ToolRequest { call, ctx, .. } = req;
+        let ToolRequest { call, ctx, resume } = req;
         let args = match parse_object::<H::Args>(&call) {
             Ok(args) => args,
             Err(error) => {
@@ -177,16 +343,10 @@ where
                 ))));
             }
         };
-        let future = self.handler.call(args, ctx);
+        let future = self.handler.call(args, ctx, &call, resume);
         ResponseFuture::new(async move {
             Ok(match future.await {
-                Ok(output) => match render(&output) {
-                    Ok(content) => ToolResponse::success(&call, content),
-                    Err(error) => ToolResponse::error(
-                        &call,
-                        format!("the tool's output could not be serialized: {error}"),
-                    ),
-                },
+                Ok(output) => output.into_response(&call),
                 Err(error) => ToolResponse::error(&call, error.to_string()),
             })
         })

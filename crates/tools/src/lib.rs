@@ -49,7 +49,7 @@ mod function;
 mod schema;
 mod set;
 
-pub use function::{FnTool, ToolHandler, tool_fn};
+pub use function::{FnTool, Reply, ToolContext, ToolHandler, ToolOutput, tool_fn};
 pub use schema::{NoArgs, parameters_schema};
 pub use set::ToolSet;
 
