@@ -94,10 +94,17 @@ pub mod providers {
 
 /// Built-in layers: [`PatchDanglingLayer`](layers::PatchDanglingLayer),
 /// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),
-/// each behind its feature (`patch`, `instructions`, `memory`; `layers` for all, on by
-/// default). In the prelude, their `ServiceBuilder` methods (`.patch_dangling()`,
-/// `.instructions(..)`, `.memory(..)`).
-#[cfg(any(feature = "patch", feature = "instructions", feature = "memory"))]
+/// `RetryPolicy`, [`ApprovalLayer`](layers::ApprovalLayer), each behind its feature
+/// (`patch`, `instructions`, `memory`, `retry`, `approval`; `layers` for all, on by default).
+/// In the prelude, their `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`,
+/// `.memory(..)`, `.approval(..)`).
+#[cfg(any(
+    feature = "patch",
+    feature = "instructions",
+    feature = "memory",
+    feature = "retry",
+    feature = "approval"
+))]
 pub mod layers {
     pub use tower_agent_layers::*;
 }
@@ -108,19 +115,25 @@ pub mod prelude {
     pub use tower_agent_core::{
         AfterCallback, AfterLayer, AgentInput, AgentNext, AgentRequest, AgentResponse,
         AroundCallback, AroundLayer, BeforeCallback, BeforeLayer, BoxError, CancellationToken,
-        ContentPart, Error, ErrorKind, Event, Flow, Message, ModelNext, ModelRequest,
-        ModelResponse, Next, ObserveLayer, Observer, Outcome, Replaceable, Role, RunContext,
-        ServiceBuilderExt, Session, StopReason, ToolAction, ToolCall, ToolNext, ToolRequest,
-        ToolResponse, ToolResult, ToolSpec, Usage, after_agent, after_model, after_tool,
-        around_agent, around_model, around_tool, before_agent, before_model, before_tool,
-        observer_fn,
+        ContentPart, Decision, DecisionKind, Decisions, Error, ErrorKind, Event, Flow, Interrupt,
+        Message, ModelNext, ModelRequest, ModelResponse, Next, ObserveLayer, Observer, Outcome,
+        Progress, Replaceable, Role, RunContext, ServiceBuilderExt, Session, StopReason,
+        ToolAction, ToolCall, ToolNext, ToolRequest, ToolResponse, ToolResult, ToolSpec, Usage,
+        after_agent, after_model, after_tool, around_agent, around_model, around_tool,
+        before_agent, before_model, before_tool, observer_fn,
     };
     pub use tower_agent_loop::{Agent, AgentServiceExt};
 
     #[cfg(feature = "tools")]
-    pub use tower_agent_tools::{NoArgs, Tool, ToolSet, tool_fn};
+    pub use tower_agent_tools::{NoArgs, Reply, Tool, ToolContext, ToolSet, tool_fn};
 
-    #[cfg(any(feature = "patch", feature = "instructions", feature = "memory"))]
+    #[cfg(any(
+        feature = "patch",
+        feature = "instructions",
+        feature = "memory",
+        feature = "retry",
+        feature = "approval"
+    ))]
     pub use tower_agent_layers::ServiceBuilderExt as _;
 }
 

@@ -6,6 +6,7 @@
 //! | [`patch`] | `patch` | agent and model (`before_*`) | every tool call answered exactly once, right after its message; orphans dropped |
 //! | [`instructions`] | `instructions` | model (`before_model`) | instruction blocks appended to the system prompt |
 //! | [`memory`] | `memory` | agent (loads) and model (shows) | memory files (`AGENTS.md`, ...) loaded once per run |
+//! | [`approval`] | `approval` | tool (`before_tool`) | human approval of gated calls: inline, or interrupt and resume |
 //! | [`retry`] | `retry` | model (innermost; tools too) | `RetryPolicy` for tower's `Retry`: backoff, the provider's wait, a budget |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
@@ -32,6 +33,8 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+#[cfg(feature = "approval")]
+pub mod approval;
 #[cfg(feature = "instructions")]
 pub mod instructions;
 #[cfg(feature = "memory")]
@@ -41,6 +44,8 @@ pub mod patch;
 #[cfg(feature = "retry")]
 pub mod retry;
 
+#[cfg(feature = "approval")]
+pub use approval::{Approval, ApprovalLayer};
 #[cfg(feature = "instructions")]
 pub use instructions::{Instructions, InstructionsLayer};
 #[cfg(feature = "memory")]
@@ -49,7 +54,12 @@ pub use memory::{Memory, MemoryLayer};
 pub use patch::{PatchDangling, PatchDanglingLayer};
 
 use tower::ServiceBuilder;
-#[cfg(any(feature = "patch", feature = "instructions", feature = "memory"))]
+#[cfg(any(
+    feature = "patch",
+    feature = "instructions",
+    feature = "memory",
+    feature = "approval"
+))]
 use tower::layer::util::Stack;
 
 /// The built-in layers as [`ServiceBuilder`] methods, one per enabled feature.
@@ -71,6 +81,10 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// Add a [`MemoryLayer`].
     #[cfg(feature = "memory")]
     fn memory(self, memory: MemoryLayer) -> ServiceBuilder<Stack<MemoryLayer, L>>;
+
+    /// Add an [`ApprovalLayer`] (build it with [`ApprovalLayer::builder`]).
+    #[cfg(feature = "approval")]
+    fn approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -92,6 +106,11 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     #[cfg(feature = "memory")]
     fn memory(self, memory: MemoryLayer) -> ServiceBuilder<Stack<MemoryLayer, L>> {
         self.layer(memory)
+    }
+
+    #[cfg(feature = "approval")]
+    fn approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>> {
+        self.layer(approval)
     }
 }
 
