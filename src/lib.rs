@@ -103,7 +103,8 @@ pub mod providers {
     feature = "instructions",
     feature = "memory",
     feature = "retry",
-    feature = "approval"
+    feature = "approval",
+    feature = "limits"
 ))]
 pub mod layers {
     pub use tower_agent_layers::*;
@@ -132,7 +133,8 @@ pub mod prelude {
         feature = "instructions",
         feature = "memory",
         feature = "retry",
-        feature = "approval"
+        feature = "approval",
+        feature = "limits"
     ))]
     pub use tower_agent_layers::ServiceBuilderExt as _;
 }

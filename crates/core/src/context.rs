@@ -292,6 +292,34 @@ impl RunContext {
         lock(&self.shared.extensions).get::<T>()
     }
 
+    /// A clone of the typed value of type `T`, storing `make()` first if there is none. One
+    /// step under the lock, so concurrent tool calls of a round all get the same value (a
+    /// shared counter, say).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use tower_agent_core::RunContext;
+    ///
+    /// let ctx = RunContext::new();
+    /// let a = ctx.extension_or_insert_with(|| Arc::new(AtomicU32::new(0)));
+    /// a.fetch_add(1, Ordering::Relaxed);
+    /// let b = ctx.extension_or_insert_with(|| Arc::new(AtomicU32::new(0)));
+    /// assert_eq!(b.load(Ordering::Relaxed), 1);
+    /// ```
+    pub fn extension_or_insert_with<T: Clone + Send + Sync + 'static>(
+        &self,
+        make: impl FnOnce() -> T,
+    ) -> T {
+        let mut extensions = lock(&self.shared.extensions);
+        if let Some(value) = extensions.get::<T>() {
+            return value;
+        }
+        let value = make();
+        extensions.insert(value.clone());
+        value
+    }
+
     /// Replace the session's history with `history`, for a layer whose edit must outlast the
     /// request (summarization, patching). Edits made to a
     /// [`ModelRequest`](crate::ModelRequest) otherwise shape that request only.

@@ -67,6 +67,9 @@ pub enum ErrorKind {
     Backend,
     /// An event observer failed; the run stops and returns this error.
     Observer,
+    /// A call limit was reached and configured to fail the run (see the call limits of
+    /// `tower-agent-layers`). Not worth retrying within the run.
+    LimitReached,
     /// Anything else.
     Other,
 }
@@ -111,6 +114,7 @@ impl ErrorKind {
             ErrorKind::Tool => "tool failure",
             ErrorKind::Backend => "backend failure",
             ErrorKind::Observer => "observer failed",
+            ErrorKind::LimitReached => "limit reached",
             ErrorKind::Other => "error",
         }
     }

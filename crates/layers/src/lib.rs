@@ -7,6 +7,7 @@
 //! | [`instructions`] | `instructions` | model (`before_model`) | instruction blocks appended to the system prompt |
 //! | [`memory`] | `memory` | agent (loads) and model (shows) | memory files (`AGENTS.md`, ...) loaded once per run |
 //! | [`approval`] | `approval` | tool (`before_tool`) | human approval of gated calls: inline, or interrupt and resume |
+//! | [`limits`] | `limits` | model and tool (`before_*`) | model-call and tool-call limits per run and per session, global or per tool |
 //! | [`retry`] | `retry` | model (innermost; tools too) | `RetryPolicy` for tower's `Retry`: backoff, the provider's wait, a budget |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
@@ -37,6 +38,8 @@
 pub mod approval;
 #[cfg(feature = "instructions")]
 pub mod instructions;
+#[cfg(feature = "limits")]
+pub mod limits;
 #[cfg(feature = "memory")]
 pub mod memory;
 #[cfg(feature = "patch")]
@@ -48,6 +51,8 @@ pub mod retry;
 pub use approval::{Approval, ApprovalLayer};
 #[cfg(feature = "instructions")]
 pub use instructions::{Instructions, InstructionsLayer};
+#[cfg(feature = "limits")]
+pub use limits::{CallLimits, CallLimitsLayer};
 #[cfg(feature = "memory")]
 pub use memory::{Memory, MemoryLayer};
 #[cfg(feature = "patch")]
