@@ -94,17 +94,20 @@ pub mod providers {
 
 /// Built-in layers: [`PatchDanglingLayer`](layers::PatchDanglingLayer),
 /// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),
-/// `RetryPolicy`, [`ApprovalLayer`](layers::ApprovalLayer), each behind its feature
-/// (`patch`, `instructions`, `memory`, `retry`, `approval`; `layers` for all, on by default).
-/// In the prelude, their `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`,
-/// `.memory(..)`, `.approval(..)`).
+/// `RetryPolicy`, [`ApprovalLayer`](layers::ApprovalLayer),
+/// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
+/// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `approval`, `limits`,
+/// `checkpoint`; `layers` for all, on by default). In the prelude, their `ServiceBuilder`
+/// methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`, `.approval(..)`,
+/// `.call_limits(..)`, `.checkpoint(..)`).
 #[cfg(any(
     feature = "patch",
     feature = "instructions",
     feature = "memory",
     feature = "retry",
     feature = "approval",
-    feature = "limits"
+    feature = "limits",
+    feature = "checkpoint"
 ))]
 pub mod layers {
     pub use tower_agent_layers::*;
@@ -134,7 +137,8 @@ pub mod prelude {
         feature = "memory",
         feature = "retry",
         feature = "approval",
-        feature = "limits"
+        feature = "limits",
+        feature = "checkpoint"
     ))]
     pub use tower_agent_layers::ServiceBuilderExt as _;
 }

@@ -8,6 +8,7 @@
 //! | [`memory`] | `memory` | agent (loads) and model (shows) | memory files (`AGENTS.md`, ...) loaded once per run |
 //! | [`approval`] | `approval` | tool (`before_tool`) | human approval of gated calls: inline, or interrupt and resume |
 //! | [`limits`] | `limits` | model and tool (`before_*`) | model-call and tool-call limits per run and per session, global or per tool |
+//! | [`checkpoint`] | `checkpoint` | tool (`before_tool`) | after every N tool calls, ask whether to go on; stop with a summary |
 //! | [`retry`] | `retry` | model (innermost; tools too) | `RetryPolicy` for tower's `Retry`: backoff, the provider's wait, a budget |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
@@ -36,6 +37,8 @@
 
 #[cfg(feature = "approval")]
 pub mod approval;
+#[cfg(feature = "checkpoint")]
+pub mod checkpoint;
 #[cfg(feature = "instructions")]
 pub mod instructions;
 #[cfg(feature = "limits")]
@@ -49,6 +52,8 @@ pub mod retry;
 
 #[cfg(feature = "approval")]
 pub use approval::{Approval, ApprovalLayer};
+#[cfg(feature = "checkpoint")]
+pub use checkpoint::{CheckpointLayer, CheckpointService};
 #[cfg(feature = "instructions")]
 pub use instructions::{Instructions, InstructionsLayer};
 #[cfg(feature = "limits")]
@@ -63,7 +68,9 @@ use tower::ServiceBuilder;
     feature = "patch",
     feature = "instructions",
     feature = "memory",
-    feature = "approval"
+    feature = "approval",
+    feature = "limits",
+    feature = "checkpoint"
 ))]
 use tower::layer::util::Stack;
 
@@ -90,6 +97,14 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// Add an [`ApprovalLayer`] (build it with [`ApprovalLayer::builder`]).
     #[cfg(feature = "approval")]
     fn approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>>;
+
+    /// Add a [`CallLimitsLayer`] (the same value on the model and the tool stack).
+    #[cfg(feature = "limits")]
+    fn call_limits(self, limits: CallLimitsLayer) -> ServiceBuilder<Stack<CallLimitsLayer, L>>;
+
+    /// Add a [`CheckpointLayer`].
+    #[cfg(feature = "checkpoint")]
+    fn checkpoint(self, checkpoint: CheckpointLayer) -> ServiceBuilder<Stack<CheckpointLayer, L>>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -116,6 +131,16 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     #[cfg(feature = "approval")]
     fn approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>> {
         self.layer(approval)
+    }
+
+    #[cfg(feature = "limits")]
+    fn call_limits(self, limits: CallLimitsLayer) -> ServiceBuilder<Stack<CallLimitsLayer, L>> {
+        self.layer(limits)
+    }
+
+    #[cfg(feature = "checkpoint")]
+    fn checkpoint(self, checkpoint: CheckpointLayer) -> ServiceBuilder<Stack<CheckpointLayer, L>> {
+        self.layer(checkpoint)
     }
 }
 
