@@ -78,10 +78,10 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tower_agent_core::{
-    BoxError, Decision, DecisionKind, Event, Interrupt, RunContext, ToolCall, ToolRequest,
-    ToolResponse, UnknownDecision,
+    BoxError, Decision, DecisionKind, Event, Interrupt, RunContext, ToolAction, ToolCall,
+    ToolRequest, ToolResponse, UnknownDecision,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -517,6 +517,19 @@ where
             Some(gate) if gate.applies(&req.call) => gate,
             _ => return ResponseFuture::pass(self.inner.call(req)),
         };
+        if req.resume.is_some() {
+            if let Some(edited) = take_approved(&req.ctx, &req.call.id) {
+                // Approved before, then the tool asked a question of its own: the value is
+                // the tool's answer.
+                return match edited {
+                    Some(arguments) => {
+                        req.call.arguments.clone_from(&arguments);
+                        ResponseFuture::edited(self.inner.call(req), arguments, None)
+                    }
+                    None => ResponseFuture::pass(self.inner.call(req)),
+                };
+            }
+        }
         // The decision is this layer's: the layers and the tool inside never see it.
         if let Some(value) = req.resume.take() {
             // The agent checks decisions before resuming; a host calling the tool stack
@@ -576,7 +589,12 @@ where
                         Decided::Answer(response) => Ok(response),
                         Decided::Run(req, edited) => {
                             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                            let ctx = req.ctx.clone();
+                            let id = req.call.id.clone();
                             let response = inner.call(req).await?;
+                            if is_interrupt(&response) {
+                                remember_approved(&ctx, &id, edited.as_deref());
+                            }
                             Ok(with_edit(response, edited))
                         }
                     }
@@ -600,8 +618,14 @@ where
     ) -> ResponseFuture<S::Future, S::Error> {
         match decided_request(req, decision) {
             Decided::Answer(response) => ResponseFuture::ready(response),
-            Decided::Run(req, None) => ResponseFuture::pass(self.inner.call(req)),
-            Decided::Run(req, Some(edited)) => ResponseFuture::edited(self.inner.call(req), edited),
+            Decided::Run(req, edited) => {
+                let watch = Some((req.ctx.clone(), req.call.id.clone()));
+                let future = self.inner.call(req);
+                match edited {
+                    Some(edited) => ResponseFuture::edited(future, edited, watch),
+                    None => ResponseFuture::watched(future, watch),
+                }
+            }
         }
     }
 }
@@ -649,6 +673,45 @@ fn decided_request(mut req: ToolRequest, decision: Decision) -> Decided {
     }
 }
 
+/// The key, in the session's JSON state, of approved calls that then asked a question of
+/// their own (so the value they resume with is theirs, not a decision).
+pub const STATE_KEY: &str = "tower_agent.approval";
+
+fn is_interrupt(response: &ToolResponse) -> bool {
+    matches!(response.action, ToolAction::Interrupt { .. })
+}
+
+/// Note that the approved call `id` (run with `edited` arguments, if any) now waits for its
+/// own question.
+fn remember_approved(ctx: &RunContext, id: &str, edited: Option<&str>) {
+    ctx.with_state(|state| {
+        let entry = state
+            .entry(STATE_KEY)
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(Map::new());
+        }
+        if let Value::Object(approved) = entry {
+            approved.insert(id.to_owned(), edited.map_or(Value::Null, Value::from));
+        }
+    });
+}
+
+/// Whether the call `id` was approved before it asked its own question: `Some(edited
+/// arguments)`; takes it off the list.
+fn take_approved(ctx: &RunContext, id: &str) -> Option<Option<String>> {
+    ctx.with_state(|state| {
+        let Value::Object(approved) = state.get_mut(STATE_KEY)? else {
+            return None;
+        };
+        let edited = approved.remove(id)?;
+        if approved.is_empty() {
+            state.remove(STATE_KEY);
+        }
+        Some(edited.as_str().map(str::to_owned))
+    })
+}
+
 fn with_edit(response: ToolResponse, edited: Option<String>) -> ToolResponse {
     match edited {
         Some(arguments) if response.arguments.is_none() => response.with_arguments(arguments),
@@ -684,7 +747,13 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<F, E> {
-        Pass { #[pin] future: F, edited: Option<String> },
+        Pass {
+            #[pin]
+            future: F,
+            edited: Option<String>,
+            // Set for an approved call: remembered if it then asks a question of its own.
+            watch: Option<(RunContext, String)>,
+        },
         Ready { response: Option<ToolResponse> },
         Boxed { future: BoxFuture<E> },
     }
@@ -692,19 +761,25 @@ pin_project! {
 
 impl<F, E> ResponseFuture<F, E> {
     fn pass(future: F) -> Self {
+        Self::watched(future, None)
+    }
+
+    fn watched(future: F, watch: Option<(RunContext, String)>) -> Self {
         Self {
             kind: Kind::Pass {
                 future,
                 edited: None,
+                watch,
             },
         }
     }
 
-    fn edited(future: F, edited: String) -> Self {
+    fn edited(future: F, edited: String, watch: Option<(RunContext, String)>) -> Self {
         Self {
             kind: Kind::Pass {
                 future,
                 edited: Some(edited),
+                watch,
             },
         }
     }
@@ -741,8 +816,19 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Pass { future, edited } => match future.poll(cx) {
-                Poll::Ready(Ok(response)) => Poll::Ready(Ok(with_edit(response, edited.take()))),
+            KindProj::Pass {
+                future,
+                edited,
+                watch,
+            } => match future.poll(cx) {
+                Poll::Ready(Ok(response)) => {
+                    if let Some((ctx, id)) = watch.take() {
+                        if is_interrupt(&response) {
+                            remember_approved(&ctx, &id, edited.as_deref());
+                        }
+                    }
+                    Poll::Ready(Ok(with_edit(response, edited.take())))
+                }
                 other => other,
             },
             KindProj::Ready { response } => match response.take() {

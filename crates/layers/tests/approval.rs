@@ -431,3 +431,83 @@ async fn retries_never_see_an_interrupt() {
     assert_eq!(kit.model.request_count(), 1);
     assert!(kit.shell.calls().is_empty());
 }
+
+/// A gated tool that, once approved, asks a question of its own: the second resume's value
+/// is the tool's answer, not a decision, and the edit still applies.
+#[tokio::test]
+async fn an_approved_tool_can_ask_its_own_question() {
+    let pick = StubTool::from_fn("pick", |req: &ToolRequest| match &req.resume {
+        None => tower_agent_core::ToolResponse::interrupt(&req.call, json!("which file?")),
+        Some(answer) => tower_agent_core::ToolResponse::success(
+            &req.call,
+            format!("picked {answer} with {}", req.call.arguments),
+        ),
+    });
+    let approval = ApprovalLayer::builder()
+        .gate("pick", Gate::new())
+        .build()
+        .expect("valid");
+    let tools = ServiceBuilder::new()
+        .approval(approval)
+        .service(ToolSet::new().tool(pick.clone()));
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([call("c1", "pick", json!({"dir": "/"}))]),
+        ModelResponse::text("done"),
+    ]);
+    let agent = Agent::new(model, tools);
+    let review = agent
+        .clone()
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .unwrap();
+    assert!(ReviewRequest::from_interrupt(&review.session.interrupts[0]).is_some());
+    assert!(pick.calls().is_empty());
+    let question = agent
+        .clone()
+        .oneshot(AgentRequest::resume_all(
+            review.session,
+            Decision::edit(json!({"dir": "/tmp"})),
+        ))
+        .await
+        .unwrap();
+    let Outcome::Interrupted { interrupts } = &question.outcome else {
+        panic!("{:?}", question.outcome);
+    };
+    assert_eq!(interrupts[0].payload, json!("which file?"));
+    assert!(interrupts[0].allowed.is_empty(), "the tool's own question");
+    let done = agent
+        .oneshot(AgentRequest::resume_all(question.session, json!("a.txt")))
+        .await
+        .unwrap();
+    assert_eq!(done.text().as_deref(), Some("done"));
+    assert_eq!(results(&done)[0].2, r#"picked "a.txt" with {"dir":"/tmp"}"#);
+    assert!(
+        !done
+            .session
+            .state
+            .contains_key(tower_agent_layers::approval::STATE_KEY)
+    );
+    assert_valid_history(&done.session.history);
+}
+
+#[tokio::test]
+async fn cancelling_while_an_inline_approver_waits_leaves_a_valid_history() {
+    let kit = kit([ModelResponse::tool_calls([
+        call("c1", "list", json!({})),
+        call("c2", "shell", json!({"cmd": "ls"})),
+    ])]);
+    let approver = approver_fn(|_: ReviewRequest, ctx: RunContext| async move {
+        ctx.cancel();
+        std::future::pending::<Result<Decision, BoxError>>().await
+    });
+    let res = inline_agent(&kit, approver, Duration::from_secs(60))
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .unwrap();
+    assert_eq!(
+        res.outcome.summary().as_deref(),
+        Some("Cancelled. Was working on: list ✓ → shell ✗")
+    );
+    assert!(kit.shell.calls().is_empty());
+    assert_valid_history(&res.session.history);
+}

@@ -292,3 +292,25 @@ async fn the_checkpoint_can_be_answered_by_interrupting_and_resuming() {
     assert_eq!(step.calls().len(), 4, "nothing more ran");
     assert_valid_history(&stopped.session.history);
 }
+
+#[tokio::test]
+async fn cancelling_at_the_checkpoint_leaves_a_valid_history() {
+    let checkpoint = checkpoint_fn(|_: CheckpointRequest, ctx: RunContext| async move {
+        ctx.cancel();
+        std::future::pending::<Result<bool, BoxError>>().await
+    });
+    let step = StubTool::returning("step", "ok");
+    let res = run(
+        CheckpointLayer::inline(checkpoint).every(2),
+        model(1, 5),
+        &step,
+        Session::new(),
+        false,
+    )
+    .await;
+    assert_eq!(
+        res.outcome.summary().as_deref(),
+        Some("Cancelled. Was working on: step ✓ → step ✓ → step ✗")
+    );
+    assert_valid_history(&res.session.history);
+}
