@@ -8,7 +8,10 @@
 //!   copy-on-write, and history cloned every round). Divide by 100 for the per-round cost.
 //!   `loop/agent_streaming` spawns the run with its event stream and a reader that drains it.
 //!   `loop/agent_patch_instructions` adds the first built-ins: `patch_dangling` at the agent
-//!   and the model, and one static instruction block.
+//!   and the model, and one static instruction block. `loop/agent_human_control` adds the
+//!   human-control layers on a run that never needs a human: an approval gate on a tool that
+//!   is never called, call limits (model calls per run; tool calls per run, and `echo` calls
+//!   per run and per session) and the checkpoint's counter (every 1,000 calls, never reached).
 //!
 //! Run: `cargo bench --bench overhead`.
 
@@ -139,11 +142,37 @@ fn agent_loop(c: &mut Criterion) {
 
     let builtins = with_builtins(stub_model(), stub_tools());
 
+    let human = {
+        use tower_agent::layers::approval::{ApprovalLayer, Gate};
+        use tower_agent::layers::checkpoint::{CheckpointLayer, checkpoint_fn};
+        use tower_agent::layers::limits::{CallLimitsLayer, Limit};
+        let limits = CallLimitsLayer::new()
+            .model_calls(Limit::per_run(1_000))
+            .tool_calls(Limit::per_run(1_000))
+            .tool("echo", Limit::per_run(1_000).and_per_session(1_000_000));
+        let approval = ApprovalLayer::builder()
+            .gate("rm", Gate::new())
+            .build()
+            .expect("valid");
+        let checkpoint =
+            CheckpointLayer::inline(checkpoint_fn(|_, _| async { Ok(true) })).every(1_000);
+        let model = ServiceBuilder::new()
+            .call_limits(limits.clone())
+            .service(stub_model());
+        let tools = ServiceBuilder::new()
+            .call_limits(limits)
+            .checkpoint(checkpoint)
+            .approval(approval)
+            .service(stub_tools());
+        Agent::builder().max_rounds(ROUNDS).build(model, tools)
+    };
+
     // The runs measured below really do 100 rounds with one tool call each.
     for agent_run in [
         rt.block_on(bare.clone().oneshot(request(10))),
         rt.block_on(six.clone().oneshot(request(10))),
         rt.block_on(builtins.clone().oneshot(request(10))),
+        rt.block_on(human.clone().oneshot(request(10))),
     ] {
         let res = agent_run.expect("the run");
         assert_eq!(res.rounds, ROUNDS);
@@ -205,6 +234,17 @@ fn agent_loop(c: &mut Criterion) {
                 b.iter_batched(
                     || request(len),
                     |req| rt.block_on(six.clone().oneshot(req)).expect("the run"),
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("agent_human_control", len),
+            &len,
+            |b, &len| {
+                b.iter_batched(
+                    || request(len),
+                    |req| rt.block_on(human.clone().oneshot(req)).expect("the run"),
                     BatchSize::SmallInput,
                 )
             },

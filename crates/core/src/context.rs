@@ -1,7 +1,6 @@
 //! The run context every request carries.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -429,20 +428,27 @@ impl fmt::Debug for RunContext {
 /// Typed values by type, for one run.
 #[derive(Clone, Default)]
 struct Extensions {
-    map: Option<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// A list, searched in order: a run holds a handful of extensions, and comparing a few
+    /// `TypeId`s is cheaper than hashing one.
+    list: Vec<(TypeId, Arc<dyn Any + Send + Sync>)>,
 }
 
 impl Extensions {
     fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
-        self.map
-            .get_or_insert_with(HashMap::new)
-            .insert(TypeId::of::<T>(), Arc::new(value));
+        let id = TypeId::of::<T>();
+        let value: Arc<dyn Any + Send + Sync> = Arc::new(value);
+        match self.list.iter_mut().find(|(t, _)| *t == id) {
+            Some(slot) => slot.1 = value,
+            None => self.list.push((id, value)),
+        }
     }
 
     fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
-        self.map
-            .as_ref()?
-            .get(&TypeId::of::<T>())?
+        let id = TypeId::of::<T>();
+        self.list
+            .iter()
+            .find(|(t, _)| *t == id)?
+            .1
             .downcast_ref::<T>()
             .cloned()
     }

@@ -68,7 +68,6 @@
 //! inside it see [`ToolRequest::resume`] as `None`); a counting layer outside it skips
 //! requests that carry a resume value, as they were counted when they first came through.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -85,6 +84,8 @@ use tower_agent_core::{
 };
 use tower_layer::Layer;
 use tower_service::Service;
+
+use crate::by_name::ByName;
 
 /// The default time an inline approver has to decide: 15 minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -314,7 +315,7 @@ enum Mode {
 }
 
 struct Config {
-    gates: HashMap<String, Checked>,
+    gates: ByName<Checked>,
     mode: Mode,
 }
 
@@ -370,7 +371,7 @@ impl ApprovalBuilder {
 
     /// The layer; fails when a gate allows a decision that does not exist.
     pub fn build(self) -> Result<ApprovalLayer, ConfigError> {
-        let mut gates = HashMap::with_capacity(self.gates.len());
+        let mut gates = ByName::default();
         for (tool, gate) in self.gates {
             let mut allowed = Vec::with_capacity(gate.allowed.len());
             for name in &gate.allowed {
@@ -417,7 +418,7 @@ impl ApprovalLayer {
 
 impl fmt::Debug for ApprovalLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut tools: Vec<&str> = self.config.gates.keys().map(String::as_str).collect();
+        let mut tools: Vec<&str> = self.config.gates.iter().map(|(name, _)| name).collect();
         tools.sort_unstable();
         f.debug_struct("ApprovalLayer")
             .field("gated", &tools)

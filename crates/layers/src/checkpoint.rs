@@ -57,6 +57,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -262,6 +263,8 @@ struct Budget(Arc<Shared>);
 
 #[derive(Default)]
 struct Shared {
+    /// Calls since the budget was last given: counted without the lock.
+    calls: AtomicU32,
     counts: Mutex<Counts>,
     /// Held while the checkpoint is asked, so concurrent calls ask once.
     asking: tokio::sync::Mutex<()>,
@@ -269,12 +272,35 @@ struct Shared {
 
 #[derive(Default)]
 struct Counts {
-    /// Calls since the budget was last given.
-    calls: u32,
     /// How many times a budget was given: a call that waited sees whether another one got
     /// the answer first.
     generation: u64,
-    progress: Progress,
+    /// The run's calls, as indexes into `tools` (no allocation per call).
+    steps: Vec<(u32, bool)>,
+    tools: Vec<String>,
+}
+
+impl Counts {
+    fn record(&mut self, tool: &str, ok: bool) {
+        let index = match self.tools.iter().position(|t| t == tool) {
+            Some(index) => index,
+            None => {
+                self.tools.push(tool.to_owned());
+                self.tools.len() - 1
+            }
+        };
+        self.steps
+            .push((u32::try_from(index).unwrap_or(u32::MAX), ok));
+    }
+
+    fn progress(&self) -> Progress {
+        let mut progress = Progress::default();
+        for &(index, ok) in &self.steps {
+            let tool = self.tools.get(index as usize).map_or("?", String::as_str);
+            progress.push(tool, ok);
+        }
+        progress
+    }
 }
 
 impl Budget {
@@ -284,6 +310,24 @@ impl Budget {
 
     fn counts(&self) -> MutexGuard<'_, Counts> {
         self.0.counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Take one call of the budget, if any is left.
+    #[inline]
+    fn take(&self, every: u32) -> bool {
+        self.0
+            .calls
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |calls| {
+                (calls < every).then_some(calls + 1)
+            })
+            .is_ok()
+    }
+
+    /// A fresh budget, of which the calling call takes one.
+    fn renew(&self) {
+        let mut counts = self.counts();
+        counts.generation += 1;
+        self.0.calls.store(1, Ordering::Release);
     }
 }
 
@@ -351,30 +395,19 @@ where
             let value = req.resume.take().unwrap_or(Value::Null);
             return match Decision::deserialize(&value) {
                 Ok(Decision::Approve) => {
-                    let mut counts = budget.counts();
-                    counts.generation += 1;
-                    counts.calls = 1;
-                    drop(counts);
+                    budget.renew();
                     ResponseFuture::tracked(self.inner.call(req), budget)
                 }
                 _ => stop(&req, every, "declined"),
             };
         }
-        {
-            let mut counts = budget.counts();
-            if counts.calls < every {
-                counts.calls += 1;
-                drop(counts);
-                return ResponseFuture::tracked(self.inner.call(req), budget);
-            }
+        if budget.take(every) {
+            return ResponseFuture::tracked(self.inner.call(req), budget);
         }
-        let question = {
-            let counts = budget.counts();
-            CheckpointRequest {
-                calls: counts.calls,
-                progress: counts.progress.clone(),
-                next: req.call.name.clone(),
-            }
+        let question = CheckpointRequest {
+            calls: budget.0.calls.load(Ordering::Acquire),
+            progress: budget.counts().progress(),
+            next: req.call.name.clone(),
         };
         match &self.config.mode {
             Mode::Interrupt => {
@@ -404,14 +437,8 @@ where
                         // Another call of the round was told to stop.
                         return Ok(ToolResponse::error(&req.call, not_executed(every)));
                     }
-                    let renewed = {
-                        let mut counts = budget.counts();
-                        let renewed = counts.generation != generation && counts.calls < every;
-                        if renewed {
-                            counts.calls += 1;
-                        }
-                        renewed
-                    };
+                    // Another call of the round got a fresh budget while this one waited.
+                    let renewed = budget.counts().generation != generation && budget.take(every);
                     if !renewed {
                         let asked = checkpoint.ask(question, req.ctx.clone());
                         let reason = match tokio::time::timeout(timeout, asked).await {
@@ -430,15 +457,12 @@ where
                             });
                             return Ok(ToolResponse::error(&req.call, not_executed(every)));
                         }
-                        let mut counts = budget.counts();
-                        counts.generation += 1;
-                        counts.calls = 1;
+                        budget.renew();
                     }
                     drop(asking);
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                    let name = req.call.name.clone();
                     let response = inner.call(req).await?;
-                    record(&budget, name, &response);
+                    record(&budget, &response.result.name, &response);
                     Ok(response)
                 })
             }
@@ -454,14 +478,11 @@ fn stop<F, E>(req: &ToolRequest, every: u32, reason: &str) -> ResponseFuture<F, 
     ResponseFuture::ready(ToolResponse::error(&req.call, not_executed(every)))
 }
 
-fn record(budget: &Budget, tool: String, response: &ToolResponse) {
+fn record(budget: &Budget, tool: &str, response: &ToolResponse) {
     if matches!(response.action, ToolAction::Interrupt { .. }) {
         return;
     }
-    budget
-        .counts()
-        .progress
-        .push(tool, !response.result.is_error);
+    budget.counts().record(tool, !response.result.is_error);
 }
 
 type BoxFuture<E> = Pin<Box<dyn Future<Output = Result<ToolResponse, E>> + Send>>;
@@ -526,7 +547,7 @@ where
         match self.project().kind.project() {
             KindProj::Tracked { future, budget } => match future.poll(cx) {
                 Poll::Ready(Ok(response)) => {
-                    record(budget, response.result.name.clone(), &response);
+                    record(budget, &response.result.name, &response);
                     Poll::Ready(Ok(response))
                 }
                 other => other,

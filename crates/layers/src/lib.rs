@@ -37,6 +37,8 @@
 
 #[cfg(feature = "approval")]
 pub mod approval;
+#[cfg(any(feature = "approval", feature = "limits"))]
+mod by_name;
 #[cfg(feature = "checkpoint")]
 pub mod checkpoint;
 #[cfg(feature = "instructions")]

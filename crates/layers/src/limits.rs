@@ -55,7 +55,7 @@
 //!
 //! [`Outcome::Stopped`]: tower_agent_core::Outcome::Stopped
 
-use std::collections::HashMap;
+use crate::by_name::ByName;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -195,15 +195,15 @@ struct Config {
     id: u64,
     model: Option<Scope>,
     tools: Option<Scope>,
-    per_tool: HashMap<String, Scope>,
+    per_tool: ByName<Scope>,
     /// Whether a tool scope fails the run: the model side then checks the calls it asks for.
     tool_errors: bool,
     slots: usize,
 }
 
-/// The run counts of every limits layer, in the run context.
+/// The run counts of every limits layer (by layer id), in the run context.
 #[derive(Clone, Default)]
-struct RunCounts(Arc<Mutex<HashMap<u64, Vec<u32>>>>);
+struct RunCounts(Arc<Mutex<Vec<(u64, Vec<u32>)>>>);
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
@@ -227,7 +227,7 @@ impl CallLimitsLayer {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 model: None,
                 tools: None,
-                per_tool: HashMap::new(),
+                per_tool: ByName::default(),
                 tool_errors: false,
                 slots: 0,
             }),
@@ -244,7 +244,7 @@ impl CallLimitsLayer {
         config.tool_errors = config
             .tools
             .iter()
-            .chain(config.per_tool.values())
+            .chain(config.per_tool.iter().map(|(_, scope)| scope))
             .any(|s| s.limit.exit == Exit::Error);
         Self {
             config: Arc::new(config),
@@ -347,6 +347,28 @@ fn session_count(state: &Map<String, Value>, key: &str) -> u32 {
         .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
+/// Add one call to the session counts of `scopes` that have a session limit.
+fn count_in_session(state: &mut Map<String, Value>, scopes: &[&Scope]) {
+    let entry = state
+        .entry(STATE_KEY)
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    let Value::Object(saved) = entry else {
+        return;
+    };
+    for scope in scopes.iter().filter(|s| s.limit.session.is_some()) {
+        // In place once the key exists: no allocation per call.
+        match saved.get_mut(&scope.key) {
+            Some(n) => *n = Value::from(n.as_u64().unwrap_or(0) + 1),
+            None => {
+                saved.insert(scope.key.clone(), Value::from(1));
+            }
+        }
+    }
+}
+
 impl Config {
     /// Check the scopes and, when none blocks, count the call in each (one step, so
     /// concurrent calls cannot both take the last one). `extra`: calls asked for at once (the
@@ -362,64 +384,60 @@ impl Config {
         }
         let runs = ctx.extension_or_insert_with(RunCounts::default);
         let mut runs = runs.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = runs.entry(self.id).or_default();
+        let index = match runs.iter().position(|(id, _)| *id == self.id) {
+            Some(index) => index,
+            None => {
+                runs.push((self.id, Vec::new()));
+                runs.len() - 1
+            }
+        };
+        let counts = &mut runs[index].1;
         if counts.len() < self.slots {
             counts.resize(self.slots, 0);
         }
-        let with_session = scopes.iter().any(|s| s.limit.session.is_some());
-        ctx.with_state(|state| {
+        let check = |state: Option<&Map<String, Value>>| {
             for (index, scope) in scopes.iter().enumerate() {
                 let asked = extra.map_or(1, |extra| extra[index]);
-                if let Some(limit) = scope.limit.run {
-                    if counts[scope.slot].saturating_add(asked) > limit {
-                        return Err(Blocked {
-                            scope,
-                            limit,
-                            per: "run",
-                        });
-                    }
-                }
-                if let Some(limit) = scope.limit.session {
-                    if session_count(state, &scope.key).saturating_add(asked) > limit {
-                        return Err(Blocked {
-                            scope,
-                            limit,
-                            per: "session",
-                        });
-                    }
-                }
-            }
-            if extra.is_some() {
-                return Ok(());
-            }
-            for scope in scopes {
-                counts[scope.slot] += 1;
-            }
-            if with_session {
-                let entry = state
-                    .entry(STATE_KEY)
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if !entry.is_object() {
-                    *entry = Value::Object(Map::new());
-                }
-                if let Value::Object(saved) = entry {
-                    for scope in scopes.iter().filter(|s| s.limit.session.is_some()) {
-                        let n = saved.get(&scope.key).and_then(Value::as_u64).unwrap_or(0);
-                        saved.insert(scope.key.clone(), Value::from(n + 1));
+                let per_run = scope
+                    .limit
+                    .run
+                    .map(|limit| (limit, counts[scope.slot], "run"));
+                let per_session = scope
+                    .limit
+                    .session
+                    .zip(state)
+                    .map(|(limit, state)| (limit, session_count(state, &scope.key), "session"));
+                for (limit, count, per) in per_run.into_iter().chain(per_session) {
+                    if count.saturating_add(asked) > limit {
+                        return Err(Blocked { scope, limit, per });
                     }
                 }
             }
             Ok(())
-        })
+        };
+        if !scopes.iter().any(|s| s.limit.session.is_some()) {
+            // Run limits only: the session's state is not touched.
+            check(None)?;
+        } else {
+            ctx.with_state(|state| {
+                check(Some(state))?;
+                if extra.is_none() {
+                    count_in_session(state, scopes);
+                }
+                Ok(())
+            })?;
+        }
+        if extra.is_none() {
+            for scope in scopes {
+                counts[scope.slot] += 1;
+            }
+        }
+        Ok(())
     }
 
     /// The global tool scope and the tool's own, when set.
     fn tool_scopes(&self, tool: &str) -> [Option<&Scope>; 2] {
-        let own = if self.per_tool.is_empty() {
-            None
-        } else {
-            self.per_tool.get(tool)
-        };
+        let own = self.per_tool.get(tool);
         [self.tools.as_ref(), own]
     }
 }
