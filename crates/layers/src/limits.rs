@@ -201,9 +201,12 @@ struct Config {
     slots: usize,
 }
 
-/// The run counts of every limits layer (by layer id), in the run context.
+/// One layer's run counts, one per scope slot, by layer id.
+type LayerCounts = (u64, Vec<u32>);
+
+/// The run counts of every limits layer, in the run context.
 #[derive(Clone, Default)]
-struct RunCounts(Arc<Mutex<Vec<(u64, Vec<u32>)>>>);
+struct RunCounts(Arc<Mutex<Vec<LayerCounts>>>);
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
