@@ -66,7 +66,9 @@
 //! - [`docs::architecture`]: the three services, the run context, errors and events;
 //! - [`docs::ordering`]: the onion table of callback layers, and where observers go;
 //! - [`docs::custom_layer`]: writing a layer, from a closure to a hand-made service;
-//! - [`docs::testing`]: testing layers and agents with the test kit.
+//! - [`docs::testing`]: testing layers and agents with the test kit;
+//! - [`docs::interrupts`]: pause a run, save it, resume it elsewhere; approval, checkpoints,
+//!   stopping and cancelling.
 
 #![forbid(unsafe_code)]
 
@@ -156,6 +158,10 @@ pub mod docs {
 
     #[doc = include_str!("../docs/testing.md")]
     pub mod testing {}
+
+    #[doc = include_str!("../docs/interrupts.md")]
+    #[cfg(feature = "approval")]
+    pub mod interrupts {}
 }
 
 /// The README's examples, compiled and run as doctests.
