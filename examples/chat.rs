@@ -31,6 +31,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, mpsc};
 use tower::util::BoxCloneService;
+use tower_agent::layers::approval::{ApprovalLayer, Gate, ReviewRequest, approver_fn};
 use tower_agent::layers::retry::RetryPolicy;
 use tower_agent::prelude::*;
 use tower_agent::providers::{Anthropic, Gemini, OpenAi};
@@ -214,36 +215,36 @@ async fn main() -> Result<(), Error> {
         ));
     let specs = tools.specs().to_vec();
 
-    // Gated tools ask on the terminal before they run; "no" answers the call with an error
-    // the model sees. `prompted` tells the tool log that a question broke its line.
+    // Gated tools ask on the terminal before they run (the built-in approval layer, inline);
+    // anything but "y" rejects the call with an error the model sees. `prompted` tells the
+    // tool log that a question broke its line.
     let approvals = lines.clone();
     let prompted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let asked = prompted.clone();
+    let approver = approver_fn(move |review: ReviewRequest, _: RunContext| {
+        let lines = approvals.clone();
+        let asked = asked.clone();
+        async move {
+            asked.store(true, std::sync::atomic::Ordering::SeqCst);
+            say(&format!(
+                "\n❓ run {}({})? [y/N] ",
+                review.tool, review.arguments
+            ))
+            .await;
+            let answer = lines.lock().await.recv().await.unwrap_or_default();
+            Ok(if answer.trim().eq_ignore_ascii_case("y") {
+                Decision::Approve
+            } else {
+                Decision::reject("the user declined")
+            })
+        }
+    });
+    let mut approval = ApprovalLayer::builder().inline(approver);
+    for tool in GATED {
+        approval = approval.gate(*tool, Gate::new().allow(["approve", "reject"]));
+    }
     let tools = ServiceBuilder::new()
-        .before_tool(move |req: ToolRequest| {
-            let lines = approvals.clone();
-            let asked = asked.clone();
-            async move {
-                if !GATED.contains(&req.call.name.as_str()) {
-                    return Ok(Flow::Continue(req));
-                }
-                asked.store(true, std::sync::atomic::Ordering::SeqCst);
-                say(&format!(
-                    "\n❓ run {}({})? [y/N] ",
-                    req.call.name, req.call.arguments
-                ))
-                .await;
-                let answer = lines.lock().await.recv().await.unwrap_or_default();
-                if answer.trim().eq_ignore_ascii_case("y") {
-                    Ok(Flow::Continue(req))
-                } else {
-                    Ok(Flow::Answer(ToolResponse::error(
-                        &req.call,
-                        "the user declined to run this tool",
-                    )))
-                }
-            }
-        })
+        .approval(approval.build().expect("a valid gate"))
         .service(tools);
 
     let model = ServiceBuilder::new()

@@ -267,12 +267,13 @@ where
         if resumed || closed {
             self.session.history.order_results();
         }
-        if let Some(error) = error {
-            return Err(error);
-        }
+        // Also when the run fails: the session it returns records what ran.
         if !out.rewrites.is_empty() {
             let rewrites = std::mem::take(&mut out.rewrites);
             record_arguments(&mut self.session.history, rewrites);
+        }
+        if let Some(error) = error {
+            return Err(error);
         }
         if cancelled {
             return Ok(Some(cancelled_outcome()));
