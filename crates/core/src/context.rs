@@ -60,6 +60,9 @@ struct Shared {
     stop: Mutex<Option<StopReason>>,
     /// Whether `stop` holds a reason: lets the agent skip the lock before every call.
     has_stop: AtomicBool,
+    /// Arguments calls ran with instead of the model's: `(call id, arguments)`.
+    executed: Mutex<Vec<(String, String)>>,
+    has_executed: AtomicBool,
 }
 
 /// A copy for [`Arc::make_mut`]: the locks are copied by value.
@@ -76,6 +79,8 @@ impl Clone for Shared {
             has_commit: AtomicBool::new(self.has_commit.load(Ordering::Acquire)),
             stop: Mutex::new(lock(&self.stop).clone()),
             has_stop: AtomicBool::new(self.has_stop.load(Ordering::Acquire)),
+            executed: Mutex::new(lock(&self.executed).clone()),
+            has_executed: AtomicBool::new(self.has_executed.load(Ordering::Acquire)),
         }
     }
 }
@@ -108,6 +113,8 @@ impl RunContext {
             has_commit: AtomicBool::new(false),
             stop: Mutex::new(None),
             has_stop: AtomicBool::new(false),
+            executed: Mutex::new(Vec::new()),
+            has_executed: AtomicBool::new(false),
         })
     }
 
@@ -394,6 +401,28 @@ impl RunContext {
         let mut stop = lock(&self.shared.stop);
         self.shared.has_stop.store(false, Ordering::Release);
         stop.take()
+    }
+
+    /// Record that the tool call `call_id` ran with `arguments` (raw JSON) instead of the
+    /// model's, for a layer that changed them (an approval that edited them, a repair). The
+    /// agent writes them into the call in the history when the round's results are appended,
+    /// so the history records what was executed and the model sees it. Ignored for a call
+    /// that ends up waiting (interrupted) or has no result.
+    pub fn record_arguments(&self, call_id: impl Into<String>, arguments: impl Into<String>) {
+        lock(&self.shared.executed).push((call_id.into(), arguments.into()));
+        self.shared.has_executed.store(true, Ordering::Release);
+    }
+
+    /// Take the arguments recorded with [`RunContext::record_arguments`]. The agent calls
+    /// this.
+    #[inline]
+    pub fn take_recorded_arguments(&self) -> Vec<(String, String)> {
+        if !self.shared.has_executed.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut executed = lock(&self.shared.executed);
+        self.shared.has_executed.store(false, Ordering::Release);
+        std::mem::take(&mut *executed)
     }
 
     /// Merge `state` into the JSON state; keys already present win.

@@ -83,4 +83,4 @@ pub use model::{
 };
 pub use session::{Progress, Step};
 pub use tokio_util::sync::CancellationToken;
-pub use tool::{Interrupt, ToolAction, ToolRequest, ToolResponse};
+pub use tool::{Interrupt, Pause, ToolAction, ToolRequest, ToolResponse};

@@ -268,6 +268,9 @@ impl fmt::Display for StopReason {
 /// What a run did with tools: its calls in order, each with whether it succeeded. Shows as
 /// `query_todoist ✓ → create_todoist_task ✓ → set_memory_block ✗`.
 ///
+/// Each tool name is stored once, so recording a call allocates nothing after the first call
+/// of a tool. Serializes as a list of `{"tool": .., "ok": ..}`.
+///
 /// ```
 /// use tower_agent_core::Progress;
 ///
@@ -275,31 +278,60 @@ impl fmt::Display for StopReason {
 /// progress.push("search", true);
 /// progress.push("write_file", false);
 /// assert_eq!(progress.to_string(), "search ✓ → write_file ✗");
+/// assert_eq!(progress.len(), 2);
+/// assert_eq!(progress.steps().filter(|s| s.ok).count(), 1);
 /// assert_eq!(Progress::default().to_string(), "no tool calls");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Progress {
-    /// The calls, in order.
-    pub steps: Vec<Step>,
+    tools: Vec<String>,
+    steps: Vec<(u32, bool)>,
 }
 
 /// One tool call of a [`Progress`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Step {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step<'a> {
     /// The tool.
-    pub tool: String,
+    pub tool: &'a str,
     /// Whether its result is not an error.
     pub ok: bool,
 }
 
 impl Progress {
     /// Add a call.
-    pub fn push(&mut self, tool: impl Into<String>, ok: bool) {
-        self.steps.push(Step {
-            tool: tool.into(),
+    pub fn push(&mut self, tool: &str, ok: bool) {
+        let index = match self.tools.iter().position(|t| t == tool) {
+            Some(index) => index,
+            None => {
+                self.tools.push(tool.to_owned());
+                self.tools.len() - 1
+            }
+        };
+        self.steps
+            .push((u32::try_from(index).unwrap_or(u32::MAX), ok));
+    }
+
+    /// The calls, in order.
+    pub fn steps(&self) -> impl ExactSizeIterator<Item = Step<'_>> + '_ {
+        self.steps.iter().map(|&(index, ok)| Step {
+            tool: self.tools.get(index as usize).map_or("?", String::as_str),
             ok,
-        });
+        })
+    }
+
+    /// The `index`-th call.
+    pub fn get(&self, index: usize) -> Option<Step<'_>> {
+        self.steps().nth(index)
+    }
+
+    /// How many calls.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Whether no call was made.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
     }
 
     /// The tool calls of `messages` that have a result, in call order.
@@ -307,21 +339,39 @@ impl Progress {
         let mut progress = Progress::default();
         for (index, message) in messages.iter().enumerate() {
             for call in message.tool_calls() {
+                // Its result is almost always in the next message.
                 let result = messages[index + 1..]
                     .iter()
                     .flat_map(Message::tool_results)
                     .find(|r| r.call_id == call.id);
                 if let Some(result) = result {
-                    progress.push(call.name.as_str(), !result.is_error);
+                    progress.push(&call.name, !result.is_error);
                 }
             }
         }
         progress
     }
+}
 
-    /// Whether no call was made.
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
+impl Serialize for Progress {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.steps())
+    }
+}
+
+impl<'de> Deserialize<'de> for Progress {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Owned {
+            tool: String,
+            ok: bool,
+        }
+        let steps = Vec::<Owned>::deserialize(deserializer)?;
+        let mut progress = Progress::default();
+        for step in steps {
+            progress.push(&step.tool, step.ok);
+        }
+        Ok(progress)
     }
 }
 
@@ -330,7 +380,7 @@ impl fmt::Display for Progress {
         if self.steps.is_empty() {
             return f.write_str("no tool calls");
         }
-        for (index, step) in self.steps.iter().enumerate() {
+        for (index, step) in self.steps().enumerate() {
             if index > 0 {
                 f.write_str(" → ")?;
             }

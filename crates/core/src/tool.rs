@@ -52,13 +52,17 @@ pub enum ToolAction {
     },
     /// Pause the run at this call: no result is appended; the run ends with
     /// [`Outcome::Interrupted`](crate::Outcome::Interrupted) once the round's other calls ran.
-    Interrupt {
-        /// What the host needs to decide.
-        payload: Value,
-        /// The decisions the call takes on resume; empty: any value
-        /// ([`Interrupt::allowed`]).
-        allowed: Vec<DecisionKind>,
-    },
+    /// Boxed: a pause is rare, and a small response moves cheaply through every layer.
+    Interrupt(Box<Pause>),
+}
+
+/// What a paused call waits for: the payload for the host and the decisions it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pause {
+    /// What the host needs to decide.
+    pub payload: Value,
+    /// The decisions the call takes on resume; empty: any value ([`Interrupt::allowed`]).
+    pub allowed: Vec<DecisionKind>,
 }
 
 /// What the tool service returns: the result the model sees, and what the loop does next.
@@ -70,10 +74,6 @@ pub struct ToolResponse {
     pub result: ToolResult,
     /// What the loop does next.
     pub action: ToolAction,
-    /// The arguments the call ran with, when a layer changed them (an approval that edited
-    /// them, a repair): the agent writes them into the call in the history, so the history
-    /// records what was executed and the model sees it. `None`: the model's own arguments.
-    pub arguments: Option<String>,
     pub(crate) replaced: bool,
 }
 
@@ -83,7 +83,6 @@ impl ToolResponse {
         Self {
             result,
             action: ToolAction::Continue,
-            arguments: None,
             replaced: false,
         }
     }
@@ -113,17 +112,10 @@ impl ToolResponse {
             call,
             "interrupted: waiting for a decision",
         ))
-        .with_action(ToolAction::Interrupt {
+        .with_action(ToolAction::Interrupt(Box::new(Pause {
             payload,
             allowed: allowed.into_iter().collect(),
-        })
-    }
-
-    /// Record that the call ran with `arguments` (raw JSON) instead of the model's
-    /// ([`ToolResponse::arguments`]).
-    pub fn with_arguments(mut self, arguments: impl Into<String>) -> Self {
-        self.arguments = Some(arguments.into());
-        self
+        })))
     }
 
     /// Set the action.
@@ -135,8 +127,6 @@ impl ToolResponse {
 
 impl PartialEq for ToolResponse {
     fn eq(&self, other: &Self) -> bool {
-        self.result == other.result
-            && self.action == other.action
-            && self.arguments == other.arguments
+        self.result == other.result && self.action == other.action
     }
 }

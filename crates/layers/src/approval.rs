@@ -20,7 +20,7 @@
 //! | decision | the tool | the result the model sees |
 //! |---|---|---|
 //! | approve | runs once, as the model wrote it | the tool's |
-//! | edit | runs once with the edited arguments | the tool's; **the call in the history shows the edited arguments** (the history records what ran) |
+//! | edit | runs once with the edited arguments | the tool's; **the call in the history shows the edited arguments** (the history records what ran, through [`RunContext::record_arguments`]) |
 //! | reject | does not run | an error result: rejected by the user, the reason, and not to retry unless asked |
 //! | respond | does not run | the human's text, as a successful result |
 //!
@@ -522,13 +522,11 @@ where
             if let Some(edited) = take_approved(&req.ctx, &req.call.id) {
                 // Approved before, then the tool asked a question of its own: the value is
                 // the tool's answer.
-                return match edited {
-                    Some(arguments) => {
-                        req.call.arguments.clone_from(&arguments);
-                        ResponseFuture::edited(self.inner.call(req), arguments, None)
-                    }
-                    None => ResponseFuture::pass(self.inner.call(req)),
-                };
+                if let Some(arguments) = &edited {
+                    req.call.arguments.clone_from(arguments);
+                }
+                let after = After::new(&req, edited);
+                return ResponseFuture::after(self.inner.call(req), after);
             }
         }
         // The decision is this layer's: the layers and the tool inside never see it.
@@ -590,13 +588,10 @@ where
                         Decided::Answer(response) => Ok(response),
                         Decided::Run(req, edited) => {
                             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                            let ctx = req.ctx.clone();
-                            let id = req.call.id.clone();
+                            let after = After::new(&req, edited);
                             let response = inner.call(req).await?;
-                            if is_interrupt(&response) {
-                                remember_approved(&ctx, &id, edited.as_deref());
-                            }
-                            Ok(with_edit(response, edited))
+                            after.done(&response);
+                            Ok(response)
                         }
                     }
                 })
@@ -620,12 +615,8 @@ where
         match decided_request(req, decision) {
             Decided::Answer(response) => ResponseFuture::ready(response),
             Decided::Run(req, edited) => {
-                let watch = Some((req.ctx.clone(), req.call.id.clone()));
-                let future = self.inner.call(req);
-                match edited {
-                    Some(edited) => ResponseFuture::edited(future, edited, watch),
-                    None => ResponseFuture::watched(future, watch),
-                }
+                let after = After::new(&req, edited);
+                ResponseFuture::after(self.inner.call(req), after)
             }
         }
     }
@@ -679,7 +670,7 @@ fn decided_request(mut req: ToolRequest, decision: Decision) -> Decided {
 pub const STATE_KEY: &str = "tower_agent.approval";
 
 fn is_interrupt(response: &ToolResponse) -> bool {
-    matches!(response.action, ToolAction::Interrupt { .. })
+    matches!(response.action, ToolAction::Interrupt(_))
 }
 
 /// Note that the approved call `id` (run with `edited` arguments, if any) now waits for its
@@ -713,10 +704,30 @@ fn take_approved(ctx: &RunContext, id: &str) -> Option<Option<String>> {
     })
 }
 
-fn with_edit(response: ToolResponse, edited: Option<String>) -> ToolResponse {
-    match edited {
-        Some(arguments) if response.arguments.is_none() => response.with_arguments(arguments),
-        _ => response,
+/// What follows an approved call: the edited arguments are recorded for the history
+/// ([`RunContext::record_arguments`]), or, when the tool asks a question of its own, the
+/// approval is remembered for the next resume.
+struct After {
+    ctx: RunContext,
+    id: String,
+    edited: Option<String>,
+}
+
+impl After {
+    fn new(req: &ToolRequest, edited: Option<String>) -> Self {
+        Self {
+            ctx: req.ctx.clone(),
+            id: req.call.id.clone(),
+            edited,
+        }
+    }
+
+    fn done(self, response: &ToolResponse) {
+        if is_interrupt(response) {
+            remember_approved(&self.ctx, &self.id, self.edited.as_deref());
+        } else if let Some(arguments) = self.edited {
+            self.ctx.record_arguments(self.id, arguments);
+        }
     }
 }
 
@@ -751,9 +762,8 @@ pin_project! {
         Pass {
             #[pin]
             future: F,
-            edited: Option<String>,
-            // Set for an approved call: remembered if it then asks a question of its own.
-            watch: Option<(RunContext, String)>,
+            // Set for an approved call.
+            after: Option<After>,
         },
         Ready { response: Option<ToolResponse> },
         Boxed { future: BoxFuture<E> },
@@ -762,25 +772,19 @@ pin_project! {
 
 impl<F, E> ResponseFuture<F, E> {
     fn pass(future: F) -> Self {
-        Self::watched(future, None)
-    }
-
-    fn watched(future: F, watch: Option<(RunContext, String)>) -> Self {
         Self {
             kind: Kind::Pass {
                 future,
-                edited: None,
-                watch,
+                after: None,
             },
         }
     }
 
-    fn edited(future: F, edited: String, watch: Option<(RunContext, String)>) -> Self {
+    fn after(future: F, after: After) -> Self {
         Self {
             kind: Kind::Pass {
                 future,
-                edited: Some(edited),
-                watch,
+                after: Some(after),
             },
         }
     }
@@ -817,18 +821,12 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Pass {
-                future,
-                edited,
-                watch,
-            } => match future.poll(cx) {
+            KindProj::Pass { future, after } => match future.poll(cx) {
                 Poll::Ready(Ok(response)) => {
-                    if let Some((ctx, id)) = watch.take() {
-                        if is_interrupt(&response) {
-                            remember_approved(&ctx, &id, edited.as_deref());
-                        }
+                    if let Some(after) = after.take() {
+                        after.done(&response);
                     }
-                    Poll::Ready(Ok(with_edit(response, edited.take())))
+                    Poll::Ready(Ok(response))
                 }
                 other => other,
             },

@@ -34,7 +34,7 @@
 //! # async fn main() -> Result<(), tower_agent_core::Error> {
 //! // Go on once (at 2 calls), stop the second time (at 4).
 //! let checkpoint = CheckpointLayer::inline(checkpoint_fn(|ask: CheckpointRequest, _: RunContext| async move {
-//!     Ok(ask.progress.steps.len() < 4)
+//!     Ok(ask.progress.len() < 4)
 //! }))
 //! .every(2);
 //! let model = ScriptedModel::from_fn(|req| {
@@ -275,32 +275,8 @@ struct Counts {
     /// How many times a budget was given: a call that waited sees whether another one got
     /// the answer first.
     generation: u64,
-    /// The run's calls, as indexes into `tools` (no allocation per call).
-    steps: Vec<(u32, bool)>,
-    tools: Vec<String>,
-}
-
-impl Counts {
-    fn record(&mut self, tool: &str, ok: bool) {
-        let index = match self.tools.iter().position(|t| t == tool) {
-            Some(index) => index,
-            None => {
-                self.tools.push(tool.to_owned());
-                self.tools.len() - 1
-            }
-        };
-        self.steps
-            .push((u32::try_from(index).unwrap_or(u32::MAX), ok));
-    }
-
-    fn progress(&self) -> Progress {
-        let mut progress = Progress::default();
-        for &(index, ok) in &self.steps {
-            let tool = self.tools.get(index as usize).map_or("?", String::as_str);
-            progress.push(tool, ok);
-        }
-        progress
-    }
+    /// The run's calls (recording one allocates nothing after a tool's first call).
+    progress: Progress,
 }
 
 impl Budget {
@@ -406,7 +382,7 @@ where
         }
         let question = CheckpointRequest {
             calls: budget.0.calls.load(Ordering::Acquire),
-            progress: budget.counts().progress(),
+            progress: budget.counts().progress.clone(),
             next: req.call.name.clone(),
         };
         match &self.config.mode {
@@ -479,10 +455,13 @@ fn stop<F, E>(req: &ToolRequest, every: u32, reason: &str) -> ResponseFuture<F, 
 }
 
 fn record(budget: &Budget, tool: &str, response: &ToolResponse) {
-    if matches!(response.action, ToolAction::Interrupt { .. }) {
+    if matches!(response.action, ToolAction::Interrupt(_)) {
         return;
     }
-    budget.counts().record(tool, !response.result.is_error);
+    budget
+        .counts()
+        .progress
+        .push(tool, !response.result.is_error);
 }
 
 type BoxFuture<E> = Pin<Box<dyn Future<Output = Result<ToolResponse, E>> + Send>>;

@@ -85,10 +85,7 @@ async fn yes_gives_a_fresh_budget_and_no_stops_with_the_progress() {
     )
     .await;
     let asked = asked.lock().unwrap().clone();
-    let seen: Vec<(u32, usize)> = asked
-        .iter()
-        .map(|a| (a.calls, a.progress.steps.len()))
-        .collect();
+    let seen: Vec<(u32, usize)> = asked.iter().map(|a| (a.calls, a.progress.len())).collect();
     assert_eq!(seen, [(3, 3), (3, 6), (3, 9)], "asked at 3, 6 and 9 calls");
     assert_eq!(asked[0].next, "step");
     assert_eq!(step.calls().len(), 9);
@@ -102,9 +99,9 @@ async fn yes_gives_a_fresh_budget_and_no_stops_with_the_progress() {
             reason: "declined".into()
         }
     );
-    assert_eq!(progress.steps.len(), 10);
+    assert_eq!(progress.len(), 10);
     assert!(
-        !progress.steps[9].ok,
+        !progress.get(9).unwrap().ok,
         "the call that would go over did not run"
     );
     assert!(

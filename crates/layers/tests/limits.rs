@@ -139,8 +139,8 @@ async fn end_answers_a_whole_parallel_batch_and_stops() {
         let Outcome::Stopped { progress, .. } = &res.outcome else {
             unreachable!()
         };
-        assert_eq!(progress.steps.len(), 8, "both batches, every call");
-        assert_eq!(progress.steps.iter().filter(|s| s.ok).count(), 6);
+        assert_eq!(progress.len(), 8, "both batches, every call");
+        assert_eq!(progress.steps().filter(|s| s.ok).count(), 6);
         assert_valid_history(&res.session.history);
     }
 }

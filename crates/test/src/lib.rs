@@ -541,7 +541,7 @@ mod tests {
             .oneshot(ToolRequest::new(call.clone(), RunContext::new()))
             .await
             .unwrap();
-        assert!(matches!(first.action, ToolAction::Interrupt { .. }));
+        assert!(matches!(first.action, ToolAction::Interrupt(_)));
         let mut resumed = ToolRequest::new(call, RunContext::new());
         resumed.resume = Some(json!("yes"));
         let second = tool.clone().oneshot(resumed).await.unwrap();

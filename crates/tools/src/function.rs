@@ -140,7 +140,7 @@ where
 ///
 /// let call = ToolCall::new("c1", "delete", json!({"pattern": "*.txt"}));
 /// let first = delete.clone().oneshot(ToolRequest::new(call.clone(), RunContext::new())).await?;
-/// assert!(matches!(first.action, ToolAction::Interrupt { .. }));
+/// assert!(matches!(first.action, ToolAction::Interrupt(_)));
 ///
 /// let mut again = ToolRequest::new(call, RunContext::new());
 /// again.resume = Some(json!("b.txt"));

@@ -245,6 +245,12 @@ where
             .history
             .extend(out.results.drain(..).map(Message::tool_result));
         let mut interrupts = std::mem::take(&mut out.interrupts);
+        // Arguments a layer says a call ran with; not for a call that waits (it must stay the
+        // call stored) or was closed unrun.
+        let mut executed = self.ctx.take_recorded_arguments();
+        if !executed.is_empty() {
+            executed.retain(|(id, _)| !interrupts.iter().any(|i| i.call.id == *id));
+        }
         let stop = out.stop.take();
         let cancelled = std::mem::take(&mut out.cancelled);
         let error = out.error.take();
@@ -268,9 +274,8 @@ where
             self.session.history.order_results();
         }
         // Also when the run fails: the session it returns records what ran.
-        if !out.rewrites.is_empty() {
-            let rewrites = std::mem::take(&mut out.rewrites);
-            record_arguments(&mut self.session.history, rewrites);
+        if !executed.is_empty() {
+            record_arguments(&mut self.session.history, executed);
         }
         if let Some(error) = error {
             return Err(error);

@@ -2,7 +2,7 @@
 
 use futures_util::stream::{self, StreamExt};
 use tower_agent_core::{
-    BoxError, CancellationToken, ContentPart, Decisions, Error, ErrorKind, Event, Interrupt,
+    BoxError, CancellationToken, ContentPart, Decisions, Error, ErrorKind, Event, Interrupt, Pause,
     RunContext, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
 };
 use tower_service::Service;
@@ -19,8 +19,6 @@ pub(super) struct RoundTools {
     pub(super) stop: Option<StopReason>,
     pub(super) cancelled: bool,
     pub(super) error: Option<Error>,
-    /// Calls that ran with other arguments than the model's: `(call id, arguments)`.
-    pub(super) rewrites: Vec<(String, String)>,
 }
 
 /// How one tool call ended.
@@ -29,7 +27,7 @@ type ToolOutcome = Result<ToolResponse, CallFailure>;
 /// Whether the model will see an error (an interrupt is not one).
 fn is_error(outcome: &ToolOutcome) -> bool {
     match outcome {
-        Ok(r) => r.result.is_error && !matches!(r.action, ToolAction::Interrupt { .. }),
+        Ok(r) => r.result.is_error && !matches!(r.action, ToolAction::Interrupt(_)),
         Err(_) => true,
     }
 }
@@ -228,10 +226,7 @@ fn absorb(
         }
         Some(Ok(response)) => {
             let ToolResponse {
-                mut result,
-                action,
-                arguments,
-                ..
+                mut result, action, ..
             } = response;
             // The result answers this call, whatever the service wrote.
             if result.call_id != call.id {
@@ -241,7 +236,8 @@ fn absorb(
                 result.name.clone_from(&call.name);
             }
             match action {
-                ToolAction::Interrupt { payload, allowed } => {
+                ToolAction::Interrupt(pause) => {
+                    let Pause { payload, allowed } = *pause;
                     out.interrupts
                         .push(Interrupt::new(call.clone(), payload).with_allowed(allowed));
                     return false;
@@ -254,12 +250,6 @@ fn absorb(
                     });
                 }
                 _ => {}
-            }
-            // Not for an interrupt: the call that waits must stay the one stored.
-            if let Some(arguments) = arguments {
-                if arguments != call.arguments {
-                    out.rewrites.push((call.id.clone(), arguments));
-                }
             }
             result
         }
