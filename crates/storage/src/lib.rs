@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`InMemory`] | always | tests, short-lived agents |
 //! | [`LocalFs`] | `fs` (default) | a directory: writes are atomic (a temporary file, then a rename), and no path can leave the root |
-//! | [`ObjectStoreStorage`] | `object-store` (`aws` for S3) | S3 and compatible servers, GCS, Azure, through the `object_store` crate |
+//! | `ObjectStoreStorage` | `object-store` (`aws` for S3) | S3 and compatible servers, GCS, Azure, through the `object_store` crate |
 //!
 //! Paths are [`StoragePath`]s: `/`-separated, relative to the backend's root, checked when
 //! made (no `..`, no `.`, no backslash, no NUL, no empty segment), so a tool name or a call id
