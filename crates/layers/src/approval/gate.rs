@@ -1,0 +1,333 @@
+//! Gates, review requests, approvers and the builder: what the approval layer is configured
+//! with.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tower_agent_core::{
+    BoxError, Decision, DecisionKind, Interrupt, RunContext, ToolCall, UnknownDecision,
+};
+
+use super::ApprovalLayer;
+use crate::by_name::ByName;
+
+/// The default time an inline approver has to decide: 15 minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+type Predicate = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+type Describe = Arc<dyn Fn(&ToolCall) -> String + Send + Sync>;
+
+/// Which calls of one tool need a decision, which decisions they allow, and what the human is
+/// shown.
+///
+/// ```
+/// use serde_json::Value;
+/// use tower_agent_layers::approval::Gate;
+///
+/// // Only `rm` outside /tmp needs a decision; it can be approved or rejected, not edited.
+/// let gate = Gate::new()
+///     .allow(["approve", "reject"])
+///     .when(|args: &Value| !args["path"].as_str().unwrap_or("").starts_with("/tmp/"))
+///     .description("Deletes files");
+/// # let _ = gate;
+/// ```
+#[derive(Clone)]
+pub struct Gate {
+    allowed: Vec<String>,
+    when: Option<Predicate>,
+    description: Option<Describe>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Gate {
+    /// Every call of the tool needs a decision; every decision is allowed.
+    pub fn new() -> Self {
+        Self {
+            allowed: DecisionKind::ALL
+                .iter()
+                .map(|k| k.as_str().to_owned())
+                .collect(),
+            when: None,
+            description: None,
+        }
+    }
+
+    /// The decisions the human may take, by name (`"approve"`, `"edit"`, `"reject"`,
+    /// `"respond"`) or as [`DecisionKind`]s. A name that is not a decision fails
+    /// [`ApprovalBuilder::build`].
+    pub fn allow<I>(mut self, decisions: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.allowed = decisions
+            .into_iter()
+            .map(|d| d.as_ref().to_owned())
+            .collect();
+        self
+    }
+
+    /// Only calls whose arguments match need a decision. Arguments that are not JSON always
+    /// need one (fail closed).
+    pub fn when(mut self, predicate: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
+        self.when = Some(Arc::new(predicate));
+        self
+    }
+
+    /// What the human is shown about the tool.
+    pub fn description(self, text: impl Into<String>) -> Self {
+        let text: Arc<str> = text.into().into();
+        self.describe(move |_| text.to_string())
+    }
+
+    /// What the human is shown, written from the call.
+    pub fn describe(
+        mut self,
+        describe: impl Fn(&ToolCall) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.description = Some(Arc::new(describe));
+        self
+    }
+}
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gate")
+            .field("allowed", &self.allowed)
+            .field("when", &self.when.as_ref().map(|_| "<predicate>"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A gate whose decisions were checked.
+#[derive(Clone)]
+pub(super) struct Checked {
+    pub(super) allowed: Vec<DecisionKind>,
+    when: Option<Predicate>,
+    description: Option<Describe>,
+}
+
+impl Checked {
+    /// Whether `call` needs a decision.
+    pub(super) fn applies(&self, call: &ToolCall) -> bool {
+        match &self.when {
+            None => true,
+            Some(predicate) => match call.parse_arguments::<Value>() {
+                Ok(args) => predicate(&args),
+                Err(_) => true,
+            },
+        }
+    }
+
+    pub(super) fn review(&self, call: &ToolCall) -> ReviewRequest {
+        let description = match &self.description {
+            Some(describe) => describe(call),
+            None => format!("The agent wants to call `{}`.", call.name),
+        };
+        ReviewRequest {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: call
+                .parse_arguments::<Value>()
+                .unwrap_or_else(|_| Value::String(call.arguments.clone())),
+            description,
+            allowed_decisions: self.allowed.clone(),
+        }
+    }
+}
+
+/// What a human is asked about one gated call: the payload of its interrupt, and what an
+/// inline [`Approver`] receives. Serializable, for a UI in another process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewRequest {
+    /// The call's id: key the decision by it.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments the model wrote (a JSON string when they are not JSON).
+    pub arguments: Value,
+    /// What the gate says about the tool.
+    pub description: String,
+    /// The decisions the human may take.
+    pub allowed_decisions: Vec<DecisionKind>,
+}
+
+impl ReviewRequest {
+    /// The review an interrupt carries, if it is one (an interrupt from a tool's own question
+    /// is not).
+    pub fn from_interrupt(interrupt: &Interrupt) -> Option<Self> {
+        if interrupt.allowed.is_empty() {
+            return None;
+        }
+        ReviewRequest::deserialize(&interrupt.payload).ok()
+    }
+}
+
+/// Decides gated calls while the run waits (inline mode).
+///
+/// Implement it for a type, or make one from a closure with [`approver_fn`].
+pub trait Approver: Send + Sync + 'static {
+    /// Decide on one call. An error rejects the call.
+    fn review(
+        &self,
+        request: ReviewRequest,
+        ctx: RunContext,
+    ) -> Pin<Box<dyn Future<Output = Result<Decision, BoxError>> + Send + 'static>>;
+}
+
+/// An [`Approver`] from an async closure.
+///
+/// ```
+/// use tower_agent_core::{Decision, RunContext};
+/// use tower_agent_layers::approval::{approver_fn, ReviewRequest};
+///
+/// let approver = approver_fn(|review: ReviewRequest, _ctx: RunContext| async move {
+///     if review.arguments["cmd"].as_str().is_some_and(|c| c.starts_with("ls")) {
+///         Ok(Decision::Approve)
+///     } else {
+///         Ok(Decision::reject("only listing is allowed"))
+///     }
+/// });
+/// # let _ = approver;
+/// ```
+pub fn approver_fn<F, Fut>(f: F) -> ApproverFn<F>
+where
+    F: Fn(ReviewRequest, RunContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Decision, BoxError>> + Send + 'static,
+{
+    ApproverFn { f }
+}
+
+/// The approver [`approver_fn`] makes.
+#[derive(Clone)]
+pub struct ApproverFn<F> {
+    f: F,
+}
+
+impl<F> fmt::Debug for ApproverFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApproverFn").finish_non_exhaustive()
+    }
+}
+
+impl<F, Fut> Approver for ApproverFn<F>
+where
+    F: Fn(ReviewRequest, RunContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Decision, BoxError>> + Send + 'static,
+{
+    fn review(
+        &self,
+        request: ReviewRequest,
+        ctx: RunContext,
+    ) -> Pin<Box<dyn Future<Output = Result<Decision, BoxError>> + Send + 'static>> {
+        Box::pin((self.f)(request, ctx))
+    }
+}
+
+#[derive(Clone)]
+pub(super) enum Mode {
+    Interrupt,
+    Inline {
+        approver: Arc<dyn Approver>,
+        timeout: Duration,
+    },
+}
+
+pub(super) struct Config {
+    pub(super) gates: ByName<Checked>,
+    pub(super) mode: Mode,
+}
+
+/// A gate names a decision that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the approval gate of tool `{tool}`: {error}")]
+pub struct ConfigError {
+    /// The gate's tool.
+    pub tool: String,
+    /// The name that is not a decision.
+    #[source]
+    pub error: UnknownDecision,
+}
+
+/// Builds an [`ApprovalLayer`].
+#[derive(Default)]
+pub struct ApprovalBuilder {
+    gates: Vec<(String, Gate)>,
+    approver: Option<Arc<dyn Approver>>,
+    timeout: Option<Duration>,
+}
+
+impl fmt::Debug for ApprovalBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovalBuilder")
+            .field("gates", &self.gates)
+            .field("inline", &self.approver.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApprovalBuilder {
+    /// Gate the tool `tool` (replacing an earlier gate of the same tool).
+    pub fn gate(mut self, tool: impl Into<String>, gate: Gate) -> Self {
+        let tool = tool.into();
+        self.gates.retain(|(name, _)| *name != tool);
+        self.gates.push((tool, gate));
+        self
+    }
+
+    /// Decide inline with `approver` instead of interrupting the run.
+    pub fn inline(mut self, approver: impl Approver) -> Self {
+        self.approver = Some(Arc::new(approver));
+        self
+    }
+
+    /// How long an inline approver has to decide ([`DEFAULT_TIMEOUT`]); then the call is
+    /// rejected.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The layer; fails when a gate allows a decision that does not exist.
+    pub fn build(self) -> Result<ApprovalLayer, ConfigError> {
+        let mut gates = ByName::default();
+        for (tool, gate) in self.gates {
+            let mut allowed = Vec::with_capacity(gate.allowed.len());
+            for name in &gate.allowed {
+                let kind = name.parse::<DecisionKind>().map_err(|error| ConfigError {
+                    tool: tool.clone(),
+                    error,
+                })?;
+                if !allowed.contains(&kind) {
+                    allowed.push(kind);
+                }
+            }
+            let checked = Checked {
+                allowed,
+                when: gate.when,
+                description: gate.description,
+            };
+            gates.insert(tool, checked);
+        }
+        let mode = match self.approver {
+            None => Mode::Interrupt,
+            Some(approver) => Mode::Inline {
+                approver,
+                timeout: self.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            },
+        };
+        Ok(ApprovalLayer {
+            config: Arc::new(Config { gates, mode }),
+        })
+    }
+}

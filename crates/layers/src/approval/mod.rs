@@ -1,0 +1,369 @@
+//! Human-in-the-loop approval of tool calls (`before_tool`).
+//!
+//! A [`Gate`] per tool says which calls need a decision (all of them, or those whose
+//! arguments match a predicate), which [`Decision`]s the human may take, and what to show
+//! them. Calls of other tools pass straight through. A gated call is decided either
+//!
+//! - **inline**: an [`Approver`] (a terminal prompt, a web socket to a UI) decides while the
+//!   run waits; no answer within the timeout (15 minutes by default), or an approver error,
+//!   rejects the call (fail closed); or
+//! - **by interrupting** (the default): the call ends the run with
+//!   [`Outcome::Interrupted`](tower_agent_core::Outcome::Interrupted), one
+//!   [`ReviewRequest`] per gated call in the interrupts' payloads. Calls of the same batch
+//!   that need no decision run at once and their results are kept. The host saves the
+//!   session, asks the human (maybe in another process, days later) and resumes with
+//!   [`AgentInput::Resume`](tower_agent_core::AgentInput::Resume): each decision keyed by its
+//!   call id, checked against what the gate allows before anything runs.
+//!
+//! What each decision does:
+//!
+//! | decision | the tool | the result the model sees |
+//! |---|---|---|
+//! | approve | runs once, as the model wrote it | the tool's |
+//! | edit | runs once with the edited arguments | the tool's; **the call in the history shows the edited arguments** (the history records what ran, through [`RunContext::record_arguments`]) |
+//! | reject | does not run | an error result: rejected by the user, the reason, and not to retry unless asked |
+//! | respond | does not run | the human's text, as a successful result |
+//!
+//! ```
+//! use serde_json::json;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower_agent_core::{AgentRequest, Decision, Decisions, Outcome, Session, ToolCall, ModelResponse};
+//! use tower_agent_layers::approval::{ApprovalLayer, Gate, ReviewRequest};
+//! use tower_agent_loop::Agent;
+//! use tower_agent_test::{ScriptedModel, StubTool};
+//! use tower_agent_tools::ToolSet;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower_agent_core::Error> {
+//! let approval = ApprovalLayer::builder()
+//!     .gate("shell", Gate::new().description("Runs a shell command on your machine"))
+//!     .build()
+//!     .expect("a valid configuration");
+//! let shell = StubTool::returning("shell", "build/ removed");
+//! let tools = ServiceBuilder::new().layer(approval).service(ToolSet::new().tool(shell.clone()));
+//! let model = ScriptedModel::new([
+//!     ModelResponse::tool_calls([ToolCall::new("c1", "shell", json!({"cmd": "rm -rf build"}))]),
+//!     ModelResponse::text("Cleaned."),
+//! ]);
+//! let agent = Agent::new(model, tools);
+//!
+//! let paused = agent.clone().oneshot(AgentRequest::new(Session::new(), "clean up")).await?;
+//! let Outcome::Interrupted { interrupts } = &paused.outcome else { unreachable!() };
+//! let review = ReviewRequest::from_interrupt(&interrupts[0]).expect("a review");
+//! assert_eq!(review.tool, "shell");
+//! assert_eq!(review.arguments["cmd"], "rm -rf build");
+//! assert!(shell.calls().is_empty(), "nothing ran yet");
+//!
+//! let decisions = Decisions::new().with(review.call_id, Decision::Approve);
+//! let done = agent.oneshot(AgentRequest::resume(paused.session, decisions)).await?;
+//! assert_eq!(done.text().as_deref(), Some("Cleaned."));
+//! assert_eq!(shell.calls().len(), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Put the approval layer on the whole tool stack, inside call limits and the checkpoint and
+//! outside the tools (see `docs/ordering.md`). On resume the whole tool stack runs again for
+//! the calls that waited: the approval layer consumes the decision (the layers and the tool
+//! inside it see [`ToolRequest::resume`] as `None`); a counting layer outside it skips
+//! requests that carry a resume value, as they were counted when they first came through.
+
+mod future;
+mod gate;
+
+pub use future::{ResponseFuture, STATE_KEY};
+pub use gate::{
+    ApprovalBuilder, Approver, ApproverFn, ConfigError, DEFAULT_TIMEOUT, Gate, ReviewRequest,
+    approver_fn,
+};
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde::Deserialize;
+use serde_json::Value;
+use tower_agent_core::{
+    Decision, DecisionKind, Event, RunContext, ToolCall, ToolRequest, ToolResponse,
+};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use future::{After, take_approved};
+use gate::{Config, Mode};
+
+/// Human approval of gated tool calls; see the [module docs](self).
+#[derive(Clone)]
+pub struct ApprovalLayer {
+    config: Arc<Config>,
+}
+
+impl ApprovalLayer {
+    /// A builder.
+    pub fn builder() -> ApprovalBuilder {
+        ApprovalBuilder::default()
+    }
+}
+
+impl fmt::Debug for ApprovalLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut tools: Vec<&str> = self.config.gates.iter().map(|(name, _)| name).collect();
+        tools.sort_unstable();
+        f.debug_struct("ApprovalLayer")
+            .field("gated", &tools)
+            .field(
+                "mode",
+                &match self.config.mode {
+                    Mode::Interrupt => "interrupt",
+                    Mode::Inline { .. } => "inline",
+                },
+            )
+            .finish()
+    }
+}
+
+impl<S> Layer<S> for ApprovalLayer {
+    type Service = Approval<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Approval {
+            inner,
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+/// The service [`ApprovalLayer`] makes.
+#[derive(Clone)]
+pub struct Approval<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> Approval<S> {
+    /// The layer.
+    pub fn layer(layer: &ApprovalLayer) -> ApprovalLayer {
+        layer.clone()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the layer.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Approval<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Approval")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The result of a rejected call.
+pub fn rejected(call: &ToolCall, reason: &str) -> String {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        format!(
+            "The user rejected this call of `{}`. Do not retry it unless the user asks you to.",
+            call.name
+        )
+    } else {
+        format!(
+            "The user rejected this call of `{}`: {reason}. Do not retry it unless the user \
+             asks you to.",
+            call.name
+        )
+    }
+}
+
+impl<S> Service<ToolRequest> for Approval<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = ToolResponse;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, S::Error>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: ToolRequest) -> Self::Future {
+        let gate = match self.config.gates.get(&req.call.name) {
+            Some(gate) if gate.applies(&req.call) => gate,
+            _ => return ResponseFuture::pass(self.inner.call(req)),
+        };
+        if req.resume.is_some() {
+            if let Some(edited) = take_approved(&req.ctx, &req.call.id) {
+                // Approved before, then the tool asked a question of its own: the value is
+                // the tool's answer.
+                if let Some(arguments) = &edited {
+                    req.call.arguments.clone_from(arguments);
+                }
+                let after = After::new(&req, edited);
+                return ResponseFuture::after(self.inner.call(req), after);
+            }
+        }
+        // The decision is this layer's: the layers and the tool inside never see it.
+        if let Some(value) = req.resume.take() {
+            // The agent checks decisions before resuming; a host calling the tool stack
+            // directly may not have: fail closed.
+            let decision = match Decision::deserialize(&value) {
+                Ok(decision) => match acceptable(&decision, &gate.allowed) {
+                    Ok(()) => decision,
+                    Err(reason) => Decision::reject(format!("the decision {reason}")),
+                },
+                Err(_) => Decision::reject(format!("{value} is not a decision")),
+            };
+            return self.apply(req, decision);
+        }
+        match &self.config.mode {
+            Mode::Interrupt => {
+                let review = gate.review(&req.call);
+                let payload = serde_json::to_value(&review).unwrap_or(Value::Null);
+                ResponseFuture::ready(ToolResponse::review(
+                    &req.call,
+                    payload,
+                    gate.allowed.iter().copied(),
+                ))
+            }
+            Mode::Inline { approver, timeout } => {
+                let review = gate.review(&req.call);
+                let allowed = review.allowed_decisions.clone();
+                let decided = approver.review(review, req.ctx.clone());
+                let timeout = *timeout;
+                // The ready service goes with the future; this one gets a fresh clone (tower's
+                // "be careful when cloning inner services").
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::boxed(async move {
+                    let decision = match tokio::time::timeout(timeout, decided).await {
+                        Ok(Ok(decision)) => match acceptable(&decision, &allowed) {
+                            Ok(()) => decision,
+                            Err(reason) => {
+                                let reason = format!("the approver's decision {reason}");
+                                warn(&req.ctx, &req.call, &reason).await;
+                                Decision::reject(reason)
+                            }
+                        },
+                        Ok(Err(error)) => {
+                            let reason = format!("the approval failed ({error})");
+                            warn(&req.ctx, &req.call, &reason).await;
+                            Decision::reject(reason)
+                        }
+                        Err(_) => {
+                            let reason =
+                                format!("no decision within {} s", timeout.as_secs_f64().round());
+                            warn(&req.ctx, &req.call, &reason).await;
+                            Decision::reject(reason)
+                        }
+                    };
+                    let mut inner = inner;
+                    match decided_request(req, decision) {
+                        Decided::Answer(response) => Ok(response),
+                        Decided::Run(req, edited) => {
+                            std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                            let after = After::new(&req, edited);
+                            let response = inner.call(req).await?;
+                            after.done(&response);
+                            Ok(response)
+                        }
+                    }
+                })
+            }
+        }
+    }
+}
+
+impl<S> Approval<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    /// Apply a decision known now (on resume): the inner service is ready.
+    fn apply(
+        &mut self,
+        req: ToolRequest,
+        decision: Decision,
+    ) -> ResponseFuture<S::Future, S::Error> {
+        match decided_request(req, decision) {
+            Decided::Answer(response) => ResponseFuture::ready(response),
+            Decided::Run(req, edited) => {
+                let after = After::new(&req, edited);
+                ResponseFuture::after(self.inner.call(req), after)
+            }
+        }
+    }
+}
+
+/// Whether `decision` is one of `allowed`, with edited arguments that are a JSON object.
+fn acceptable(decision: &Decision, allowed: &[DecisionKind]) -> Result<(), String> {
+    if !allowed.contains(&decision.kind()) {
+        return Err(format!(
+            "`{}` is not allowed for this tool",
+            decision.kind()
+        ));
+    }
+    match decision {
+        Decision::Edit { arguments } if !arguments.is_object() => {
+            Err("`edit` needs arguments that are a JSON object".to_owned())
+        }
+        _ => Ok(()),
+    }
+}
+
+enum Decided {
+    /// Answered without running the tool.
+    Answer(ToolResponse),
+    /// Run this request; with the edited arguments to record.
+    Run(ToolRequest, Option<String>),
+}
+
+fn decided_request(mut req: ToolRequest, decision: Decision) -> Decided {
+    match decision {
+        Decision::Approve => Decided::Run(req, None),
+        Decision::Edit { arguments } => {
+            let arguments = arguments.to_string();
+            req.call.arguments.clone_from(&arguments);
+            Decided::Run(req, Some(arguments))
+        }
+        Decision::Reject { reason } => {
+            Decided::Answer(ToolResponse::error(&req.call, rejected(&req.call, &reason)))
+        }
+        Decision::Respond { text } => Decided::Answer(ToolResponse::success(&req.call, text)),
+        // A decision kind added later: not understood, so not run.
+        _ => Decided::Answer(ToolResponse::error(
+            &req.call,
+            rejected(&req.call, "the decision was not understood"),
+        )),
+    }
+}
+
+async fn warn(ctx: &RunContext, call: &ToolCall, reason: &str) {
+    tracing::warn!(tool = %call.name, call_id = %call.id, reason, "approval rejected the call");
+    if ctx.events().is_enabled() {
+        let message = format!("`{}` ({}) rejected: {reason}", call.name, call.id);
+        // A failing observer must not turn a rejection into an approval: ignore it here.
+        let _ = ctx
+            .emit(Event::Warning {
+                source: "approval",
+                message,
+            })
+            .await;
+    }
+}
