@@ -138,6 +138,32 @@ pub enum Event {
         /// What happened.
         message: String,
     },
+    /// A tool result too large for the context was written whole to a storage backend and
+    /// replaced by a preview naming `path` (the eviction layer).
+    ResultEvicted {
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// Where the whole result is, as the preview names it (`/large_tool_results/..`).
+        path: String,
+        /// The estimated tokens of the whole result.
+        tokens: usize,
+    },
+    /// Older messages of the history were replaced by a summary (the summarization layer),
+    /// committed to the session.
+    Summarized {
+        /// The round whose model call triggered it.
+        round: u32,
+        /// The messages replaced by the summary (a previous summary among them).
+        summarized: usize,
+        /// The recent messages kept as they were.
+        kept: usize,
+        /// The estimated tokens of the request before.
+        tokens_before: usize,
+        /// The estimated tokens of the request after.
+        tokens_after: usize,
+    },
 }
 
 impl Event {
@@ -164,6 +190,8 @@ impl Event {
             Event::RunFailed { .. } => "run_failed",
             Event::Warning { .. } => "warning",
             Event::Retrying { .. } => "retrying",
+            Event::ResultEvicted { .. } => "result_evicted",
+            Event::Summarized { .. } => "summarized",
         }
     }
 }

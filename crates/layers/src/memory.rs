@@ -4,7 +4,8 @@
 //! The same layer goes on two services (see the canonical stack in `docs/ordering.md`):
 //!
 //! - **agent** (`before_agent`): reads the files, in the order they were added, from their
-//!   [`MemorySource`]s (a [`Directory`], a map, or anything the host implements), and keeps
+//!   [`MemorySource`]s (a [`Directory`], a map, any storage backend through [`Stored`], or
+//!   anything the host implements), and keeps
 //!   the rendered text in the run's context. Model calls do not read them again.
 //!   - A missing file is skipped with an [`Event::Warning`] (source `"memory"`).
 //!   - A file that cannot be read fails the run before it starts, with an
@@ -59,11 +60,12 @@ use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
     AgentRequest, AgentResponse, BeforeCallback, Error, Event, Flow, ModelRequest,
 };
+use tower_agent_storage::{Storage, StoragePath};
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// Where memory files come from: a small async trait the host can implement (the storage
-/// backends implement it too).
+/// Where memory files come from: a small async trait the host can implement. Any storage
+/// backend is one through [`Stored`] ([`MemoryLayer::from_storage`]).
 pub trait MemorySource: Send + Sync + 'static {
     /// The text of the file at `path`; `Ok(None)` when there is no such file.
     ///
@@ -149,6 +151,58 @@ impl MemorySource for Directory {
     }
 }
 
+/// Files in a storage backend of `tower-agent-storage` ([`InMemory`], [`LocalFs`], S3 and the
+/// other `object_store` backends): a memory file's path is a
+/// [`StoragePath`](tower_agent_storage::StoragePath) in it. A path the backend refuses
+/// (`..`, an empty segment) is a `BadRequest` error; a missing value is skipped.
+///
+/// [`InMemory`]: tower_agent_storage::InMemory
+/// [`LocalFs`]: https://docs.rs/tower-agent-storage/latest/tower_agent_storage/struct.LocalFs.html
+#[derive(Clone)]
+pub struct Stored(Arc<dyn Storage>);
+
+impl Stored {
+    /// The files of `storage`.
+    pub fn new(storage: impl Storage) -> Self {
+        Self(Arc::new(storage))
+    }
+
+    /// The files of a backend shared with other layers.
+    pub fn shared(storage: Arc<dyn Storage>) -> Self {
+        Self(storage)
+    }
+}
+
+impl fmt::Debug for Stored {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Stored").finish_non_exhaustive()
+    }
+}
+
+impl MemorySource for Stored {
+    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Option<String>, Error>> {
+        Box::pin(async move {
+            let at = StoragePath::parse(path).map_err(|error| {
+                Error::bad_request(format!("memory file `{path}`: {error}")).with_source(error)
+            })?;
+            match self.0.get(&at).await {
+                Ok(bytes) => String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| {
+                    Error::backend(format!("memory file `{at}` is not UTF-8 text"))
+                }),
+                Err(error) if error.is_not_found() => Ok(None),
+                Err(error) => Err(Error::backend(format!(
+                    "memory file `{at}` could not be read: {error}"
+                ))
+                .with_source(error)),
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        "a storage backend".to_owned()
+    }
+}
+
 /// The error of a file that exists but cannot be read, naming it.
 fn unreadable(path: &Path, error: std::io::Error) -> Error {
     Error::backend(format!(
@@ -197,6 +251,31 @@ impl MemoryLayer {
         let source = Arc::new(Directory::new(root));
         paths.into_iter().fold(Self::new(), |layer, path| {
             layer.file_shared(Arc::clone(&source) as Arc<dyn MemorySource>, path.as_ref())
+        })
+    }
+
+    /// The files `paths` of a storage backend (in memory, a directory, S3...), in order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_agent_storage::StorageError> {
+    /// use tower_agent_layers::memory::MemoryLayer;
+    /// use tower_agent_storage::{InMemory, Storage, StoragePath};
+    ///
+    /// let storage = InMemory::new();
+    /// storage.put(&StoragePath::parse("/memories/AGENTS.md")?, "Be brief.".into()).await?;
+    /// let memory = MemoryLayer::from_storage(storage, ["/memories/AGENTS.md"]);
+    /// # let _ = memory;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_storage<P: AsRef<str>>(
+        storage: impl Storage,
+        paths: impl IntoIterator<Item = P>,
+    ) -> Self {
+        let source: Arc<dyn MemorySource> = Arc::new(Stored::new(storage));
+        paths.into_iter().fold(Self::new(), |layer, path| {
+            layer.file_shared(Arc::clone(&source), path.as_ref())
         })
     }
 

@@ -189,3 +189,46 @@ async fn a_directory_reads_files_and_refuses_to_leave_its_root() {
     );
     let _ = tokio::fs::remove_dir_all(&root).await;
 }
+
+#[tokio::test]
+async fn files_load_from_a_storage_backend() {
+    use tower_agent_storage::{InMemory, LocalFs, Storage, StoragePath};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = LocalFs::new(dir.path());
+    let memory_store = InMemory::new();
+    for storage in [&fs as &dyn Storage, &memory_store as &dyn Storage] {
+        let path = StoragePath::parse("/memories/AGENTS.md").expect("path");
+        storage
+            .put(&path, "Always run the tests.".into())
+            .await
+            .expect("put");
+    }
+    for layer in [
+        MemoryLayer::from_storage(fs.clone(), ["/memories/AGENTS.md", "/memories/gone.md"]),
+        MemoryLayer::from_storage(memory_store, ["/memories/AGENTS.md", "/memories/gone.md"]),
+    ] {
+        let recorder = EventRecorder::new();
+        let model = run(layer, &recorder).await.expect("completes");
+        let system = model.requests()[2].system.clone().unwrap_or_default();
+        assert_eq!(
+            &*system,
+            "Base.\n\n<memory path=\"/memories/AGENTS.md\">\nAlways run the tests.\n</memory>"
+        );
+        assert!(
+            recorder.events().iter().any(|e| matches!(
+                e,
+                Event::Warning { source: "memory", message } if message.contains("gone.md")
+            )),
+            "a missing file is a warning"
+        );
+    }
+
+    // A path the backend refuses fails the run before it starts, naming the path.
+    let recorder = EventRecorder::new();
+    let error = run(MemoryLayer::from_storage(fs, ["../etc/passwd"]), &recorder)
+        .await
+        .expect_err("refused");
+    assert_eq!(error.kind(), ErrorKind::BadRequest);
+    assert!(error.to_string().contains("../etc/passwd"), "{error}");
+}
