@@ -3,8 +3,10 @@
 //!
 //! `instructions <workload> <runs> <history>` runs `runs` runs of 100 rounds (one tool call
 //! each) from a history of `history` messages. Workloads: `baseline` (setup only),
-//! `reference` (the hand-written copy-on-write loop), `agent`, `agent_six_callbacks`, `agent_patch_instructions` (patching at the agent and the
-//! model, one instruction block).
+//! `reference` (the hand-written copy-on-write loop), `agent`, `agent_six_callbacks`,
+//! `agent_patch_instructions` (patching at the agent and the model, one instruction block),
+//! `agent_history_stack` (that, plus summarization that does not trigger and eviction of
+//! small tool results).
 //! Without arguments (as `cargo test --benches` runs it) it does one small run of each.
 
 use std::future::ready;
@@ -16,7 +18,10 @@ use tower_agent::prelude::*;
 
 mod common;
 
-use common::{Handoff, ROUNDS, history, model_answer, reference, tool_answer, with_builtins};
+use common::{
+    Handoff, ROUNDS, history, model_answer, reference, tool_answer, with_builtins,
+    with_history_stack,
+};
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -36,6 +41,7 @@ fn main() {
                 "agent",
                 "agent_six_callbacks",
                 "agent_patch_instructions",
+                "agent_history_stack",
             ],
             1,
             10,
@@ -68,6 +74,7 @@ fn main() {
             ),
         );
     let builtins = with_builtins(model, tools);
+    let history_stack = with_history_stack(model, tools);
     for workload in workloads {
         // Setup, counted in every workload alike: fresh sessions, so no run copies another's.
         let requests: Vec<AgentRequest> = (0..runs)
@@ -97,6 +104,12 @@ fn main() {
                 }
                 "agent_patch_instructions" => {
                     rt.block_on(builtins.clone().oneshot(req))
+                        .expect("run")
+                        .session
+                        .history
+                }
+                "agent_history_stack" => {
+                    rt.block_on(history_stack.clone().oneshot(req))
                         .expect("run")
                         .session
                         .history

@@ -12,6 +12,9 @@
 //!   human-control layers on a run that never needs a human: an approval gate on a tool that
 //!   is never called, call limits (model calls per run; tool calls per run, and `echo` calls
 //!   per run and per session) and the checkpoint's counter (every 1,000 calls, never reached).
+//!   `loop/agent_history_stack` adds the context-management stack on a run that never needs
+//!   it: patching at the agent and the model, one instruction block, summarization that does
+//!   not trigger, and eviction of (small) tool results.
 //!
 //! Run: `cargo bench --bench overhead`.
 
@@ -28,7 +31,10 @@ use tower_agent::{History, ModelRequest, NextFuture};
 
 mod common;
 
-use common::{Handoff, ROUNDS, history, reference, request, stub_model, stub_tools, with_builtins};
+use common::{
+    Handoff, ROUNDS, history, reference, request, stub_model, stub_tools, with_builtins,
+    with_history_stack,
+};
 
 fn poll_once<F: Future>(future: F) -> F::Output {
     let mut cx = Context::from_waker(Waker::noop());
@@ -141,6 +147,7 @@ fn agent_loop(c: &mut Criterion) {
         .service(Agent::builder().max_rounds(ROUNDS).build(model, tools));
 
     let builtins = with_builtins(stub_model(), stub_tools());
+    let history_stack = with_history_stack(stub_model(), stub_tools());
 
     let human = {
         use tower_agent::layers::approval::{ApprovalLayer, Gate};
@@ -173,6 +180,7 @@ fn agent_loop(c: &mut Criterion) {
         rt.block_on(six.clone().oneshot(request(10))),
         rt.block_on(builtins.clone().oneshot(request(10))),
         rt.block_on(human.clone().oneshot(request(10))),
+        rt.block_on(history_stack.clone().oneshot(request(10))),
     ] {
         let res = agent_run.expect("the run");
         assert_eq!(res.rounds, ROUNDS);
@@ -245,6 +253,20 @@ fn agent_loop(c: &mut Criterion) {
                 b.iter_batched(
                     || request(len),
                     |req| rt.block_on(human.clone().oneshot(req)).expect("the run"),
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("agent_history_stack", len),
+            &len,
+            |b, &len| {
+                b.iter_batched(
+                    || request(len),
+                    |req| {
+                        rt.block_on(history_stack.clone().oneshot(req))
+                            .expect("the run")
+                    },
                     BatchSize::SmallInput,
                 )
             },

@@ -55,7 +55,8 @@
 //! | `tower-agent-core` | types, errors, events, callback layers: what custom layers and providers depend on | always |
 //! | `tower-agent-loop` | the agent service, spawn/batch/blocking runs | always |
 //! | `tower-agent-tools` | [`ToolSet`] and typed tools with schemars schemas | `tools` (default) |
-//! | `tower-agent-layers` | built-in layers: patching, instructions, memory ([`layers`]) | `patch`, `instructions`, `memory`; `layers` for all (default) |
+//! | `tower-agent-layers` | built-in layers: patching, instructions, memory, retry, approval, limits, checkpoints, eviction, summarization ([`layers`]) | one per layer; `layers` for all (default) |
+//! | `tower-agent-storage` | storage backends: in memory, local filesystem, `object_store` ([`storage`]) | `storage` (also with `evict`, `summarize`) |
 //! | `tower-agent-providers` | model services over reqwest: OpenAI-compatible, Anthropic, Gemini (`tower_agent::providers`) | `openai`, `anthropic`, `gemini`; `providers` for all |
 //! | `tower-agent-test` | scripted model, stub tools, assertions (a dev-dependency) | — |
 //!
@@ -98,10 +99,11 @@ pub mod providers {
 /// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),
 /// `RetryPolicy`, [`ApprovalLayer`](layers::ApprovalLayer),
 /// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
+/// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
 /// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `approval`, `limits`,
-/// `checkpoint`; `layers` for all, on by default). In the prelude, their `ServiceBuilder`
-/// methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`, `.approval(..)`,
-/// `.call_limits(..)`, `.checkpoint(..)`).
+/// `checkpoint`, `evict`, `summarize`; `layers` for all, on by default). In the prelude, their
+/// `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`,
+/// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`).
 #[cfg(any(
     feature = "patch",
     feature = "instructions",
@@ -109,10 +111,20 @@ pub mod providers {
     feature = "retry",
     feature = "approval",
     feature = "limits",
-    feature = "checkpoint"
+    feature = "checkpoint",
+    feature = "evict",
+    feature = "summarize"
 ))]
 pub mod layers {
     pub use tower_agent_layers::*;
+}
+
+/// Storage backends ([`InMemory`](storage::InMemory), [`LocalFs`](storage::LocalFs), the
+/// [`Storage`](storage::Storage) trait): where evicted tool results, offloaded history and
+/// memory files live. With `evict`, `summarize` or `storage`.
+#[cfg(any(feature = "evict", feature = "summarize", feature = "storage"))]
+pub mod storage {
+    pub use tower_agent_storage::*;
 }
 
 /// What most host applications need, in one import.
@@ -140,7 +152,9 @@ pub mod prelude {
         feature = "retry",
         feature = "approval",
         feature = "limits",
-        feature = "checkpoint"
+        feature = "checkpoint",
+        feature = "evict",
+        feature = "summarize"
     ))]
     pub use tower_agent_layers::ServiceBuilderExt as _;
 }

@@ -119,3 +119,36 @@ where
         .patch_dangling()
         .service(Agent::builder().max_rounds(ROUNDS).build(model, tools))
 }
+
+/// The agent with the history stack at its places of the canonical stack: patching at the
+/// agent and the model, one instruction block, summarization that never triggers (a budget of
+/// 10 million tokens) and, on the tools, eviction to memory of results that are all small.
+pub(crate) fn with_history_stack<M, T>(
+    model: M,
+    tools: T,
+) -> impl Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone
+where
+    M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    M::Future: Send + 'static,
+    T: Service<ToolRequest, Response = ToolResponse, Error = Error> + Clone + Send + 'static,
+    T::Future: Send + 'static,
+{
+    use tower_agent::layers::evict::EvictLayer;
+    use tower_agent::layers::summarize::{SummarizeLayer, Trigger};
+    use tower_agent::storage::InMemory;
+
+    let summarizer = tower::service_fn(|_: ModelRequest| {
+        std::future::ready(Ok::<_, Error>(ModelResponse::text("a summary")))
+    });
+    let model = ServiceBuilder::new()
+        .instructions("Be brief.")
+        .summarize(SummarizeLayer::new(summarizer).trigger(Trigger::tokens(10_000_000)))
+        .patch_dangling()
+        .service(model);
+    let tools = ServiceBuilder::new()
+        .evict(EvictLayer::new(InMemory::new()))
+        .service(tools);
+    ServiceBuilder::new()
+        .patch_dangling()
+        .service(Agent::builder().max_rounds(ROUNDS).build(model, tools))
+}

@@ -10,6 +10,8 @@
 //! | [`limits`] | `limits` | model and tool (`before_*`) | model-call and tool-call limits per run and per session, global or per tool |
 //! | [`checkpoint`] | `checkpoint` | tool (`before_tool`) | after every N tool calls, ask whether to go on; stop with a summary |
 //! | [`retry`] | `retry` | model (innermost; tools too) | `RetryPolicy` for tower's `Retry`: backoff, the provider's wait, a budget |
+//! | [`evict`] | `evict` | tool (`after_tool`) | a result over a token limit goes whole to a storage backend; a preview and a read tool stay |
+//! | [`summarize`] | `summarize` | model (`before_model` and around) | older messages replaced by a summary, committed to the session; summarize and retry on context overflow |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
 //! is one value added to both stacks (`.layer(memory.clone())` on the agent and on the model);
@@ -41,6 +43,8 @@ pub mod approval;
 mod by_name;
 #[cfg(feature = "checkpoint")]
 pub mod checkpoint;
+#[cfg(feature = "evict")]
+pub mod evict;
 #[cfg(feature = "instructions")]
 pub mod instructions;
 #[cfg(feature = "limits")]
@@ -51,11 +55,19 @@ pub mod memory;
 pub mod patch;
 #[cfg(feature = "retry")]
 pub mod retry;
+#[cfg(any(feature = "evict", feature = "summarize"))]
+mod segment;
+#[cfg(feature = "summarize")]
+pub mod summarize;
+#[cfg(any(feature = "evict", feature = "summarize"))]
+pub mod tokens;
 
 #[cfg(feature = "approval")]
 pub use approval::{Approval, ApprovalLayer};
 #[cfg(feature = "checkpoint")]
 pub use checkpoint::{CheckpointLayer, CheckpointService};
+#[cfg(feature = "evict")]
+pub use evict::{Evict, EvictLayer};
 #[cfg(feature = "instructions")]
 pub use instructions::{Instructions, InstructionsLayer};
 #[cfg(feature = "limits")]
@@ -64,6 +76,8 @@ pub use limits::{CallLimits, CallLimitsLayer};
 pub use memory::{Memory, MemoryLayer};
 #[cfg(feature = "patch")]
 pub use patch::{PatchDangling, PatchDanglingLayer};
+#[cfg(feature = "summarize")]
+pub use summarize::{Summarize, SummarizeLayer};
 
 use tower::ServiceBuilder;
 #[cfg(any(
@@ -72,7 +86,9 @@ use tower::ServiceBuilder;
     feature = "memory",
     feature = "approval",
     feature = "limits",
-    feature = "checkpoint"
+    feature = "checkpoint",
+    feature = "evict",
+    feature = "summarize"
 ))]
 use tower::layer::util::Stack;
 
@@ -107,6 +123,14 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// Add a [`CheckpointLayer`].
     #[cfg(feature = "checkpoint")]
     fn checkpoint(self, checkpoint: CheckpointLayer) -> ServiceBuilder<Stack<CheckpointLayer, L>>;
+
+    /// Add an [`EvictLayer`] (on the tool stack).
+    #[cfg(feature = "evict")]
+    fn evict(self, evict: EvictLayer) -> ServiceBuilder<Stack<EvictLayer, L>>;
+
+    /// Add a [`SummarizeLayer`] (on the model stack).
+    #[cfg(feature = "summarize")]
+    fn summarize(self, summarize: SummarizeLayer) -> ServiceBuilder<Stack<SummarizeLayer, L>>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -143,6 +167,16 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     #[cfg(feature = "checkpoint")]
     fn checkpoint(self, checkpoint: CheckpointLayer) -> ServiceBuilder<Stack<CheckpointLayer, L>> {
         self.layer(checkpoint)
+    }
+
+    #[cfg(feature = "evict")]
+    fn evict(self, evict: EvictLayer) -> ServiceBuilder<Stack<EvictLayer, L>> {
+        self.layer(evict)
+    }
+
+    #[cfg(feature = "summarize")]
+    fn summarize(self, summarize: SummarizeLayer) -> ServiceBuilder<Stack<SummarizeLayer, L>> {
+        self.layer(summarize)
     }
 }
 

@@ -186,9 +186,9 @@ impl MemorySource for Stored {
                 Error::bad_request(format!("memory file `{path}`: {error}")).with_source(error)
             })?;
             match self.0.get(&at).await {
-                Ok(bytes) => String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| {
-                    Error::backend(format!("memory file `{at}` is not UTF-8 text"))
-                }),
+                Ok(bytes) => String::from_utf8(bytes.to_vec())
+                    .map(Some)
+                    .map_err(|_| Error::backend(format!("memory file `{at}` is not UTF-8 text"))),
                 Err(error) if error.is_not_found() => Ok(None),
                 Err(error) => Err(Error::backend(format!(
                     "memory file `{at}` could not be read: {error}"

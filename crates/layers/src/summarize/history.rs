@@ -1,0 +1,447 @@
+//! What summarization does to a history, without any service: where it may cut, how the
+//! summarizer sees the messages, the summary message, argument truncation, the running count.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+use tower_agent_core::{ContentPart, Message, ModelRequest, Role, RunContext};
+
+use crate::tokens::TokenCounter;
+
+/// The first line of a summary message.
+pub const SUMMARY_OPEN: &str = "<conversation_summary>";
+/// The last line of a summary message.
+pub const SUMMARY_CLOSE: &str = "</conversation_summary>";
+
+/// The message that stands for the summarized part of a conversation: a user message
+/// `<conversation_summary>\n{summary}\n</conversation_summary>`.
+///
+/// ```
+/// use tower_agent_layers::summarize::{is_summary, summary_message, summary_text};
+///
+/// let message = summary_message("The user wants a report on Q3.");
+/// assert!(is_summary(&message));
+/// assert_eq!(summary_text(&message), Some("The user wants a report on Q3."));
+/// assert!(!is_summary(&tower_agent_core::Message::user("hello")));
+/// ```
+pub fn summary_message(summary: &str) -> Message {
+    Message::user(format!(
+        "{SUMMARY_OPEN}\n{}\n{SUMMARY_CLOSE}",
+        summary.trim()
+    ))
+}
+
+/// Whether `message` is a summary written by the summarization layer.
+pub fn is_summary(message: &Message) -> bool {
+    summary_text(message).is_some()
+}
+
+/// The summary a summary message carries.
+pub fn summary_text(message: &Message) -> Option<&str> {
+    if message.role != Role::User {
+        return None;
+    }
+    let [ContentPart::Text { text }] = message.content.as_slice() else {
+        return None;
+    };
+    text.strip_prefix(SUMMARY_OPEN)?
+        .strip_suffix(SUMMARY_CLOSE)
+        .map(str::trim)
+}
+
+/// Where the kept part of `messages` may start: the latest index at or before `want` whose
+/// message carries no tool result (so every call before it has its results before it, and
+/// every message stays whole, its reasoning with it), and after at least one message that is
+/// not a previous summary. `None` when no such index exists: nothing is summarized.
+pub(crate) fn safe_cut(messages: &[Message], want: usize) -> Option<usize> {
+    let first = usize::from(messages.first().is_some_and(is_summary));
+    let want = want.min(messages.len());
+    (first + 1..=want)
+        .rev()
+        .find(|&cut| cut == messages.len() || !carries_result(&messages[cut]))
+}
+
+fn carries_result(message: &Message) -> bool {
+    message.role == Role::Tool
+        || message
+            .content
+            .iter()
+            .any(|part| matches!(part, ContentPart::ToolResult(_)))
+}
+
+/// How many of the last messages to keep so that they hold at most `tokens` (at least one).
+pub(crate) fn keep_for_tokens(
+    messages: &[Message],
+    tokens: usize,
+    counter: &dyn TokenCounter,
+) -> usize {
+    let mut total = 0;
+    let mut kept = 0;
+    for message in messages.iter().rev() {
+        total += counter.count_message(message);
+        if total > tokens && kept > 0 {
+            break;
+        }
+        kept += 1;
+    }
+    kept
+}
+
+/// The longest clip of one part shown to the summarizer, in characters.
+pub(crate) const RENDER_CLIP: usize = 2_000;
+
+/// `messages` as text for the summarizer: one line per part, reasoning left out, each part
+/// clipped to `clip` characters.
+pub(crate) fn render(messages: &[Message], clip: usize) -> String {
+    let mut out = String::new();
+    for message in messages {
+        let role = match message.role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        };
+        for part in &message.content {
+            let _ = match part {
+                ContentPart::Text { text } => {
+                    writeln!(out, "[{role}]: {}", clipped(text, clip))
+                }
+                ContentPart::Reasoning { .. } => Ok(()),
+                ContentPart::ToolCall(call) => writeln!(
+                    out,
+                    "[{role} calls {}]: {}",
+                    call.name,
+                    clipped(&call.arguments, clip)
+                ),
+                ContentPart::ToolResult(result) => writeln!(
+                    out,
+                    "[{} result{}]: {}",
+                    result.name,
+                    if result.is_error { ", an error" } else { "" },
+                    clipped(&result.content, clip)
+                ),
+            };
+        }
+    }
+    out
+}
+
+/// `messages` in full as markdown, for the offloaded conversation file.
+pub(crate) fn render_markdown(messages: &[Message], round: u32) -> String {
+    let mut out = format!(
+        "\n## Summarized at round {round} ({} messages)\n\n",
+        messages.len()
+    );
+    for message in messages.iter().filter(|m| !is_summary(m)) {
+        for part in &message.content {
+            let _ = match part {
+                ContentPart::Text { text } => {
+                    writeln!(out, "**{:?}**: {text}\n", message.role)
+                }
+                ContentPart::Reasoning { text, .. } => {
+                    writeln!(out, "**{:?}** (reasoning): {text}\n", message.role)
+                }
+                ContentPart::ToolCall(call) => writeln!(
+                    out,
+                    "**{:?}** calls `{}` (`{}`): `{}`\n",
+                    message.role, call.name, call.id, call.arguments
+                ),
+                ContentPart::ToolResult(result) => writeln!(
+                    out,
+                    "**{}** result (`{}`{}):\n\n```\n{}\n```\n",
+                    result.name,
+                    result.call_id,
+                    if result.is_error { ", error" } else { "" },
+                    result.content
+                ),
+            };
+        }
+    }
+    out
+}
+
+fn clipped(text: &str, clip: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(clip) {
+        None => text.into(),
+        Some((end, _)) => {
+            let left = text[end..].chars().count();
+            format!("{}… [{left} more characters]", &text[..end]).into()
+        }
+    }
+}
+
+/// Shorten every string value of over `max` characters in the arguments of the tool calls
+/// of `messages`, with a marker `… [truncated N characters]`. Arguments that are not JSON
+/// are left alone (a provider that sends them as an object could not parse a cut). Returns
+/// how many calls changed.
+pub(crate) fn truncate_arguments(messages: &mut [Message], max: usize) -> usize {
+    let mut changed = 0;
+    for message in messages {
+        for part in &mut message.content {
+            let ContentPart::ToolCall(call) = part else {
+                continue;
+            };
+            if call.arguments.chars().count() <= max {
+                continue;
+            }
+            let Ok(mut value) = serde_json::from_str::<Value>(&call.arguments) else {
+                continue;
+            };
+            if truncate_strings(&mut value, max) {
+                call.arguments = value.to_string();
+                changed += 1;
+            }
+        }
+    }
+    changed
+}
+
+fn truncate_strings(value: &mut Value, max: usize) -> bool {
+    match value {
+        Value::String(text) => match text.char_indices().nth(max) {
+            Some((end, _)) => {
+                let left = text[end..].chars().count();
+                text.truncate(end);
+                let _ = write!(text, "… [truncated {left} characters]");
+                true
+            }
+            None => false,
+        },
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |any, item| truncate_strings(item, max) | any),
+        Value::Object(map) => map
+            .values_mut()
+            .fold(false, |any, item| truncate_strings(item, max) | any),
+        _ => false,
+    }
+}
+
+/// The shape of a message, to recognize the message a count ended at without comparing it
+/// whole.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Mark {
+    role: Role,
+    parts: usize,
+    last_len: usize,
+}
+
+impl Mark {
+    fn of(message: &Message) -> Self {
+        let last_len = message.content.last().map_or(0, |part| match part {
+            ContentPart::Text { text } => text.len(),
+            ContentPart::Reasoning { text, .. } => text.len(),
+            ContentPart::ToolCall(call) => call.id.len() + call.arguments.len(),
+            ContentPart::ToolResult(result) => result.call_id.len() + result.content.len(),
+        });
+        Self {
+            role: message.role,
+            parts: message.content.len(),
+            last_len,
+        }
+    }
+}
+
+/// The running count of a run's history, kept in its context so that each round counts only
+/// the messages it added.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tally {
+    /// The layer that counted (two summarization layers keep two counts).
+    owner: usize,
+    /// The messages counted.
+    len: usize,
+    /// Their tokens.
+    tokens: usize,
+    /// The last message counted.
+    mark: Option<Mark>,
+    /// The tool list counted (its address) and its tokens.
+    tools: (usize, usize),
+}
+
+impl Tally {
+    /// The estimated tokens of `req` (system prompt, tool specs, messages), counting only the
+    /// messages added since the last count of this run when the history still starts the same.
+    pub(crate) fn count(owner: usize, req: &ModelRequest, counter: &dyn TokenCounter) -> usize {
+        let messages = req.messages.as_slice();
+        let previous = req
+            .ctx
+            .extension::<Tally>()
+            .filter(|tally| tally.owner == owner && tally.still_holds(messages));
+        let (start, mut tokens) = previous.map_or((0, 0), |tally| (tally.len, tally.tokens));
+        tokens += messages[start..]
+            .iter()
+            .map(|message| counter.count_message(message))
+            .sum::<usize>();
+        let tools_at = req.tools.as_ptr() as usize;
+        let tools = match previous {
+            Some(tally) if tally.tools.0 == tools_at => tally.tools.1,
+            _ => req
+                .tools
+                .iter()
+                .map(|spec| {
+                    counter.count_text(&spec.name)
+                        + counter.count_text(&spec.description)
+                        + counter.count_text(&spec.parameters.to_string())
+                })
+                .sum(),
+        };
+        Self::store(&req.ctx, owner, messages, tokens, (tools_at, tools));
+        tokens + tools + req.system.as_deref().map_or(0, |s| counter.count_text(s))
+    }
+
+    /// Remember that `messages` hold `tokens`.
+    pub(crate) fn store(
+        ctx: &RunContext,
+        owner: usize,
+        messages: &[Message],
+        tokens: usize,
+        tools: (usize, usize),
+    ) {
+        ctx.insert_extension(Tally {
+            owner,
+            len: messages.len(),
+            tokens,
+            mark: messages.last().map(Mark::of),
+            tools,
+        });
+    }
+
+    /// The tool count of the last count, to keep it when the messages change.
+    pub(crate) fn tools(ctx: &RunContext, owner: usize) -> (usize, usize) {
+        ctx.extension::<Tally>()
+            .filter(|tally| tally.owner == owner)
+            .map_or((0, 0), |tally| tally.tools)
+    }
+
+    fn still_holds(&self, messages: &[Message]) -> bool {
+        match self.len.checked_sub(1) {
+            None => true,
+            Some(last) => messages
+                .get(last)
+                .is_some_and(|message| Some(Mark::of(message)) == self.mark),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::CharEstimate;
+    use serde_json::json;
+    use tower_agent_core::{ToolCall, ToolResult};
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall::new(id, "t", json!({}))
+    }
+
+    fn batch(ids: &[&str]) -> Vec<Message> {
+        let mut out = vec![Message::assistant_with_calls(
+            "",
+            ids.iter().map(|id| call(id)),
+        )];
+        out.extend(
+            ids.iter()
+                .map(|id| Message::tool_result(ToolResult::success(&call(id), "ok"))),
+        );
+        out
+    }
+
+    #[test]
+    fn cuts_never_fall_inside_a_batch() {
+        let mut messages = vec![Message::user("go")];
+        messages.extend(batch(&["a", "b", "c"]));
+        messages.push(Message::assistant("done"));
+        // [U, A(a,b,c), T, T, T, A]: cuts at 1 (before the batch) or 5 (after it).
+        assert_eq!(safe_cut(&messages, 5), Some(5));
+        for want in 2..=4 {
+            assert_eq!(safe_cut(&messages, want), Some(1), "want {want}");
+        }
+        assert_eq!(safe_cut(&messages, 0), None);
+        // A previous summary alone is not worth summarizing again.
+        messages[0] = summary_message("earlier");
+        assert_eq!(safe_cut(&messages, 1), None);
+        assert_eq!(safe_cut(&messages, 3), None);
+        assert_eq!(safe_cut(&messages, 5), Some(5));
+    }
+
+    #[test]
+    fn truncation_keeps_json_and_marks_the_cut() {
+        let long = "é".repeat(50);
+        let mut messages = vec![Message::assistant_with_calls(
+            "",
+            [ToolCall::new(
+                "c1",
+                "write_file",
+                json!({"path": "a.txt", "content": long, "lines": ["short", "y".repeat(30)]}),
+            )],
+        )];
+        assert_eq!(truncate_arguments(&mut messages, 10), 1);
+        let args: Value = messages[0]
+            .tool_calls()
+            .next()
+            .map(|c| serde_json::from_str(&c.arguments))
+            .expect("a call")
+            .expect("still JSON");
+        assert_eq!(args["path"], "a.txt");
+        assert_eq!(
+            args["content"],
+            format!("{}… [truncated 40 characters]", "é".repeat(10))
+        );
+        assert_eq!(args["lines"][0], "short");
+        assert_eq!(
+            args["lines"][1],
+            format!("{}… [truncated 20 characters]", "y".repeat(10))
+        );
+        // Not JSON: left alone.
+        let mut raw = vec![Message::assistant_with_calls(
+            "",
+            [ToolCall::raw("c2", "w", "x".repeat(100))],
+        )];
+        assert_eq!(truncate_arguments(&mut raw, 10), 0);
+    }
+
+    #[test]
+    fn the_tally_counts_only_new_messages_and_notices_rewrites() {
+        let counter = CharEstimate;
+        let ctx = RunContext::new();
+        let mut messages = vec![Message::user("a".repeat(40))];
+        let mut req = ModelRequest::new(messages.clone());
+        req.ctx = ctx.clone();
+        let first = Tally::count(1, &req, &counter);
+        assert_eq!(first, 10 + crate::tokens::MESSAGE_OVERHEAD);
+        messages.push(Message::assistant("b".repeat(8)));
+        req.messages = messages.clone().into();
+        assert_eq!(
+            Tally::count(1, &req, &counter),
+            first + 2 + crate::tokens::MESSAGE_OVERHEAD
+        );
+        // Rewritten: counted whole again.
+        req.messages = vec![Message::user("c".repeat(4))].into();
+        assert_eq!(
+            Tally::count(1, &req, &counter),
+            1 + crate::tokens::MESSAGE_OVERHEAD
+        );
+    }
+
+    #[test]
+    fn rendering_clips_and_leaves_reasoning_out() {
+        let message = Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentPart::Reasoning {
+                    text: "secret thoughts".into(),
+                    signature: None,
+                },
+                ContentPart::Text {
+                    text: "x".repeat(30),
+                },
+            ],
+        };
+        let text = render(&[message], 10);
+        assert!(!text.contains("secret"));
+        assert!(
+            text.contains("[assistant]: xxxxxxxxxx… [20 more characters]"),
+            "{text}"
+        );
+    }
+}

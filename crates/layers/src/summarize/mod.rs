@@ -1,0 +1,302 @@
+//! Summarization: when the history passes a budget, older messages are replaced by a summary
+//! that a (cheap) model writes, committed to the session; when the provider says the context
+//! is too long, summarize and try once more.
+//!
+//! On the model service, outside the user's `before_model` and the patch (position 6 of the
+//! canonical stack in `docs/ordering.md`). Before each model call it estimates the request's
+//! tokens (system prompt, tool specs, messages; counting only the messages added since the
+//! previous round) and checks its [`Trigger`]s. When any fires:
+//!
+//! 1. With [`SummarizeLayer::truncate_arguments`], long string values in the tool-call
+//!    arguments of the older messages (a file written in full) are cut, with a marker. If
+//!    that alone brings the request under every trigger, that is all.
+//! 2. The older messages (all but those [`Keep`] keeps) go to the summarizer, the previous
+//!    summary first, and are replaced by one [`summary_message`]. The cut never separates an
+//!    assistant message from the results of its calls (a batch of ten parallel calls is kept
+//!    or summarized whole) and never splits a message, so reasoning stays with its message.
+//!    When no cut is safe, nothing is summarized.
+//! 3. The new history is committed to the session ([`RunContext::commit_history`]): the
+//!    next round sends it as it is, and the next summarization summarizes this summary and
+//!    the newer messages, not the archive again. An [`Event::Summarized`] tells observers.
+//! 4. With [`SummarizeLayer::offload`], the summarized messages are first appended, whole,
+//!    to `/conversation_history/{session}.md` in a storage backend, so nothing is lost; a
+//!    storage failure is an [`Event::Warning`], and the run goes on.
+//!
+//! **Context overflow.** When the call fails with [`ErrorKind::ContextTooLong`] (tower's
+//! `Retry` with `RetryPolicy` returns that kind at once, for this layer), the history is
+//! summarized whatever the triggers say, keeping half of what [`Keep`] keeps (at least one
+//! message), and the call is tried once more; a second overflow is returned as the error. ([`SummarizeLayer::recover_overflow`] turns this off.)
+//!
+//! ```
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//! use tower_agent_core::{Error, Message, ModelRequest, ModelResponse, RunContext};
+//! use tower_agent_layers::summarize::{is_summary, Keep, SummarizeLayer, Trigger};
+//! use tower_agent_test::ScriptedModel;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! let summarizer = ScriptedModel::new([ModelResponse::text("The user asked about cats.")]);
+//! let model = ScriptedModel::new([ModelResponse::text("Cats sleep a lot.")]);
+//! let mut service = ServiceBuilder::new()
+//!     .layer(
+//!         SummarizeLayer::new(summarizer.clone())
+//!             .trigger(Trigger::messages(6))
+//!             .keep(Keep::messages(2)),
+//!     )
+//!     .service(model.clone());
+//!
+//! let history: Vec<Message> = (0..6)
+//!     .map(|i| if i % 2 == 0 { Message::user(format!("q{i}")) } else { Message::assistant(format!("a{i}")) })
+//!     .collect();
+//! let mut req = ModelRequest::new(history);
+//! req.ctx = RunContext::new();
+//! let ctx = req.ctx.clone();
+//! service.ready().await?.call(req).await?;
+//!
+//! // The model saw the summary and the two newest messages; the session gets the same.
+//! let seen = &model.requests()[0].messages;
+//! assert_eq!(seen.len(), 3);
+//! assert!(is_summary(&seen[0]));
+//! assert_eq!(seen[1].text(), "q4");
+//! assert_eq!(ctx.take_committed_history().as_deref(), Some(seen.as_slice()));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Errors
+//!
+//! A summarizer that fails (or answers with no text) fails the model call with an error of
+//! the summarizer's kind, "summarization failed: ..."; nothing is committed, the history is
+//! intact, and the next round may try again. The layer's own service errors pass through.
+//!
+//! [`RunContext::commit_history`]: tower_agent_core::RunContext::commit_history
+//! [`Event::Summarized`]: tower_agent_core::Event::Summarized
+//! [`Event::Warning`]: tower_agent_core::Event::Warning
+//! [`ErrorKind::ContextTooLong`]: tower_agent_core::ErrorKind::ContextTooLong
+
+mod history;
+mod service;
+
+use std::fmt;
+use std::sync::Arc;
+
+use tower::util::BoxCloneSyncService;
+use tower_agent_core::{Error, ModelRequest, ModelResponse};
+use tower_agent_storage::Storage;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::tokens::{CharEstimate, TokenCounter};
+
+pub use history::{SUMMARY_CLOSE, SUMMARY_OPEN, is_summary, summary_message, summary_text};
+pub use service::{ResponseFuture, Summarize};
+
+/// When to summarize: any trigger of a layer that is reached fires.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Trigger {
+    /// The request's estimated tokens reach this many.
+    Tokens(usize),
+    /// The history holds this many messages.
+    Messages(usize),
+    /// The request's estimated tokens reach this share of the model's context window.
+    Fraction {
+        /// The share, e.g. `0.8`.
+        fraction: f64,
+        /// The model's context window, in tokens.
+        window: usize,
+    },
+}
+
+impl Trigger {
+    /// Fire at `n` estimated tokens.
+    pub fn tokens(n: usize) -> Self {
+        Trigger::Tokens(n)
+    }
+
+    /// Fire at `n` messages.
+    pub fn messages(n: usize) -> Self {
+        Trigger::Messages(n)
+    }
+
+    /// Fire at `fraction` of a context window of `window` tokens.
+    pub fn fraction(fraction: f64, window: usize) -> Self {
+        Trigger::Fraction { fraction, window }
+    }
+
+    fn fires(&self, tokens: usize, messages: usize) -> bool {
+        match *self {
+            Trigger::Tokens(n) => tokens >= n,
+            Trigger::Messages(n) => messages >= n,
+            Trigger::Fraction { fraction, window } => tokens as f64 >= fraction * window as f64,
+        }
+    }
+}
+
+/// What a summarization keeps as it was: the most recent messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Keep {
+    /// The last `n` messages (more when the cut would split a call from its results).
+    Messages(usize),
+    /// The last messages that hold at most this many estimated tokens (at least one).
+    Tokens(usize),
+}
+
+impl Keep {
+    /// Keep the last `n` messages.
+    pub fn messages(n: usize) -> Self {
+        Keep::Messages(n)
+    }
+
+    /// Keep the last messages within `n` tokens.
+    pub fn tokens(n: usize) -> Self {
+        Keep::Tokens(n)
+    }
+}
+
+/// The summarizer's instructions unless replaced with [`SummarizeLayer::prompt`].
+pub const DEFAULT_PROMPT: &str = "You summarize the earlier part of a conversation between a \
+user and an AI agent that uses tools, so that the agent can go on with the work without it. \
+Keep the user's goals and requests, the decisions made, the facts learned (names, paths, \
+numbers, identifiers), what each tool call did and found, the errors met and how they were \
+handled, and what remains to be done. If a summary so far is given, fold it in. Do not invent \
+anything. Answer with the summary only.";
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) summarizer: BoxCloneSyncService<ModelRequest, ModelResponse, Error>,
+    pub(crate) triggers: Vec<Trigger>,
+    pub(crate) keep: Keep,
+    pub(crate) counter: Arc<dyn TokenCounter>,
+    pub(crate) prompt: Arc<str>,
+    pub(crate) offload: Option<Arc<dyn Storage>>,
+    pub(crate) truncate: Option<usize>,
+    pub(crate) recover: bool,
+}
+
+/// Applies [`Summarize`]; see the [module docs](self).
+///
+/// Defaults: one trigger at 100,000 tokens (until [`SummarizeLayer::trigger`] adds the
+/// first), keep the last 20 messages, [`CharEstimate`], [`DEFAULT_PROMPT`], no offload, no
+/// argument truncation, overflow recovery on.
+#[derive(Clone)]
+pub struct SummarizeLayer {
+    config: Arc<Config>,
+    default_trigger: bool,
+}
+
+impl SummarizeLayer {
+    /// The tokens of the default trigger.
+    pub const DEFAULT_TOKENS: usize = 100_000;
+    /// The messages kept by default.
+    pub const DEFAULT_KEEP: usize = 20;
+
+    /// Summaries written by `summarizer`: any model service (a cheap one will do). It gets the
+    /// prompt as its system instructions and the messages as one user message, with a context
+    /// of its own (its text does not stream into the run's events), sharing the run's
+    /// cancellation.
+    pub fn new<M>(summarizer: M) -> Self
+    where
+        M: Service<ModelRequest, Response = ModelResponse, Error = Error>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        M::Future: Send + 'static,
+    {
+        Self {
+            config: Arc::new(Config {
+                summarizer: BoxCloneSyncService::new(summarizer),
+                triggers: vec![Trigger::Tokens(Self::DEFAULT_TOKENS)],
+                keep: Keep::Messages(Self::DEFAULT_KEEP),
+                counter: Arc::new(CharEstimate),
+                prompt: DEFAULT_PROMPT.into(),
+                offload: None,
+                truncate: None,
+                recover: true,
+            }),
+            default_trigger: true,
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// Add a trigger (the first one replaces the default).
+    pub fn trigger(self, trigger: Trigger) -> Self {
+        let first = self.default_trigger;
+        let mut this = self.edit(|c| {
+            if first {
+                c.triggers.clear();
+            }
+            c.triggers.push(trigger);
+        });
+        this.default_trigger = false;
+        this
+    }
+
+    /// What to keep as it was.
+    pub fn keep(self, keep: Keep) -> Self {
+        self.edit(|c| c.keep = keep)
+    }
+
+    /// Count tokens with `counter` (a tokenizer) instead of [`CharEstimate`].
+    pub fn counter(self, counter: impl TokenCounter) -> Self {
+        let counter: Arc<dyn TokenCounter> = Arc::new(counter);
+        self.edit(|c| c.counter = counter)
+    }
+
+    /// The summarizer's instructions.
+    pub fn prompt(self, prompt: impl Into<Arc<str>>) -> Self {
+        let prompt = prompt.into();
+        self.edit(|c| c.prompt = prompt)
+    }
+
+    /// Append the summarized messages, whole, to `/conversation_history/{session}.md` in
+    /// `storage` before they leave the history.
+    pub fn offload(self, storage: impl Storage) -> Self {
+        self.offload_shared(Arc::new(storage))
+    }
+
+    /// [`SummarizeLayer::offload`] to a backend shared with other layers.
+    pub fn offload_shared(self, storage: Arc<dyn Storage>) -> Self {
+        self.edit(|c| c.offload = Some(storage))
+    }
+
+    /// Before summarizing, cut string values of over `max_chars` characters in the tool-call
+    /// arguments of the older messages (those not kept), with a marker; summarize only if
+    /// the request still reaches a trigger.
+    pub fn truncate_arguments(self, max_chars: usize) -> Self {
+        self.edit(|c| c.truncate = Some(max_chars))
+    }
+
+    /// Whether a `ContextTooLong` error is answered by summarizing and trying once more (on by
+    /// default).
+    pub fn recover_overflow(self, recover: bool) -> Self {
+        self.edit(|c| c.recover = recover)
+    }
+}
+
+impl fmt::Debug for SummarizeLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        f.debug_struct("SummarizeLayer")
+            .field("triggers", &c.triggers)
+            .field("keep", &c.keep)
+            .field("offload", &c.offload.is_some())
+            .field("truncate_arguments", &c.truncate)
+            .field("recover_overflow", &c.recover)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for SummarizeLayer {
+    type Service = Summarize<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Summarize::from_config(inner, Arc::clone(&self.config))
+    }
+}

@@ -1,0 +1,113 @@
+//! Token estimates for the layers that keep the context small (eviction, summarization).
+//!
+//! A [`TokenCounter`] counts the tokens of a text; the layers add up messages with
+//! [`TokenCounter::count_message`]. The default, [`CharEstimate`], needs no tokenizer: a
+//! quarter token per ASCII character (rounded up) and one token per other character, so text
+//! in Chinese, Russian or emoji is never undercounted the way a count of bytes divided by four
+//! would overcount it, or a count of characters divided by four would undercount it. Any
+//! `Fn(&str) -> usize` is a counter too, for a real tokenizer.
+//!
+//! ```
+//! use tower_agent_layers::tokens::{CharEstimate, TokenCounter};
+//!
+//! assert_eq!(CharEstimate.count_text("abcdefgh"), 2);
+//! assert_eq!(CharEstimate.count_text("abcdefghi"), 3);
+//! assert_eq!(CharEstimate.count_text("日本語"), 3);
+//! let words = |text: &str| text.split_whitespace().count();
+//! assert_eq!(words.count_text("three small words"), 3);
+//! ```
+
+use tower_agent_core::{ContentPart, Message};
+
+/// Counts tokens. Implemented by [`CharEstimate`] and by every `Fn(&str) -> usize`.
+pub trait TokenCounter: Send + Sync + 'static {
+    /// The tokens of `text`.
+    fn count_text(&self, text: &str) -> usize;
+
+    /// The tokens of `message`: its parts (text, reasoning and its signature, a call's name
+    /// and arguments, a result's name and content) plus [`MESSAGE_OVERHEAD`] for the framing
+    /// a provider adds.
+    fn count_message(&self, message: &Message) -> usize {
+        let parts: usize = message
+            .content
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text { text } => self.count_text(text),
+                ContentPart::Reasoning { text, signature } => {
+                    self.count_text(text) + signature.as_deref().map_or(0, |s| self.count_text(s))
+                }
+                ContentPart::ToolCall(call) => {
+                    self.count_text(&call.name) + self.count_text(&call.arguments)
+                }
+                ContentPart::ToolResult(result) => {
+                    self.count_text(&result.name) + self.count_text(&result.content)
+                }
+            })
+            .sum();
+        parts + MESSAGE_OVERHEAD
+    }
+}
+
+/// The tokens [`TokenCounter::count_message`] adds per message for its framing.
+pub const MESSAGE_OVERHEAD: usize = 4;
+
+/// The default estimate: `ceil(ascii / 4) + non_ascii`, counted in characters, not bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CharEstimate;
+
+impl TokenCounter for CharEstimate {
+    #[inline]
+    fn count_text(&self, text: &str) -> usize {
+        let bytes = text.as_bytes();
+        let ascii = bytes.iter().filter(|b| b.is_ascii()).count();
+        // Every character that is not ASCII starts with a byte that is neither ASCII nor a
+        // continuation byte (0b10xx_xxxx).
+        let other = bytes.iter().filter(|&&b| b >= 0xC0).count();
+        ascii.div_ceil(4) + other
+    }
+}
+
+impl<F> TokenCounter for F
+where
+    F: Fn(&str) -> usize + Send + Sync + 'static,
+{
+    fn count_text(&self, text: &str) -> usize {
+        self(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_agent_core::ToolCall;
+
+    #[test]
+    fn non_ascii_counts_one_per_character() {
+        assert_eq!(CharEstimate.count_text(""), 0);
+        assert_eq!(CharEstimate.count_text("a"), 1);
+        assert_eq!(CharEstimate.count_text("é"), 1);
+        assert_eq!(CharEstimate.count_text("🙂🙂"), 2);
+        // 4 ASCII characters and 2 others.
+        assert_eq!(CharEstimate.count_text("abcdяя"), 3);
+        // Never fewer than characters / 4, never more than characters.
+        let text = "Größe 大小 size";
+        let chars = text.chars().count();
+        let n = CharEstimate.count_text(text);
+        assert!(
+            n >= chars.div_ceil(4) && n <= chars,
+            "{n} for {chars} characters"
+        );
+    }
+
+    #[test]
+    fn messages_count_every_part() {
+        let call = ToolCall::new("c1", "write", serde_json::json!({"text": "x".repeat(400)}));
+        let message = Message::assistant_with_calls("", [call]);
+        let n = CharEstimate.count_message(&message);
+        assert!(n > 100, "{n}");
+        assert_eq!(
+            CharEstimate.count_message(&Message::user("")),
+            MESSAGE_OVERHEAD
+        );
+    }
+}

@@ -1,0 +1,646 @@
+//! The summarization layer: triggers, cut points, the commit, repeated summaries, offload,
+//! failures, overflow recovery and argument truncation, on the model service alone and in a
+//! real agent run.
+
+#![cfg(feature = "summarize")]
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{
+    AgentRequest, ContentPart, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Role,
+    RunContext, Session, ToolCall, ToolResult,
+};
+use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::summarize::{
+    Keep, Summarize, SummarizeLayer, Trigger, is_summary, summary_message, summary_text,
+};
+use tower_agent_loop::Agent;
+use tower_agent_storage::{ByteStream, Entry, InMemory, Storage, StorageError, StoragePath};
+use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
+use tower_agent_tools::ToolSet;
+
+/// `n` alternating user / assistant text messages, `q0`, `a1`, ...
+fn chat(n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                Message::user(format!("q{i}"))
+            } else {
+                Message::assistant(format!("a{i}"))
+            }
+        })
+        .collect()
+}
+
+/// An assistant message asking for `ids` at once, and the results.
+fn batch(ids: &[&str]) -> Vec<Message> {
+    let calls: Vec<ToolCall> = ids
+        .iter()
+        .map(|id| ToolCall::new(*id, "search", json!({"q": id})))
+        .collect();
+    let mut out = vec![Message::assistant_with_calls("", calls.clone())];
+    out.extend(
+        calls
+            .iter()
+            .map(|c| Message::tool_result(ToolResult::success(c, format!("found {}", c.id)))),
+    );
+    out
+}
+
+fn request(messages: Vec<Message>) -> (ModelRequest, RunContext, EventRecorder) {
+    let recorder = EventRecorder::new();
+    let mut req = ModelRequest::new(messages);
+    req.ctx = RunContext::new()
+        .with_session_id("s1")
+        .with_observer(recorder.clone());
+    let ctx = req.ctx.clone();
+    (req, ctx, recorder)
+}
+
+async fn call(
+    layer: SummarizeLayer,
+    model: &ScriptedModel,
+    req: ModelRequest,
+) -> Result<ModelResponse, Error> {
+    let mut service = ServiceBuilder::new().layer(layer).service(model.clone());
+    service.ready().await?.call(req).await
+}
+
+fn summarizer(text: &str) -> ScriptedModel {
+    ScriptedModel::from_fn({
+        let text = text.to_owned();
+        move |_| Ok(ModelResponse::text(text.clone()))
+    })
+}
+
+#[tokio::test]
+async fn the_layer_makes_a_summarize_service() {
+    let layer = SummarizeLayer::new(summarizer("s"));
+    let service: Summarize<ScriptedModel> = tower::Layer::layer(&layer, ScriptedModel::new([]));
+    let _ = service.get_ref();
+    let _ = ServiceBuilder::new()
+        .summarize(layer)
+        .service(ScriptedModel::new([]));
+}
+
+#[tokio::test]
+async fn below_every_trigger_nothing_happens() {
+    let summarizer = summarizer("s");
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let (req, ctx, recorder) = request(chat(9));
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(10))
+        .trigger(Trigger::tokens(1_000))
+        .trigger(Trigger::fraction(0.5, 2_000))
+        .keep(Keep::messages(2));
+    call(layer, &model, req).await.expect("ok");
+    assert_eq!(summarizer.request_count(), 0);
+    assert_eq!(model.requests()[0].messages.len(), 9);
+    assert!(ctx.take_committed_history().is_none(), "nothing committed");
+    assert!(!recorder.names().contains(&"summarized"));
+}
+
+#[tokio::test]
+async fn each_trigger_fires_on_its_own() {
+    let long = || {
+        let mut m = chat(3);
+        m[0] = Message::user("x".repeat(4_000)); // about 1,000 tokens
+        m
+    };
+    for (trigger, messages) in [
+        (Trigger::messages(3), long()),
+        (Trigger::tokens(1_000), long()),
+        (Trigger::fraction(0.5, 2_000), long()),
+    ] {
+        let summarizer = summarizer("the summary");
+        let model = ScriptedModel::new([ModelResponse::text("ok")]);
+        let (req, ctx, recorder) = request(messages);
+        let layer = SummarizeLayer::new(summarizer.clone())
+            .trigger(trigger)
+            .keep(Keep::messages(1));
+        call(layer, &model, req).await.expect("ok");
+        assert_eq!(summarizer.request_count(), 1, "{trigger:?}");
+        let seen = &model.requests()[0].messages;
+        assert_eq!(seen.len(), 2, "{trigger:?}");
+        assert_eq!(summary_text(&seen[0]), Some("the summary"));
+        assert_eq!(seen[1].text(), "q2");
+        assert_eq!(
+            ctx.take_committed_history().as_deref(),
+            Some(seen.as_slice())
+        );
+        let summarized = recorder.events().into_iter().find_map(|e| match e {
+            Event::Summarized {
+                summarized,
+                kept,
+                tokens_before,
+                tokens_after,
+                ..
+            } => Some((summarized, kept, tokens_before > tokens_after)),
+            _ => None,
+        });
+        assert_eq!(summarized, Some((2, 1, true)), "{trigger:?}");
+    }
+}
+
+#[tokio::test]
+async fn keep_by_tokens_keeps_what_fits() {
+    let summarizer = summarizer("s");
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    // Six messages of about 100 tokens each (plus framing).
+    let messages: Vec<Message> = (0..6)
+        .map(|i| {
+            let text = format!("{i}{}", "y".repeat(399));
+            if i % 2 == 0 {
+                Message::user(text)
+            } else {
+                Message::assistant(text)
+            }
+        })
+        .collect();
+    let (req, _ctx, _) = request(messages);
+    let layer = SummarizeLayer::new(summarizer)
+        .trigger(Trigger::messages(6))
+        .keep(Keep::tokens(250));
+    call(layer, &model, req).await.expect("ok");
+    let seen = &model.requests()[0].messages;
+    assert_eq!(seen.len(), 3, "a summary and the two newest messages");
+    assert!(seen[1].text().starts_with('4'));
+}
+
+#[tokio::test]
+async fn a_parallel_batch_of_ten_is_never_split() {
+    let ids: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    for keep in 1..=12 {
+        let summarizer = summarizer("s");
+        let model = ScriptedModel::new([ModelResponse::text("ok")]);
+        // [U, A, U, A(c0..c9), T x 10, A]: 15 messages.
+        let mut messages = chat(3);
+        messages.extend(batch(&ids));
+        messages.push(Message::assistant("all found"));
+        let (req, _ctx, _) = request(messages.clone());
+        let layer = SummarizeLayer::new(summarizer)
+            .trigger(Trigger::messages(2))
+            .keep(Keep::messages(keep));
+        call(layer, &model, req).await.expect("ok");
+        let seen = &model.requests()[0].messages;
+        assert_valid_history(seen);
+        assert!(is_summary(&seen[0]), "keep {keep}");
+        let kept = &seen[1..];
+        // Either the whole batch is kept or none of it.
+        let results = kept.iter().filter(|m| m.role == Role::Tool).count();
+        assert!(
+            results == 0 || results == 10,
+            "keep {keep}: {results} results kept"
+        );
+        assert!(kept.len() >= keep.min(messages.len() - 1), "keep {keep}");
+        assert_eq!(
+            kept,
+            &messages[messages.len() - kept.len()..],
+            "keep {keep}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_safe_cut_means_no_summary() {
+    let summarizer = summarizer("s");
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    // [U, A(c0..c2), T, T, T]: keeping one message would split the batch; the only cut is
+    // after the user message, and keeping 4 cuts there.
+    let mut messages = vec![Message::user("go")];
+    messages.extend(batch(&["c0", "c1", "c2"]));
+    let (req, ctx, _) = request(messages.clone());
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(2))
+        .keep(Keep::messages(5));
+    call(layer, &model, req).await.expect("ok");
+    assert_eq!(summarizer.request_count(), 0);
+    assert_eq!(model.requests()[0].messages.as_slice(), messages.as_slice());
+    assert!(ctx.take_committed_history().is_none());
+}
+
+#[tokio::test]
+async fn reasoning_stays_with_its_message() {
+    let summarizer = summarizer("s");
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let mut messages = chat(3);
+    let call_ = ToolCall::new("c1", "search", json!({}));
+    messages.push(Message {
+        role: Role::Assistant,
+        content: vec![
+            ContentPart::Reasoning {
+                text: "I should search".into(),
+                signature: Some("sig".into()),
+            },
+            ContentPart::ToolCall(call_.clone()),
+        ],
+    });
+    messages.push(Message::tool_result(ToolResult::success(&call_, "hit")));
+    let (req, _ctx, _) = request(messages.clone());
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(2))
+        .keep(Keep::messages(1));
+    call(layer, &model, req).await.expect("ok");
+    let seen = &model.requests()[0].messages;
+    assert_eq!(
+        &seen[1..],
+        &messages[3..],
+        "the reasoning message and its result"
+    );
+    // The summarizer never sees reasoning.
+    let input = summarizer.requests()[0].messages[0].text();
+    assert!(!input.contains("I should search"), "{input}");
+}
+
+/// A model that calls `ls` twice and then answers; the session grows past the trigger.
+async fn agent_run(
+    layer: SummarizeLayer,
+    session: Session,
+    rounds: usize,
+    recorder: &EventRecorder,
+) -> Result<(Session, ScriptedModel), Error> {
+    let mut script: Vec<ModelResponse> = (0..rounds)
+        .map(|i| ModelResponse::tool_calls([ToolCall::new(format!("r{i}"), "ls", json!({}))]))
+        .collect();
+    script.push(ModelResponse::text("done"));
+    let model = ScriptedModel::new(script);
+    let stub = model.clone();
+    let model = ServiceBuilder::new().summarize(layer).service(model);
+    let agent = Agent::new(
+        model,
+        ToolSet::new().tool(StubTool::returning("ls", "a.txt b.txt")),
+    );
+    let res = agent
+        .oneshot(AgentRequest::new(session, "list").with_observer(recorder.clone()))
+        .await?;
+    Ok((res.session, stub))
+}
+
+#[tokio::test]
+async fn the_summary_is_committed_and_summarized_again_later() {
+    let summaries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let summarizer = ScriptedModel::from_fn({
+        let summaries = Arc::clone(&summaries);
+        move |_| {
+            let n = summaries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            Ok(ModelResponse::text(format!("summary {n}")))
+        }
+    });
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(8))
+        .keep(Keep::messages(3));
+    let recorder = EventRecorder::new();
+    // 6 rounds of one call each: 1 + 2 * 6 + 1 messages in the end.
+    let (session, model) = agent_run(layer, Session::with_id("s1"), 6, &recorder)
+        .await
+        .expect("completes");
+    assert_valid_history(&session.history);
+    assert!(
+        is_summary(&session.history[0]),
+        "the session keeps the summary"
+    );
+    let requests = model.requests();
+    // Each round's request holds the previous round's commit: never more than 8 messages,
+    // and the summarizer is not asked every round.
+    for req in &requests {
+        assert!(req.messages.len() <= 8, "{} messages", req.messages.len());
+    }
+    let n = summarizer.request_count();
+    assert!(
+        (2..requests.len()).contains(&n),
+        "{n} summaries for {} rounds",
+        requests.len()
+    );
+    // The second summary folds in the first, not the archive again.
+    let second = summarizer.requests()[1].messages[0].text();
+    assert!(
+        second.starts_with("The summary so far:\nsummary 1\n"),
+        "{second}"
+    );
+    assert!(
+        !second.contains("[user]: list"),
+        "the first user message was summarized before"
+    );
+    assert_eq!(
+        session.state["tower_agent.summarization"]["summaries"],
+        json!(n)
+    );
+    let events = recorder
+        .events()
+        .iter()
+        .filter(|e| matches!(e, Event::Summarized { .. }))
+        .count();
+    assert_eq!(events, n);
+}
+
+/// A backend that fails every write.
+#[derive(Debug, Clone, Default)]
+struct Broken;
+
+impl Storage for Broken {
+    fn put<'a>(
+        &'a self,
+        _: &'a StoragePath,
+        _: bytes::Bytes,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async {
+            Err(StorageError::backend(
+                "disk full",
+                std::io::Error::other("ENOSPC"),
+            ))
+        })
+    }
+    fn put_stream<'a>(
+        &'a self,
+        _: &'a StoragePath,
+        _: ByteStream,
+    ) -> BoxFuture<'a, Result<u64, StorageError>> {
+        Box::pin(async {
+            Err(StorageError::backend(
+                "disk full",
+                std::io::Error::other("ENOSPC"),
+            ))
+        })
+    }
+    fn get<'a>(&'a self, p: &'a StoragePath) -> BoxFuture<'a, Result<bytes::Bytes, StorageError>> {
+        Box::pin(async move { Err(StorageError::NotFound(p.to_string())) })
+    }
+    fn get_range<'a>(
+        &'a self,
+        p: &'a StoragePath,
+        _: std::ops::Range<u64>,
+    ) -> BoxFuture<'a, Result<bytes::Bytes, StorageError>> {
+        Box::pin(async move { Err(StorageError::NotFound(p.to_string())) })
+    }
+    fn get_stream<'a>(
+        &'a self,
+        p: &'a StoragePath,
+    ) -> BoxFuture<'a, Result<ByteStream, StorageError>> {
+        Box::pin(async move { Err(StorageError::NotFound(p.to_string())) })
+    }
+    fn list<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Vec<Entry>, StorageError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn delete<'a>(&'a self, _: &'a StoragePath) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[tokio::test]
+async fn summarized_messages_are_offloaded_and_appended() {
+    let storage = InMemory::new();
+    let layer = SummarizeLayer::new(summarizer("s"))
+        .trigger(Trigger::messages(6))
+        .keep(Keep::messages(2))
+        .offload(storage.clone());
+    let recorder = EventRecorder::new();
+    let (session, _) = agent_run(layer, Session::with_id("team/../s 1"), 5, &recorder)
+        .await
+        .expect("completes");
+    let listed = storage.list("conversation_history/").await.expect("list");
+    assert_eq!(listed.len(), 1, "one file per session: {listed:?}");
+    let text = storage.get(&listed[0].path).await.expect("get");
+    let text = String::from_utf8(text.to_vec()).expect("utf-8");
+    // Every message that left the history is in the file, in order, whole.
+    assert!(text.starts_with("\n## Summarized at round"), "{text}");
+    assert!(text.contains("**User**: list"), "{text}");
+    for id in ["r0", "r1", "r2"] {
+        assert!(text.contains(&format!("`{id}`")), "{id} in {text}");
+    }
+    assert!(
+        text.matches("## Summarized at round").count() >= 2,
+        "appended: {text}"
+    );
+    assert!(
+        !text.contains("<conversation_summary>"),
+        "summaries are not archived"
+    );
+    assert!(is_summary(&session.history[0]));
+}
+
+#[tokio::test]
+async fn an_offload_failure_is_a_warning_and_the_run_goes_on() {
+    let layer = SummarizeLayer::new(summarizer("s"))
+        .trigger(Trigger::messages(6))
+        .keep(Keep::messages(2))
+        .offload(Broken);
+    let recorder = EventRecorder::new();
+    let (session, _) = agent_run(layer, Session::with_id("s1"), 3, &recorder)
+        .await
+        .expect("completes");
+    assert!(is_summary(&session.history[0]));
+    assert!(recorder.events().iter().any(|e| matches!(
+        e,
+        Event::Warning { source: "summarize", message } if message.contains("disk full")
+    )));
+}
+
+#[tokio::test]
+async fn a_failing_summarizer_fails_the_call_and_changes_nothing() {
+    let summarizer = ScriptedModel::with_results([
+        Err(Error::new(ErrorKind::Server, "summarizer down")),
+        Ok(ModelResponse::text("")),
+    ]);
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    for expected in [ErrorKind::Server, ErrorKind::EmptyResponse] {
+        let (req, ctx, _) = request(chat(6));
+        let layer = SummarizeLayer::new(summarizer.clone())
+            .trigger(Trigger::messages(6))
+            .keep(Keep::messages(2));
+        let error = call(layer, &model, req).await.expect_err("fails");
+        assert_eq!(error.kind(), expected);
+        assert!(
+            error.to_string().contains("summarization failed"),
+            "{error}"
+        );
+        assert!(ctx.take_committed_history().is_none(), "nothing committed");
+    }
+    assert_eq!(model.request_count(), 0, "the model is not called");
+
+    // In a run: the error carries the session as it was.
+    let summarizer = ScriptedModel::with_results([Err(Error::new(ErrorKind::Server, "down"))]);
+    let layer = SummarizeLayer::new(summarizer)
+        .trigger(Trigger::messages(2))
+        .keep(Keep::messages(1));
+    let mut session = Session::with_id("s1");
+    session.history = chat(4).into();
+    let before = session.history.clone();
+    let error = agent_run(layer, session, 1, &EventRecorder::new())
+        .await
+        .expect_err("fails");
+    let session = error.session().expect("the session");
+    assert_eq!(&session.history[..4], &before[..]);
+    assert_valid_history(&session.history);
+}
+
+#[tokio::test]
+async fn an_overflow_is_summarized_and_tried_once_more() {
+    let summarizer = summarizer("short");
+    let model = ScriptedModel::with_results([
+        Err(Error::new(ErrorKind::ContextTooLong, "prompt is too long")),
+        Ok(ModelResponse::text("ok")),
+    ]);
+    let (req, ctx, _) = request(chat(7));
+    // No trigger would fire: only the overflow does.
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(100))
+        .keep(Keep::messages(3));
+    let res = call(layer, &model, req).await.expect("recovered");
+    assert_eq!(res.message.text(), "ok");
+    assert_eq!(summarizer.request_count(), 1);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].messages.len(), 7);
+    // Keep 3 halved: the summary and the newest message.
+    assert_eq!(requests[1].messages.len(), 2);
+    assert!(is_summary(&requests[1].messages[0]));
+    assert_eq!(
+        ctx.take_committed_history().as_deref(),
+        Some(requests[1].messages.as_slice())
+    );
+}
+
+#[tokio::test]
+async fn a_second_overflow_is_the_error() {
+    let summarizer = summarizer("short");
+    let model = ScriptedModel::with_results([
+        Err(Error::new(ErrorKind::ContextTooLong, "first")),
+        Err(Error::new(ErrorKind::ContextTooLong, "second")),
+        Ok(ModelResponse::text("never")),
+    ]);
+    let (req, _ctx, _) = request(chat(7));
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(100))
+        .keep(Keep::messages(3));
+    let error = call(layer, &model, req).await.expect_err("fails");
+    assert_eq!(error.kind(), ErrorKind::ContextTooLong);
+    assert_eq!(error.message(), "second");
+    assert_eq!(model.request_count(), 2, "tried once more, not again");
+
+    // After a trigger fired in the same call, one more summary and one more try.
+    let model = ScriptedModel::with_results([
+        Err(Error::new(ErrorKind::ContextTooLong, "first")),
+        Ok(ModelResponse::text("ok")),
+    ]);
+    let (req, _ctx, _) = request(chat(9));
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(9))
+        .keep(Keep::messages(3));
+    call(layer, &model, req).await.expect("recovered");
+    assert_eq!(model.request_count(), 2);
+
+    // With recovery off, the overflow is returned at once.
+    let model = ScriptedModel::with_results([Err(Error::new(ErrorKind::ContextTooLong, "x"))]);
+    let (req, _ctx, _) = request(chat(7));
+    let layer = SummarizeLayer::new(summarizer)
+        .trigger(Trigger::messages(100))
+        .recover_overflow(false);
+    let error = call(layer, &model, req).await.expect_err("fails");
+    assert_eq!(error.kind(), ErrorKind::ContextTooLong);
+    assert_eq!(model.request_count(), 1);
+}
+
+#[tokio::test]
+async fn an_overflow_with_nothing_to_cut_stands() {
+    let summarizer = summarizer("short");
+    let model = ScriptedModel::with_results([Err(Error::new(ErrorKind::ContextTooLong, "x"))]);
+    let (req, _ctx, _) = request(chat(2));
+    let layer = SummarizeLayer::new(summarizer.clone()).keep(Keep::messages(5));
+    let error = call(layer, &model, req).await.expect_err("fails");
+    assert_eq!(error.kind(), ErrorKind::ContextTooLong);
+    assert_eq!(summarizer.request_count(), 0);
+    assert_eq!(model.request_count(), 1);
+}
+
+#[tokio::test]
+async fn other_errors_are_not_recovered() {
+    let summarizer = summarizer("short");
+    let model = ScriptedModel::with_results([Err(Error::new(ErrorKind::Auth, "bad key"))]);
+    let (req, _ctx, _) = request(chat(7));
+    let layer = SummarizeLayer::new(summarizer.clone()).keep(Keep::messages(2));
+    let error = call(layer, &model, req).await.expect_err("fails");
+    assert_eq!(error.kind(), ErrorKind::Auth);
+    assert_eq!(summarizer.request_count(), 0);
+}
+
+#[tokio::test]
+async fn long_old_arguments_are_truncated_before_summarizing() {
+    let write = |id: &str| {
+        ToolCall::new(
+            id,
+            "write_file",
+            json!({"path": format!("{id}.txt"), "content": "z".repeat(8_000)}),
+        )
+    };
+    let mut messages = vec![Message::user("write two files")];
+    for id in ["w1", "w2"] {
+        messages.push(Message::assistant_with_calls("", [write(id)]));
+        messages.push(Message::tool_result(ToolResult::success(
+            &write(id),
+            "written",
+        )));
+    }
+    messages.push(Message::assistant("done"));
+    messages.push(Message::user("thanks"));
+    // About 4,000 tokens, most of them in the two calls' arguments.
+    let summarizer = summarizer("s");
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let (req, ctx, recorder) = request(messages.clone());
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::tokens(3_000))
+        .keep(Keep::messages(2))
+        .truncate_arguments(100);
+    call(layer, &model, req).await.expect("ok");
+    assert_eq!(summarizer.request_count(), 0, "truncation was enough");
+    let seen = &model.requests()[0].messages;
+    assert_eq!(seen.len(), messages.len(), "no message left");
+    assert_valid_history(seen);
+    let args: serde_json::Value =
+        serde_json::from_str(&seen[1].tool_calls().next().expect("a call").arguments)
+            .expect("JSON");
+    assert_eq!(args["path"], "w1.txt");
+    assert_eq!(
+        args["content"],
+        format!("{}… [truncated 7900 characters]", "z".repeat(100))
+    );
+    assert_eq!(&seen[5..], &messages[5..], "kept messages untouched");
+    assert_eq!(
+        ctx.take_committed_history().as_deref(),
+        Some(seen.as_slice())
+    );
+    assert!(recorder.events().iter().any(|e| matches!(
+        e,
+        Event::Warning { source: "summarize", message } if message.contains("truncated")
+    )));
+
+    // Not enough: truncate, then summarize.
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let (req, _ctx, _) = request(messages);
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::tokens(3_000))
+        .trigger(Trigger::messages(7))
+        .keep(Keep::messages(2))
+        .truncate_arguments(100);
+    call(layer, &model, req).await.expect("ok");
+    assert_eq!(summarizer.request_count(), 1);
+    let input = summarizer.requests()[0].messages[0].text();
+    assert!(input.contains("truncated 7900 characters"), "{input}");
+    assert_eq!(model.requests()[0].messages.len(), 3);
+}
+
+#[tokio::test]
+async fn a_summary_message_is_recognizable() {
+    let message = summary_message("  the gist  ");
+    assert_eq!(summary_text(&message), Some("the gist"));
+    assert!(
+        !is_summary(&Message::assistant(message.text())),
+        "only as a user message"
+    );
+    let json = serde_json::to_string(&message).expect("serializes");
+    let back: Message = serde_json::from_str(&json).expect("parses");
+    assert!(is_summary(&back), "recognized after a save and a load");
+}

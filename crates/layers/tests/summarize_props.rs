@@ -1,0 +1,204 @@
+//! Property test of summarization: random valid histories (parallel batches of up to ten
+//! calls, reasoning, long arguments, an earlier summary), random triggers, keeps, argument
+//! truncation and overflows. What the model gets is always a valid history; when it was
+//! shortened, it is one summary followed by an unchanged suffix of the original, and it is
+//! what was committed.
+//!
+//! 2,000 cases by default; `PROPTEST_CASES=n` changes it.
+
+#![cfg(feature = "summarize")]
+
+use proptest::prelude::*;
+use serde_json::json;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_agent_core::history::validate;
+use tower_agent_core::{
+    ContentPart, Error, ErrorKind, Message, ModelRequest, ModelResponse, Role, RunContext,
+    ToolCall, ToolResult,
+};
+use tower_agent_layers::summarize::{Keep, SummarizeLayer, Trigger, summary_message, summary_text};
+use tower_agent_test::{ScriptedModel, dump};
+
+#[derive(Debug, Clone)]
+enum Block {
+    User(usize),
+    Assistant(usize),
+    /// An assistant message with `calls` calls (arguments of the given lengths), reasoning
+    /// first or not, and their results in order.
+    Calls {
+        args: Vec<usize>,
+        reasoning: bool,
+    },
+}
+
+fn block() -> impl Strategy<Value = Block> {
+    prop_oneof![
+        2 => (0..400usize).prop_map(Block::User),
+        1 => (0..400usize).prop_map(Block::Assistant),
+        3 => (prop::collection::vec(0..2_000usize, 1..=10), any::<bool>())
+            .prop_map(|(args, reasoning)| Block::Calls { args, reasoning }),
+    ]
+}
+
+fn history(blocks: &[Block], summary_first: bool) -> Vec<Message> {
+    let mut out = Vec::new();
+    if summary_first {
+        out.push(summary_message("what happened before"));
+    }
+    let mut next = 0;
+    for block in blocks {
+        match block {
+            Block::User(n) => out.push(Message::user("u".repeat(*n))),
+            Block::Assistant(n) => out.push(Message::assistant("a".repeat(*n))),
+            Block::Calls { args, reasoning } => {
+                let calls: Vec<ToolCall> = args
+                    .iter()
+                    .map(|n| {
+                        next += 1;
+                        ToolCall::new(format!("c{next}"), "write", json!({"text": "w".repeat(*n)}))
+                    })
+                    .collect();
+                let mut message = Message::assistant_with_calls("", calls.clone());
+                if *reasoning {
+                    message.content.insert(
+                        0,
+                        ContentPart::Reasoning {
+                            text: "thinking".into(),
+                            signature: Some("sig".into()),
+                        },
+                    );
+                }
+                out.push(message);
+                out.extend(
+                    calls
+                        .iter()
+                        .map(|c| Message::tool_result(ToolResult::success(c, "done"))),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone)]
+struct Setup {
+    trigger: Trigger,
+    keep: Keep,
+    truncate: Option<usize>,
+    overflow: bool,
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    (
+        prop_oneof![
+            (1..40usize).prop_map(Trigger::messages),
+            (1..5_000usize).prop_map(Trigger::tokens),
+        ],
+        prop_oneof![
+            (0..30usize).prop_map(Keep::messages),
+            (0..3_000usize).prop_map(Keep::tokens),
+        ],
+        prop::option::of(1..500usize),
+        any::<bool>(),
+    )
+        .prop_map(|(trigger, keep, truncate, overflow)| Setup {
+            trigger,
+            keep,
+            truncate,
+            overflow,
+        })
+}
+
+fn check(messages: Vec<Message>, setup: Setup) -> Result<(), TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    runtime.block_on(async move {
+        let mut script = Vec::new();
+        if setup.overflow {
+            script.push(Err(Error::new(ErrorKind::ContextTooLong, "too long")));
+        }
+        script.push(Ok(ModelResponse::text("ok")));
+        let model = ScriptedModel::with_results(script);
+        let mut n = 0;
+        let summarizer = ScriptedModel::from_fn(move |_| {
+            n += 1;
+            Ok(ModelResponse::text(format!("a summary {n}")))
+        });
+        let mut layer = SummarizeLayer::new(summarizer)
+            .trigger(setup.trigger)
+            .keep(setup.keep);
+        if let Some(max) = setup.truncate {
+            layer = layer.truncate_arguments(max);
+        }
+        let mut service = ServiceBuilder::new().layer(layer).service(model.clone());
+        let mut req = ModelRequest::new(messages.clone());
+        req.ctx = RunContext::new();
+        let ctx = req.ctx.clone();
+        let result = service
+            .ready()
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?
+            .call(req)
+            .await;
+        let committed = ctx.take_committed_history();
+        let requests = model.requests();
+        // Each request is compared with the one before it (a truncation commits changed
+        // arguments that a later summary then keeps).
+        let mut before = messages.clone();
+        for seen in &requests {
+            let seen = seen.messages.as_slice();
+            prop_assert!(
+                validate(seen, &[]).is_ok(),
+                "invalid history sent:\n{}",
+                dump(seen)
+            );
+            let summarized = seen
+                .first()
+                .and_then(summary_text)
+                .is_some_and(|text| text.starts_with("a summary"))
+                && seen.first() != before.first();
+            if !summarized {
+                prop_assert_eq!(seen.len(), before.len());
+                // Unchanged, or arguments truncated in place: the same shape.
+                for (a, b) in seen.iter().zip(&before) {
+                    prop_assert_eq!(a.role, b.role);
+                    prop_assert_eq!(a.content.len(), b.content.len());
+                }
+            } else {
+                let kept = &seen[1..];
+                prop_assert!(kept.len() < before.len());
+                prop_assert_eq!(kept, &before[before.len() - kept.len()..]);
+                prop_assert!(kept.first().is_none_or(|m| m.role != Role::Tool));
+            }
+            before = seen.to_vec();
+        }
+        let last = requests.last().map(|r| r.messages.clone());
+        match (&committed, &last) {
+            (Some(committed), Some(last)) => prop_assert_eq!(committed, last),
+            (None, Some(last)) => prop_assert_eq!(last.as_slice(), messages.as_slice()),
+            _ => {}
+        }
+        if let Err(error) = result {
+            // Only an overflow that nothing could shorten (or a second one) is returned.
+            prop_assert_eq!(error.kind(), ErrorKind::ContextTooLong);
+        }
+        Ok(())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn summarization_never_yields_an_invalid_history(
+        blocks in prop::collection::vec(block(), 0..25),
+        summary_first in prop::bool::weighted(0.2),
+        setup in setup(),
+    ) {
+        check(history(&blocks, summary_first), setup)?;
+    }
+}
