@@ -153,7 +153,7 @@ impl MemorySource for Directory {
 
 /// Files in a storage backend of `tower-agent-storage` ([`InMemory`], [`LocalFs`], S3 and the
 /// other `object_store` backends): a memory file's path is a
-/// [`StoragePath`](tower_agent_storage::StoragePath) in it. A path the backend refuses
+/// [`StoragePath`] in it. A path the backend refuses
 /// (`..`, an empty segment) is a `BadRequest` error; a missing value is skipped.
 ///
 /// [`InMemory`]: tower_agent_storage::InMemory

@@ -59,10 +59,17 @@ impl TokenCounter for CharEstimate {
     #[inline]
     fn count_text(&self, text: &str) -> usize {
         let bytes = text.as_bytes();
-        let ascii = bytes.iter().filter(|b| b.is_ascii()).count();
-        // Every character that is not ASCII starts with a byte that is neither ASCII nor a
-        // continuation byte (0b10xx_xxxx).
-        let other = bytes.iter().filter(|&&b| b >= 0xC0).count();
+        // The common case, checked a word at a time.
+        if bytes.is_ascii() {
+            return bytes.len().div_ceil(4);
+        }
+        let (mut ascii, mut other) = (0, 0);
+        for &b in bytes {
+            // Every character that is not ASCII starts with a byte that is neither ASCII nor
+            // a continuation byte (0b10xx_xxxx).
+            ascii += usize::from(b < 0x80);
+            other += usize::from(b >= 0xC0);
+        }
         ascii.div_ceil(4) + other
     }
 }
