@@ -15,6 +15,10 @@
 //!   `loop/agent_history_stack` adds the context-management stack on a run that never needs
 //!   it: patching at the agent and the model, one instruction block, summarization that does
 //!   not trigger, and eviction of (small) tool results.
+//! - `workflow/*`: 10 iterations of a coder and a reviewer (stub models answering at once),
+//!   judged after each: run by hand (two agents and a judge call per iteration) and as a
+//!   `Loop` of a `Sequential`. Divide the difference by 10 for the workflow's cost per
+//!   iteration.
 //!
 //! Run: `cargo bench --bench overhead`.
 
@@ -286,5 +290,86 @@ fn agent_loop(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, layer, agent_loop);
+fn workflow(c: &mut Criterion) {
+    use tower_agent::workflow::{JudgeRequest, Loop, Sequential, Verdict, judge_fn};
+
+    const ITERATIONS: u32 = 10;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let mut group = c.benchmark_group("workflow");
+    let answer = |text: &'static str| {
+        service_fn(move |_: ModelRequest| ready(Ok::<_, Error>(ModelResponse::text(text))))
+    };
+    let coder = Agent::new(answer("code"), stub_tools());
+    let reviewer = Agent::new(answer("review"), stub_tools());
+    let verdict = |iteration: u32| {
+        if iteration >= ITERATIONS {
+            Verdict::stop("done")
+        } else {
+            Verdict::proceed("again")
+        }
+    };
+    let judge = judge_fn(move |req: JudgeRequest| ready(Ok(verdict(req.iteration))));
+    let workflow = Loop::new(
+        "coding_loop",
+        Sequential::new("pair")
+            .step("coder", coder.clone())
+            .step("reviewer", reviewer.clone()),
+        judge,
+    )
+    .max_iterations(ITERATIONS);
+
+    let by_hand = |session: Session| async {
+        let mut session = session;
+        let mut input = AgentInput::from("Build it.");
+        for iteration in 1..=ITERATIONS {
+            let res = coder
+                .clone()
+                .oneshot(AgentRequest::new(session, input))
+                .await?;
+            let res = reviewer
+                .clone()
+                .oneshot(AgentRequest::new(res.session, AgentInput::Continue))
+                .await?;
+            session = res.session;
+            if let Verdict::Stop { .. } = verdict(iteration) {
+                return Ok::<_, Error>(session);
+            }
+            input = AgentInput::from("The judge asked for another iteration: again");
+        }
+        Ok(session)
+    };
+    let sessions = |_: ()| Session::new().with_history(history(10));
+    let done = rt
+        .block_on(
+            workflow
+                .clone()
+                .oneshot(AgentRequest::new(sessions(()), "Build it.")),
+        )
+        .expect("the workflow");
+    let manual = rt.block_on(by_hand(sessions(()))).expect("by hand");
+    assert_eq!(done.session.history.len(), manual.history.len());
+
+    group.bench_function("by_hand", |b| {
+        b.iter_batched(
+            || sessions(()),
+            |session| rt.block_on(by_hand(session)).expect("by hand"),
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("loop_sequential", |b| {
+        b.iter_batched(
+            || AgentRequest::new(sessions(()), "Build it."),
+            |req| {
+                rt.block_on(workflow.clone().oneshot(req))
+                    .expect("the workflow")
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, layer, agent_loop, workflow);
 criterion_main!(benches);

@@ -56,6 +56,7 @@
 //! | `tower-agent-loop` | the agent service, spawn/batch/blocking runs | always |
 //! | `tower-agent-tools` | [`ToolSet`] and typed tools with schemars schemas | `tools` (default) |
 //! | `tower-agent-layers` | built-in layers: patching, instructions, memory, retry, approval, limits, checkpoints, eviction, summarization ([`layers`]) | one per layer; `layers` for all (default) |
+//! | `tower-agent-workflow` | workflows: `Sequential`, `Loop` with a judge, progress summaries ([`workflow`]) | `workflow` (default) |
 //! | `tower-agent-storage` | storage backends: in memory, local filesystem, `object_store` ([`storage`]) | `storage` (also with `evict`, `summarize`) |
 //! | `tower-agent-providers` | model services over reqwest: OpenAI-compatible, Anthropic, Gemini (`tower_agent::providers`) | `openai`, `anthropic`, `gemini`; `providers` for all |
 //! | `tower-agent-test` | scripted model, stub tools, assertions (a dev-dependency) | — |
@@ -125,6 +126,14 @@ pub mod layers {
 #[cfg(any(feature = "evict", feature = "summarize", feature = "storage"))]
 pub mod storage {
     pub use tower_agent_storage::*;
+}
+
+/// Workflows over agent services: [`Sequential`](workflow::Sequential),
+/// [`Loop`](workflow::Loop) with a [`Judge`](workflow::Judge), progress summaries. With
+/// `workflow` (default).
+#[cfg(feature = "workflow")]
+pub mod workflow {
+    pub use tower_agent_workflow::*;
 }
 
 /// What most host applications need, in one import.

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::event::{Event, EventSink, EventStream, Observer};
 use crate::history::History;
-use crate::session::StopReason;
 pub use crate::session::new_id;
+use crate::session::{StopReason, Usage};
 
 /// What every request of one run carries: ids, the round, shared state, the event sink and
 /// the cancellation token.
@@ -63,6 +63,9 @@ struct Shared {
     /// Arguments calls ran with instead of the model's: `(call id, arguments)`.
     executed: Mutex<Vec<(String, String)>>,
     has_executed: AtomicBool,
+    /// Tokens used by nested runs (sub-agents), added to this run's usage at its end.
+    usage: Mutex<Usage>,
+    has_usage: AtomicBool,
 }
 
 /// A copy for [`Arc::make_mut`]: the locks are copied by value.
@@ -81,7 +84,31 @@ impl Clone for Shared {
             has_stop: AtomicBool::new(self.has_stop.load(Ordering::Acquire)),
             executed: Mutex::new(lock(&self.executed).clone()),
             has_executed: AtomicBool::new(self.has_executed.load(Ordering::Acquire)),
+            usage: Mutex::new(*lock(&self.usage)),
+            has_usage: AtomicBool::new(self.has_usage.load(Ordering::Acquire)),
         }
+    }
+}
+
+/// Where a nested context belongs: the outermost run's context and its own path.
+#[derive(Clone)]
+struct Nesting {
+    root: RunContext,
+    path: Arc<str>,
+}
+
+/// Forwards a nested run's events to the outermost run, tagged with the nested path.
+struct Forward {
+    root: RunContext,
+    path: Arc<str>,
+}
+
+impl Observer for Forward {
+    fn on_event<'a>(&'a self, event: &'a Event) -> crate::event::BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.root.emit(Event::Nested {
+            path: Arc::clone(&self.path),
+            event: Box::new(event.clone()),
+        }))
     }
 }
 
@@ -115,6 +142,8 @@ impl RunContext {
             has_stop: AtomicBool::new(false),
             executed: Mutex::new(Vec::new()),
             has_executed: AtomicBool::new(false),
+            usage: Mutex::new(Usage::default()),
+            has_usage: AtomicBool::new(false),
         })
     }
 
@@ -129,6 +158,55 @@ impl RunContext {
     /// else on a copy (ids, token, sink and state are carried over).
     fn shared_mut(&mut self) -> &mut Shared {
         Arc::make_mut(&mut self.shared)
+    }
+
+    /// A context for an agent nested in this run (a step of a workflow, a sub-agent called
+    /// as a tool) named `name`: a fresh run id, the same session id, a child of the
+    /// cancellation token (cancelling this run cancels the nested one, not the other way
+    /// round), and an event sink that forwards every event of the nested run to this run's
+    /// sink as [`Event::Nested`](crate::Event::Nested), tagged with the nested agent's path:
+    /// this context's path (if it is itself nested), a `/`, and `name`. The nested run's JSON
+    /// state and extensions are its own.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_agent_core::Error> {
+    /// use tower_agent_core::{Event, RunContext};
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let record = seen.clone();
+    /// let root = RunContext::new().with_observer(tower_agent_core::observer_fn(move |e: &Event| {
+    ///     let (path, inner) = e.origin();
+    ///     record.lock().unwrap().push(format!("{}:{}", path.unwrap_or("-"), inner.name()));
+    ///     async { Ok(()) }
+    /// }));
+    /// let step = root.nested("coding_loop").nested("2").nested("reviewer");
+    /// assert_eq!(step.path().as_deref(), Some("coding_loop/2/reviewer"));
+    /// step.emit(Event::RoundStarted { round: 1 }).await?;
+    /// assert_eq!(*seen.lock().unwrap(), ["coding_loop/2/reviewer:round_started"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn nested(&self, name: &str) -> RunContext {
+        let (root, path) = match self.extension::<Nesting>() {
+            Some(Nesting { root, path }) => (root, Arc::from(format!("{path}/{name}"))),
+            None => (self.clone(), Arc::from(name)),
+        };
+        let child = RunContext::new()
+            .with_session_id(self.session_id())
+            .with_cancellation(self.cancellation_token().child_token())
+            .with_observer(Forward {
+                root: root.clone(),
+                path: Arc::clone(&path),
+            });
+        child.insert_extension(Nesting { root, path });
+        child
+    }
+
+    /// This context's path when it belongs to a nested agent ([`RunContext::nested`]).
+    pub fn path(&self) -> Option<Arc<str>> {
+        self.extension::<Nesting>().map(|nesting| nesting.path)
     }
 
     /// Set the run id.
@@ -401,6 +479,34 @@ impl RunContext {
         let mut stop = lock(&self.shared.stop);
         self.shared.has_stop.store(false, Ordering::Release);
         stop.take()
+    }
+
+    /// Add `usage` to the run's: for a tool that ran model calls of its own (a sub-agent), so
+    /// the run's [`AgentResponse::usage`](crate::AgentResponse::usage) counts them. The agent
+    /// adds what was recorded when the run ends.
+    ///
+    /// ```
+    /// use tower_agent_core::{RunContext, Usage};
+    ///
+    /// let ctx = RunContext::new();
+    /// ctx.record_usage(Usage::new(10, 2));
+    /// ctx.record_usage(Usage::new(5, 1));
+    /// assert_eq!(ctx.take_recorded_usage(), Usage::new(15, 3));
+    /// assert_eq!(ctx.take_recorded_usage(), Usage::default());
+    /// ```
+    pub fn record_usage(&self, usage: Usage) {
+        *lock(&self.shared.usage) += usage;
+        self.shared.has_usage.store(true, Ordering::Release);
+    }
+
+    /// Take the usage recorded with [`RunContext::record_usage`]. The agent calls this.
+    #[inline]
+    pub fn take_recorded_usage(&self) -> Usage {
+        if !self.shared.has_usage.load(Ordering::Acquire) {
+            return Usage::default();
+        }
+        self.shared.has_usage.store(false, Ordering::Release);
+        std::mem::take(&mut *lock(&self.shared.usage))
     }
 
     /// Record that the tool call `call_id` ran with `arguments` (raw JSON) instead of the

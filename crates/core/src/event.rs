@@ -150,6 +150,58 @@ pub enum Event {
         /// The estimated tokens of the whole result.
         tokens: usize,
     },
+    /// An event of a nested agent (a step of a workflow, a sub-agent called as a tool), as
+    /// its own run emitted it, tagged with the agent's path: `coding_loop/2/reviewer`. See
+    /// [`RunContext::nested`](crate::RunContext::nested).
+    Nested {
+        /// The nested agent's path, its names from the outermost down.
+        path: Arc<str>,
+        /// The event.
+        event: Box<Event>,
+    },
+    /// A nested agent (a step of a workflow) is about to run.
+    AgentStarted {
+        /// The agent's path.
+        path: Arc<str>,
+    },
+    /// A nested agent's run ended normally.
+    AgentEnded {
+        /// The agent's path.
+        path: Arc<str>,
+        /// How its run ended.
+        outcome: Outcome,
+    },
+    /// A nested agent's run failed.
+    AgentFailed {
+        /// The agent's path.
+        path: Arc<str>,
+        /// The error it failed with.
+        error: Error,
+    },
+    /// An iteration of a loop workflow is about to run.
+    IterationStarted {
+        /// The loop's path.
+        path: Arc<str>,
+        /// The iteration, from 1.
+        iteration: u32,
+    },
+    /// An iteration of a loop workflow ended.
+    IterationEnded {
+        /// The loop's path.
+        path: Arc<str>,
+        /// The iteration, from 1.
+        iteration: u32,
+        /// Whether the loop goes on.
+        next: bool,
+        /// Why (the judge's reason, or the limit).
+        reason: String,
+    },
+    /// A one-line summary of the run's progress so far, for a UI (the progress layer of
+    /// `tower-agent-workflow`).
+    ProgressSummary {
+        /// The summary.
+        summary: String,
+    },
     /// Older messages of the history were replaced by a summary (the summarization layer),
     /// committed to the session.
     Summarized {
@@ -192,6 +244,31 @@ impl Event {
             Event::Retrying { .. } => "retrying",
             Event::ResultEvicted { .. } => "result_evicted",
             Event::Summarized { .. } => "summarized",
+            Event::Nested { .. } => "nested",
+            Event::ProgressSummary { .. } => "progress_summary",
+            Event::AgentStarted { .. } => "agent_started",
+            Event::AgentEnded { .. } => "agent_ended",
+            Event::AgentFailed { .. } => "agent_failed",
+            Event::IterationStarted { .. } => "iteration_started",
+            Event::IterationEnded { .. } => "iteration_ended",
+        }
+    }
+
+    /// The event itself and the path of the agent that emitted it: a [`Event::Nested`]
+    /// unwrapped, any other event with no path (the run's own agent).
+    ///
+    /// ```
+    /// use tower_agent_core::Event;
+    ///
+    /// let event = Event::Nested { path: "loop/1/coder".into(), event: Box::new(Event::RoundStarted { round: 2 }) };
+    /// let (path, inner) = event.origin();
+    /// assert_eq!(path, Some("loop/1/coder"));
+    /// assert_eq!(inner.name(), "round_started");
+    /// ```
+    pub fn origin(&self) -> (Option<&str>, &Event) {
+        match self {
+            Event::Nested { path, event } => (Some(path), event),
+            event => (None, event),
         }
     }
 }

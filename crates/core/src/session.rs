@@ -237,6 +237,16 @@ pub enum StopReason {
     },
     /// A resume whose decisions were all applied before (delivered twice): nothing ran.
     Replayed,
+    /// A loop workflow ran its last allowed iteration and its judge still asked for more.
+    MaxIterations {
+        /// The limit.
+        limit: u32,
+    },
+    /// A loop workflow's judge could not decide (its verdict could not be read).
+    Judge {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -261,6 +271,10 @@ impl fmt::Display for StopReason {
             StopReason::Replayed => {
                 f.write_str("these decisions were already applied; nothing ran")
             }
+            StopReason::MaxIterations { limit } => {
+                write!(f, "the loop reached its limit of {limit} iterations")
+            }
+            StopReason::Judge { reason } => write!(f, "the judge could not decide: {reason}"),
         }
     }
 }

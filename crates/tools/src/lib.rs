@@ -65,7 +65,8 @@ pub struct ResponseFuture {
 }
 
 impl ResponseFuture {
-    fn new(future: impl Future<Output = Result<ToolResponse, Error>> + Send + 'static) -> Self {
+    /// A boxed future: for a tool service written by hand.
+    pub fn new(future: impl Future<Output = Result<ToolResponse, Error>> + Send + 'static) -> Self {
         Self {
             inner: Box::pin(future),
         }

@@ -353,7 +353,8 @@ where
                     Ok(()) => {
                         self.ctx.events().close();
                         let mut response = AgentResponse::new(self.session, outcome);
-                        response.usage = self.usage;
+                        // Nested runs (sub-agents) recorded theirs in the context.
+                        response.usage = self.usage + self.ctx.take_recorded_usage();
                         response.rounds = self.rounds;
                         return Ok(response);
                     }

@@ -1,0 +1,205 @@
+//! What the workflows share: boxed agents, paths, positions in the session state, totals.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value};
+use tower::ServiceExt;
+use tower::util::BoxCloneService;
+use tower_agent_core::{
+    AgentRequest, AgentResponse, Error, Event, Outcome, Progress, RunContext, Session, Usage,
+};
+use tower_service::Service;
+
+/// An agent service, boxed.
+pub(crate) type BoxAgent = BoxCloneService<AgentRequest, AgentResponse, Error>;
+
+/// A workflow's step or inner agent: boxed, and behind a lock so that the workflow is `Sync`
+/// without asking it of the agent. Each run takes a clone.
+#[derive(Clone)]
+pub(crate) struct SharedAgent(Arc<Mutex<BoxAgent>>);
+
+impl SharedAgent {
+    /// A clone of the agent, for one run.
+    pub(crate) fn get(&self) -> BoxAgent {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Box `agent`.
+pub(crate) fn boxed<S>(agent: S) -> SharedAgent
+where
+    S: Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    SharedAgent(Arc::new(Mutex::new(BoxCloneService::new(agent))))
+}
+
+/// The session-state key under which workflows keep their positions, by path.
+pub const STATE_KEY: &str = "tower_agent.workflow";
+
+/// Where a workflow stands: its path, and how its children's contexts are made.
+pub(crate) struct Scope {
+    /// The workflow's path: its context's when nested, else its name.
+    pub(crate) path: Arc<str>,
+    nested: bool,
+}
+
+impl Scope {
+    pub(crate) fn of(ctx: &RunContext, name: &str) -> Self {
+        match ctx.path() {
+            Some(path) => Self { path, nested: true },
+            None => Self {
+                path: name.into(),
+                nested: false,
+            },
+        }
+    }
+
+    /// The context of the child `name` (a step, an iteration).
+    pub(crate) fn child(&self, ctx: &RunContext, name: &str) -> RunContext {
+        if self.nested {
+            ctx.nested(name)
+        } else {
+            ctx.nested(&format!("{}/{name}", self.path))
+        }
+    }
+
+    /// The path of the child `name`.
+    pub(crate) fn child_path(&self, name: &str) -> Arc<str> {
+        format!("{}/{name}", self.path).into()
+    }
+}
+
+/// The position a workflow at `path` saved in `session`.
+pub(crate) fn position<'a>(session: &'a Session, path: &str) -> Option<&'a Map<String, Value>> {
+    session.state.get(STATE_KEY)?.get(path)?.as_object()
+}
+
+/// Save the position of the workflow at `path`.
+pub(crate) fn set_position(session: &mut Session, path: &str, position: Value) {
+    let all = session
+        .state
+        .entry(STATE_KEY)
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !all.is_object() {
+        *all = Value::Object(Map::new());
+    }
+    if let Some(all) = all.as_object_mut() {
+        all.insert(path.to_owned(), position);
+    }
+}
+
+/// Forget the position of the workflow at `path` (and the key, when it was the last).
+pub(crate) fn clear_position(session: &mut Session, path: &str) {
+    let Some(Value::Object(all)) = session.state.get_mut(STATE_KEY) else {
+        return;
+    };
+    all.remove(path);
+    if all.is_empty() {
+        session.state.remove(STATE_KEY);
+    }
+}
+
+/// Save a position into the session an error carries.
+pub(crate) fn with_position(mut error: Error, path: &str, position: Value) -> Error {
+    match error.take_session() {
+        Some(mut session) => {
+            set_position(&mut session, path, position);
+            error.with_session(session)
+        }
+        None => error,
+    }
+}
+
+/// Usage and rounds added up over the agents a workflow ran.
+#[derive(Default)]
+pub(crate) struct Totals {
+    usage: Usage,
+    rounds: u32,
+}
+
+impl Totals {
+    pub(crate) fn add(&mut self, res: &AgentResponse) {
+        self.usage += res.usage;
+        self.rounds += res.rounds;
+    }
+
+    pub(crate) fn response(&self, session: Session, outcome: Outcome) -> AgentResponse {
+        let mut res = AgentResponse::new(session, outcome);
+        res.usage = self.usage;
+        res.rounds = self.rounds;
+        res
+    }
+}
+
+/// A cancelled outcome (the workflow's own progress is its agents').
+pub(crate) fn cancelled() -> Outcome {
+    Outcome::Cancelled {
+        progress: Progress::default(),
+    }
+}
+
+/// Run `agent` on `session` with `input` in the context `ctx` of the child at `path`, between
+/// `AgentStarted` and `AgentEnded` / `AgentFailed` emitted to `parent`.
+pub(crate) async fn run_agent(
+    mut agent: BoxAgent,
+    parent: &RunContext,
+    path: Arc<str>,
+    ctx: RunContext,
+    session: Session,
+    input: tower_agent_core::AgentInput,
+) -> Result<AgentResponse, Error> {
+    let emitted = parent
+        .emit(Event::AgentStarted {
+            path: Arc::clone(&path),
+        })
+        .await;
+    if let Err(error) = emitted {
+        return Err(error.with_session(session));
+    }
+    let result = match agent.ready().await {
+        Ok(agent) => {
+            agent
+                .call(AgentRequest {
+                    session,
+                    input,
+                    ctx,
+                })
+                .await
+        }
+        Err(error) => Err(error.with_session(session)),
+    };
+    match result {
+        Ok(res) => {
+            let emitted = parent
+                .emit(Event::AgentEnded {
+                    path,
+                    outcome: res.outcome.clone(),
+                })
+                .await;
+            match emitted {
+                Ok(()) => Ok(res),
+                Err(error) => Err(error.with_session(res.session)),
+            }
+        }
+        Err(error) => {
+            // The failure is reported; an observer failing on it does not hide it.
+            let _ = parent
+                .emit(Event::AgentFailed {
+                    path,
+                    error: error.clone(),
+                })
+                .await;
+            Err(error)
+        }
+    }
+}
+
+/// Bring the state a layer outside put in the context into the session, as the agent does.
+pub(crate) fn absorb_state(ctx: &RunContext, session: &mut Session) {
+    ctx.absorb_state(std::mem::take(&mut session.state));
+    session.state = ctx.state_snapshot();
+}

@@ -1,0 +1,283 @@
+//! Judges: what decides whether a loop goes on.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{AgentResponse, Error, Message, ModelRequest, ModelResponse, RunContext};
+use tower_service::Service;
+
+/// What a judge sees after an iteration: where, which, and the iteration's response (its
+/// outcome, its final answer, the session).
+#[derive(Debug, Clone)]
+pub struct JudgeRequest {
+    /// The loop's path.
+    pub path: Arc<str>,
+    /// The iteration that just ended, from 1.
+    pub iteration: u32,
+    /// Its response.
+    pub response: AgentResponse,
+    /// The loop's run context (for the cancellation token and events).
+    pub ctx: RunContext,
+}
+
+impl JudgeRequest {
+    /// The iteration's final answer.
+    pub fn text(&self) -> String {
+        self.response.text().unwrap_or_default()
+    }
+}
+
+/// A judge's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run another iteration.
+    Continue {
+        /// Why: it becomes the next iteration's input by default.
+        reason: String,
+    },
+    /// The work is done: the loop completes with this iteration's answer.
+    Stop {
+        /// Why.
+        reason: String,
+    },
+    /// The judge could not decide: the loop stops (`StopReason::Judge`) with this reason.
+    Undecided {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Verdict {
+    /// Go on, because `reason`.
+    pub fn proceed(reason: impl Into<String>) -> Self {
+        Verdict::Continue {
+            reason: reason.into(),
+        }
+    }
+
+    /// Stop, because `reason`.
+    pub fn stop(reason: impl Into<String>) -> Self {
+        Verdict::Stop {
+            reason: reason.into(),
+        }
+    }
+
+    /// The reason given.
+    pub fn reason(&self) -> &str {
+        match self {
+            Verdict::Continue { reason }
+            | Verdict::Stop { reason }
+            | Verdict::Undecided { reason } => reason,
+        }
+    }
+}
+
+/// Decides after each iteration of a [`Loop`](crate::Loop) whether it goes on: a service
+/// separate from the work agents. Write one with [`judge_fn`], use a model with
+/// [`ModelJudge`], or implement the trait.
+pub trait Judge: Send + Sync + 'static {
+    /// Judge the iteration `request`.
+    ///
+    /// # Errors
+    ///
+    /// An infrastructure failure (the judge's model is down): the loop fails with it.
+    fn judge(&self, request: JudgeRequest) -> BoxFuture<'static, Result<Verdict, Error>>;
+}
+
+/// A judge from an async closure.
+///
+/// ```
+/// use tower_agent_workflow::{judge_fn, JudgeRequest, Verdict};
+///
+/// let judge = judge_fn(|req: JudgeRequest| async move {
+///     Ok(if req.text().contains("LGTM") {
+///         Verdict::stop("the reviewer approved")
+///     } else {
+///         Verdict::proceed("address the review")
+///     })
+/// });
+/// # let _ = judge;
+/// ```
+pub fn judge_fn<F, Fut>(f: F) -> JudgeFn<F>
+where
+    F: Fn(JudgeRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Verdict, Error>> + Send + 'static,
+{
+    JudgeFn { f }
+}
+
+/// The judge [`judge_fn`] returns.
+#[derive(Clone, Copy)]
+pub struct JudgeFn<F> {
+    f: F,
+}
+
+impl<F> fmt::Debug for JudgeFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JudgeFn").finish_non_exhaustive()
+    }
+}
+
+impl<F, Fut> Judge for JudgeFn<F>
+where
+    F: Fn(JudgeRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Verdict, Error>> + Send + 'static,
+{
+    fn judge(&self, request: JudgeRequest) -> BoxFuture<'static, Result<Verdict, Error>> {
+        Box::pin((self.f)(request))
+    }
+}
+
+/// The instructions of a [`ModelJudge`] unless replaced.
+pub const JUDGE_PROMPT: &str = "You judge whether a piece of work is finished. You get the \
+result of the latest iteration of the work. Answer with one JSON object and nothing else: \
+{\"decision\": \"stop\", \"reason\": \"...\"} when the work is finished and good, or \
+{\"decision\": \"continue\", \"reason\": \"...\"} with what must still be done.";
+
+/// A judge backed by a model service: it reads the iteration's final answer and answers
+/// `{"decision": "continue" | "stop", "reason": "..."}`, parsed strictly (that object and
+/// nothing else). An answer that does not parse is asked for once more, with the parse error;
+/// a second one that does not parse makes the verdict [`Verdict::Undecided`], and the loop
+/// stops with a clear reason.
+#[derive(Clone)]
+pub struct ModelJudge {
+    model: BoxCloneSyncService<ModelRequest, ModelResponse, Error>,
+    prompt: Arc<str>,
+}
+
+impl ModelJudge {
+    /// A judge asking `model`.
+    pub fn new<M>(model: M) -> Self
+    where
+        M: Service<ModelRequest, Response = ModelResponse, Error = Error>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        M::Future: Send + 'static,
+    {
+        Self {
+            model: BoxCloneSyncService::new(model),
+            prompt: JUDGE_PROMPT.into(),
+        }
+    }
+
+    /// Replace the instructions ([`JUDGE_PROMPT`]); keep the answer format they ask for.
+    pub fn prompt(mut self, prompt: impl Into<Arc<str>>) -> Self {
+        self.prompt = prompt.into();
+        self
+    }
+
+    async fn ask(&self, messages: Vec<Message>, ctx: &RunContext) -> Result<String, Error> {
+        let mut req = ModelRequest::new(messages);
+        req.system = Some(Arc::clone(&self.prompt));
+        req.ctx = RunContext::new()
+            .with_session_id(ctx.session_id())
+            .with_cancellation(ctx.cancellation_token().clone());
+        let mut model = self.model.clone();
+        let res = model.ready().await?.call(req).await?;
+        Ok(res.message.text())
+    }
+}
+
+impl fmt::Debug for ModelJudge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelJudge").finish_non_exhaustive()
+    }
+}
+
+/// The verdict as the model must write it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Written {
+    decision: WrittenDecision,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WrittenDecision {
+    Continue,
+    Stop,
+}
+
+/// Parse a verdict strictly: one JSON object with `decision` and `reason`, nothing else.
+pub(crate) fn parse_verdict(text: &str) -> Result<Verdict, String> {
+    let written: Written = serde_json::from_str(text.trim()).map_err(|e| e.to_string())?;
+    Ok(match written.decision {
+        WrittenDecision::Continue => Verdict::Continue {
+            reason: written.reason,
+        },
+        WrittenDecision::Stop => Verdict::Stop {
+            reason: written.reason,
+        },
+    })
+}
+
+impl Judge for ModelJudge {
+    fn judge(&self, request: JudgeRequest) -> BoxFuture<'static, Result<Verdict, Error>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let question = Message::user(format!(
+                "Iteration {} of the work ended with this result:\n\n{}",
+                request.iteration,
+                request.text()
+            ));
+            let first = this.ask(vec![question.clone()], &request.ctx).await?;
+            let error = match parse_verdict(&first) {
+                Ok(verdict) => return Ok(verdict),
+                Err(error) => error,
+            };
+            let again = vec![
+                question,
+                Message::assistant(first),
+                Message::user(format!(
+                    "That is not a valid verdict ({error}). Answer with the JSON object only: \
+                     {{\"decision\": \"continue\" or \"stop\", \"reason\": \"...\"}}."
+                )),
+            ];
+            let second = this.ask(again, &request.ctx).await?;
+            Ok(parse_verdict(&second).unwrap_or_else(|error| {
+                let shown: String = second.chars().take(200).collect();
+                Verdict::Undecided {
+                    reason: format!(
+                        "the judge's verdict could not be read twice ({error}); its answer was \
+                         {shown:?}"
+                    ),
+                }
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_parse_strictly() {
+        assert_eq!(
+            parse_verdict(r#" {"decision": "stop", "reason": "done"} "#),
+            Ok(Verdict::stop("done"))
+        );
+        assert_eq!(
+            parse_verdict(r#"{"decision":"continue","reason":"tests fail"}"#),
+            Ok(Verdict::proceed("tests fail"))
+        );
+        for bad in [
+            "stop",
+            r#"{"decision": "maybe", "reason": "x"}"#,
+            r#"{"decision": "stop"}"#,
+            r#"{"decision": "stop", "reason": "x", "score": 3}"#,
+            "```json\n{\"decision\": \"stop\", \"reason\": \"x\"}\n```",
+            r#"Sure! {"decision": "stop", "reason": "x"}"#,
+        ] {
+            assert!(parse_verdict(bad).is_err(), "{bad}");
+        }
+    }
+}

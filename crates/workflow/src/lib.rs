@@ -1,0 +1,46 @@
+//! Workflows over agent services: [`Sequential`] runs agents one after the other, [`Loop`]
+//! runs an agent (a `Sequential` of a coder and a reviewer, say) iteration after iteration
+//! until a [`Judge`] says stop. Each is a `tower::Service<AgentRequest>`, so it takes the
+//! same `before_agent` / `after_agent` / `around_agent` layers as a plain agent, and nests.
+//!
+//! A workflow keeps its position (the step, the iteration) in the session's state, under
+//! `tower_agent.workflow` and its path: a run that a human approval deep inside paused is
+//! resumed from the saved session alone, at the step and iteration it stopped at.
+//!
+//! Each nested agent runs with a context of its own ([`RunContext::nested`]): its events
+//! reach the outer run's observers and stream as [`Event::Nested`], tagged with its path
+//! (`coding_loop/2/reviewer`), between [`Event::AgentStarted`] and [`Event::AgentEnded`] /
+//! [`Event::AgentFailed`]; a loop adds [`Event::IterationStarted`] and
+//! [`Event::IterationEnded`]. [`WorkflowObserver`] turns them into hooks.
+//!
+//! [`RunContext::nested`]: tower_agent_core::RunContext::nested
+//! [`Event::Nested`]: tower_agent_core::Event::Nested
+//! [`Event::AgentStarted`]: tower_agent_core::Event::AgentStarted
+//! [`Event::AgentEnded`]: tower_agent_core::Event::AgentEnded
+//! [`Event::AgentFailed`]: tower_agent_core::Event::AgentFailed
+//! [`Event::IterationStarted`]: tower_agent_core::Event::IterationStarted
+//! [`Event::IterationEnded`]: tower_agent_core::Event::IterationEnded
+
+#![forbid(unsafe_code)]
+
+mod common;
+mod judge;
+mod looping;
+mod observer;
+pub mod progress;
+mod sequential;
+mod subagent;
+
+pub use common::STATE_KEY;
+pub use judge::{JUDGE_PROMPT, Judge, JudgeFn, JudgeRequest, ModelJudge, Verdict, judge_fn};
+pub use looping::Loop;
+pub use observer::{WorkflowObserver, WorkflowObserverAdapter, workflow_observer};
+pub use sequential::{Mode, Sequential};
+pub use subagent::{AgentTool, SUBAGENT_STATE_KEY};
+
+/// The response futures of the workflows.
+pub mod future {
+    pub use crate::looping::ResponseFuture as LoopFuture;
+    pub use crate::progress::ResponseFuture as ProgressFuture;
+    pub use crate::sequential::ResponseFuture as SequentialFuture;
+}

@@ -1,0 +1,344 @@
+//! `Sequential`: agents one after the other, on one session or each on its own.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde_json::{Value, json};
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{AgentInput, AgentRequest, AgentResponse, Error, Message, Outcome, Session};
+use tower_service::Service;
+
+use crate::common::{
+    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, position,
+    run_agent, set_position, with_position,
+};
+
+#[derive(Clone)]
+struct Step {
+    name: Arc<str>,
+    agent: SharedAgent,
+    input: Option<AgentInput>,
+}
+
+/// How the steps share the conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// One session: each step sees everything before it and appends to it. The first step
+    /// gets the request's input; a later one its own input ([`Sequential::step_with_input`])
+    /// or, by default, [`AgentInput::Continue`] (some providers want a user message last:
+    /// give the step an input then).
+    #[default]
+    Shared,
+    /// Each step on a session of its own, with the previous step's final answer as its input
+    /// (the first gets the request's input). The workflow's session gets the input and the last
+    /// step's final answer; a paused step's session is kept in the workflow's session state
+    /// until it is resumed.
+    Isolated,
+}
+
+/// Runs agent services one after the other, stopping at the first that does not complete
+/// (interrupted, cancelled, stopped, failed) with that outcome; see the [crate docs](crate).
+///
+/// ```
+/// use tower::ServiceExt;
+/// use tower_agent_core::{AgentRequest, Error, ModelResponse, Session};
+/// use tower_agent_loop::Agent;
+/// use tower_agent_test::ScriptedModel;
+/// use tower_agent_tools::ToolSet;
+/// use tower_agent_workflow::Sequential;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let coder = Agent::new(ScriptedModel::new([ModelResponse::text("fn add() {}")]), ToolSet::new());
+/// let reviewer = Agent::new(ScriptedModel::new([ModelResponse::text("Looks good.")]), ToolSet::new());
+/// let pipeline = Sequential::new("pipeline")
+///     .step("coder", coder)
+///     .step_with_input("reviewer", reviewer, "Review the code above.");
+/// let res = pipeline.oneshot(AgentRequest::new(Session::new(), "Write add().")).await?;
+/// assert_eq!(res.text().as_deref(), Some("Looks good."));
+/// // One session: the task, the code, the review request, the review.
+/// assert_eq!(res.session.history.len(), 4);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Sequential {
+    name: Arc<str>,
+    steps: Arc<[Step]>,
+    mode: Mode,
+}
+
+impl Sequential {
+    /// A workflow named `name` (the first part of its agents' paths when it is outermost),
+    /// with no step yet.
+    pub fn new(name: impl Into<Arc<str>>) -> Self {
+        Self {
+            name: name.into(),
+            steps: Arc::from(Vec::new()),
+            mode: Mode::Shared,
+        }
+    }
+
+    fn push(mut self, step: Step) -> Self {
+        let mut steps = self.steps.to_vec();
+        steps.push(step);
+        self.steps = steps.into();
+        self
+    }
+
+    /// Add the agent `agent`, named `name` in paths, after the steps added before.
+    pub fn step<S>(self, name: impl Into<Arc<str>>, agent: S) -> Self
+    where
+        S: Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        self.push(Step {
+            name: name.into(),
+            agent: boxed(agent),
+            input: None,
+        })
+    }
+
+    /// Add a step that starts from `input` in the shared mode (not as the first step, which
+    /// gets the request's input).
+    pub fn step_with_input<S>(
+        self,
+        name: impl Into<Arc<str>>,
+        agent: S,
+        input: impl Into<AgentInput>,
+    ) -> Self
+    where
+        S: Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        self.push(Step {
+            name: name.into(),
+            agent: boxed(agent),
+            input: Some(input.into()),
+        })
+    }
+
+    /// Run each step on a session of its own ([`Mode::Isolated`]).
+    pub fn isolated(mut self) -> Self {
+        self.mode = Mode::Isolated;
+        self
+    }
+
+    /// The workflow's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Debug for Sequential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sequential")
+            .field("name", &self.name)
+            .field(
+                "steps",
+                &self.steps.iter().map(|s| &*s.name).collect::<Vec<_>>(),
+            )
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl Service<AgentRequest> for Sequential {
+    type Response = AgentResponse;
+    type Error = Error;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        // Each step is driven to readiness when its turn comes.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: AgentRequest) -> ResponseFuture {
+        let this = self.clone();
+        ResponseFuture {
+            future: Box::pin(async move {
+                match this.mode {
+                    Mode::Shared => this.run_shared(req).await,
+                    Mode::Isolated => this.run_isolated(req).await,
+                }
+            }),
+        }
+    }
+}
+
+/// The response future of [`Sequential`].
+pub struct ResponseFuture {
+    future: BoxFuture<'static, Result<AgentResponse, Error>>,
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<AgentResponse, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.future.as_mut().poll(cx)
+    }
+}
+
+/// The step a run starts at: 0 for new messages, else the saved one.
+fn start(session: &mut Session, path: &str, input: &AgentInput) -> usize {
+    if let AgentInput::Messages(_) = input {
+        clear_position(session, path);
+        return 0;
+    }
+    position(session, path)
+        .and_then(|p| p.get("step"))
+        .and_then(Value::as_u64)
+        .and_then(|step| usize::try_from(step).ok())
+        .unwrap_or(0)
+}
+
+impl Sequential {
+    async fn run_shared(self, req: AgentRequest) -> Result<AgentResponse, Error> {
+        let AgentRequest {
+            mut session,
+            input,
+            ctx,
+        } = req;
+        absorb_state(&ctx, &mut session);
+        let scope = Scope::of(&ctx, &self.name);
+        let first = start(&mut session, &scope.path, &input);
+        let mut input = Some(input);
+        let mut totals = Totals::default();
+        let mut last = None;
+        for (index, step) in self.steps.iter().enumerate().skip(first) {
+            let here = json!({ "step": index });
+            if ctx.is_cancelled() {
+                set_position(&mut session, &scope.path, here);
+                return Ok(totals.response(session, cancelled()));
+            }
+            let input = input
+                .take()
+                .or_else(|| step.input.clone())
+                .unwrap_or(AgentInput::Continue);
+            let res = run_agent(
+                step.agent.get(),
+                &ctx,
+                scope.child_path(&step.name),
+                scope.child(&ctx, &step.name),
+                session,
+                input,
+            )
+            .await
+            .map_err(|error| with_position(error, &scope.path, here.clone()))?;
+            totals.add(&res);
+            session = res.session;
+            if !matches!(res.outcome, Outcome::Completed { .. }) {
+                set_position(&mut session, &scope.path, here);
+                return Ok(totals.response(session, res.outcome));
+            }
+            last = Some(res.outcome);
+        }
+        clear_position(&mut session, &scope.path);
+        let outcome = last.unwrap_or_else(|| Outcome::Completed {
+            message: session
+                .history
+                .last()
+                .cloned()
+                .unwrap_or_else(|| Message::assistant("")),
+        });
+        Ok(totals.response(session, outcome))
+    }
+
+    async fn run_isolated(self, req: AgentRequest) -> Result<AgentResponse, Error> {
+        let AgentRequest {
+            mut session,
+            input,
+            ctx,
+        } = req;
+        absorb_state(&ctx, &mut session);
+        let scope = Scope::of(&ctx, &self.name);
+        let first = start(&mut session, &scope.path, &input);
+        // A paused step's own session, kept in the state.
+        let saved: Option<Session> = (first > 0 || !matches!(input, AgentInput::Messages(_)))
+            .then(|| position(&session, &scope.path))
+            .flatten()
+            .and_then(|p| p.get("session"))
+            .and_then(|s| serde_json::from_value(s.clone()).ok());
+        let mut input = match input {
+            AgentInput::Messages(messages) => {
+                session.push_input(messages.clone());
+                AgentInput::Messages(messages)
+            }
+            other => {
+                session.interrupts.clear();
+                other
+            }
+        };
+        let mut own = saved;
+        let mut totals = Totals::default();
+        let mut last = None;
+        for (index, step) in self.steps.iter().enumerate().skip(first) {
+            let sub = own
+                .take()
+                .unwrap_or_else(|| Session::with_id(format!("{}/{}", session.id, step.name)));
+            if ctx.is_cancelled() {
+                let here = json!({ "step": index, "session": sub });
+                set_position(&mut session, &scope.path, here);
+                return Ok(totals.response(session, cancelled()));
+            }
+            let result = run_agent(
+                step.agent.get(),
+                &ctx,
+                scope.child_path(&step.name),
+                scope.child(&ctx, &step.name),
+                sub,
+                input,
+            )
+            .await;
+            let res = match result {
+                Ok(res) => res,
+                Err(mut error) => {
+                    // The workflow's session goes back, with the step's own to resume from.
+                    let sub = error.take_session();
+                    set_position(
+                        &mut session,
+                        &scope.path,
+                        json!({ "step": index, "session": sub }),
+                    );
+                    return Err(error.with_session(session));
+                }
+            };
+            totals.add(&res);
+            match &res.outcome {
+                Outcome::Completed { message } => {
+                    input = AgentInput::Messages(vec![Message::user(message.text())]);
+                    last = Some(res.outcome.clone());
+                }
+                outcome => {
+                    if let Outcome::Interrupted { interrupts } = outcome {
+                        session.interrupts = interrupts.clone();
+                    }
+                    let here = json!({ "step": index, "session": res.session });
+                    set_position(&mut session, &scope.path, here);
+                    return Ok(totals.response(session, res.outcome));
+                }
+            }
+        }
+        clear_position(&mut session, &scope.path);
+        let outcome = match last {
+            Some(Outcome::Completed { message }) => {
+                session.history.push(message.clone());
+                Outcome::Completed { message }
+            }
+            _ => Outcome::Completed {
+                message: Message::assistant(""),
+            },
+        };
+        Ok(totals.response(session, outcome))
+    }
+}

@@ -1,0 +1,279 @@
+//! Sub-agents as tools: any agent service called by a model as a tool (`task`-style
+//! delegation).
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde_json::{Map, Value, json};
+use tower_agent_core::{
+    AgentInput, AgentRequest, AgentResponse, Decisions, Error, Interrupt, Outcome, Session,
+    ToolRequest, ToolResponse, ToolSpec,
+};
+use tower_agent_tools::{ResponseFuture, Tool};
+use tower_service::Service;
+
+use crate::common::{SharedAgent, boxed};
+
+/// The run-state key under which a paused sub-agent's session waits, by call id.
+pub const SUBAGENT_STATE_KEY: &str = "tower_agent.subagents";
+
+/// An agent service offered to a model as a tool: the tool's `task` argument becomes the
+/// sub-agent's input (a user message), its final answer the tool's result.
+///
+/// - Each call runs the sub-agent on a fresh session of its own
+///   (`{session}/{tool}/{call id}`), in a nested context
+///   ([`RunContext::nested`](tower_agent_core::RunContext::nested)): its events reach the
+///   parent run's observers as `Event::Nested`, with the path `{tool}[{call id}]` under the
+///   parent's; cancelling the parent cancels it; the tokens it used are added to the parent
+///   run's usage ([`RunContext::record_usage`](tower_agent_core::RunContext::record_usage)).
+/// - Several calls in one model message run side by side when the agent runs tools
+///   concurrently.
+/// - A sub-agent that waits for a human interrupts the parent run at this call: the review's
+///   payload lists the sub-agent's waiting calls (`{"agent": .., "interrupts": [..]}`), and its
+///   session is kept in the parent's session state (under [`SUBAGENT_STATE_KEY`]) until the
+///   parent is resumed. The parent's decision for this call is handed to the sub-agent: a map
+///   from the sub-agent's call ids to decisions, or one decision for all its waiting calls.
+/// - A sub-agent that stops, is cancelled or fails gives an error result the parent's model
+///   sees (with the outcome's summary or the error), not an error of the parent run.
+///
+/// ```
+/// use serde_json::json;
+/// use tower::ServiceExt;
+/// use tower_agent_core::{AgentRequest, Error, ModelResponse, Session, ToolCall};
+/// use tower_agent_loop::Agent;
+/// use tower_agent_test::ScriptedModel;
+/// use tower_agent_tools::ToolSet;
+/// use tower_agent_workflow::AgentTool;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let researcher = Agent::new(
+///     ScriptedModel::new([ModelResponse::text("Paris has 2.1 million people.")]),
+///     ToolSet::new(),
+/// );
+/// let tools = ToolSet::new().tool(AgentTool::new("research", "Research a question.", researcher));
+/// let lead = Agent::builder().tool_specs(tools.specs()).build(
+///     ScriptedModel::new([
+///         ModelResponse::tool_calls([ToolCall::new("c1", "research", json!({"task": "Population of Paris?"}))]),
+///         ModelResponse::text("About 2.1 million."),
+///     ]),
+///     tools,
+/// );
+/// let res = lead.oneshot(AgentRequest::new(Session::new(), "How many people live in Paris?")).await?;
+/// assert_eq!(res.text().as_deref(), Some("About 2.1 million."));
+/// assert_eq!(res.session.history[2].tool_results().next().map(|r| r.content.as_str()),
+///            Some("Paris has 2.1 million people."));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct AgentTool {
+    spec: Arc<ToolSpec>,
+    agent: SharedAgent,
+}
+
+impl AgentTool {
+    /// The agent `agent`, offered as the tool `name` with `description`; its parameters are
+    /// `{"task": string}`.
+    pub fn new<S>(name: impl Into<String>, description: impl Into<String>, agent: S) -> Self
+    where
+        S: Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        let parameters = json!({
+            "type": "object",
+            "properties": {
+                "task": {
+                    "type": "string",
+                    "description": "What the sub-agent should do, with everything it needs to know: it sees nothing else of this conversation."
+                }
+            },
+            "required": ["task"],
+            "additionalProperties": false
+        });
+        Self {
+            spec: Arc::new(ToolSpec::new(name, description, parameters)),
+            agent: boxed(agent),
+        }
+    }
+}
+
+impl fmt::Debug for AgentTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentTool")
+            .field("name", &self.spec.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service<ToolRequest> for AgentTool {
+    type Response = ToolResponse;
+    type Error = Error;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        // The sub-agent is driven to readiness in the call.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> ResponseFuture {
+        let agent = self.agent.get();
+        let name = self.spec.name.clone();
+        ResponseFuture::new(run(agent, name, req))
+    }
+}
+
+impl Tool for AgentTool {
+    fn spec(&self) -> ToolSpec {
+        (*self.spec).clone()
+    }
+}
+
+/// What the model sends.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    task: String,
+}
+
+async fn run(
+    mut agent: crate::common::BoxAgent,
+    name: String,
+    req: ToolRequest,
+) -> Result<ToolResponse, Error> {
+    use tower::ServiceExt;
+
+    let ToolRequest { call, ctx, resume } = req;
+    let saved = ctx
+        .state::<Map<String, Value>>(SUBAGENT_STATE_KEY)
+        .and_then(|mut all| all.remove(&call.id))
+        .and_then(|session| serde_json::from_value::<Session>(session).ok());
+    let (session, input) = match (resume, saved) {
+        (Some(value), Some(session)) => {
+            let decisions = decisions_for(&session.interrupts, value);
+            (session, AgentInput::Resume(decisions))
+        }
+        _ => {
+            // An object only: serde would map a list onto the fields by position.
+            let parsed = call
+                .parse_arguments::<Value>()
+                .map_err(|e| e.to_string())
+                .and_then(|value| match value {
+                    Value::Object(_) => {
+                        serde_json::from_value::<Args>(value).map_err(|e| e.to_string())
+                    }
+                    _ => Err("the arguments are not a JSON object".to_owned()),
+                });
+            let task = match parsed {
+                Ok(args) => args.task,
+                Err(error) => {
+                    return Ok(ToolResponse::error(
+                        &call,
+                        format!(
+                            "invalid arguments for `{name}`: {error}; expected {{\"task\": \
+                             \"...\"}}"
+                        ),
+                    ));
+                }
+            };
+            let id = format!("{}/{name}/{}", ctx.session_id(), call.id);
+            (Session::with_id(id), AgentInput::from(task))
+        }
+    };
+    let nested = ctx.nested(&format!("{name}[{}]", call.id));
+    let result = match agent.ready().await {
+        Ok(agent) => {
+            agent
+                .call(AgentRequest {
+                    session,
+                    input,
+                    ctx: nested,
+                })
+                .await
+        }
+        Err(error) => Err(error),
+    };
+    forget(&ctx, &call.id);
+    let res = match result {
+        Ok(res) => res,
+        Err(error) => {
+            return Ok(ToolResponse::error(
+                &call,
+                format!("the sub-agent `{name}` failed: {error}"),
+            ));
+        }
+    };
+    ctx.record_usage(res.usage);
+    Ok(match res.outcome {
+        Outcome::Completed { message } => ToolResponse::success(&call, message.text()),
+        Outcome::Interrupted { interrupts } => {
+            let payload = json!({
+                "agent": name,
+                "interrupts": interrupts
+                    .iter()
+                    .map(|i| json!({"call": i.call, "payload": i.payload, "allowed": i.allowed}))
+                    .collect::<Vec<_>>(),
+            });
+            keep(&ctx, &call.id, &res.session);
+            ToolResponse::interrupt(&call, payload)
+        }
+        outcome => {
+            let summary = outcome
+                .summary()
+                .unwrap_or_else(|| "the sub-agent did not finish".to_owned());
+            ToolResponse::error(
+                &call,
+                format!("the sub-agent `{name}` did not finish: {summary}"),
+            )
+        }
+    })
+}
+
+/// The sub-agent's decisions from the parent's value for this call: a map keyed by the
+/// sub-agent's waiting call ids, or one decision for all of them.
+fn decisions_for(interrupts: &[Interrupt], value: Value) -> Decisions {
+    if let Value::Object(map) = &value {
+        if !map.is_empty()
+            && map
+                .keys()
+                .all(|k| interrupts.iter().any(|i| i.call.id == *k))
+        {
+            return map
+                .iter()
+                .fold(Decisions::new(), |d, (id, v)| d.with(id.clone(), v.clone()));
+        }
+    }
+    Decisions::all(interrupts, value)
+}
+
+/// Keep a paused sub-agent's session in the parent's state until it is resumed.
+fn keep(ctx: &tower_agent_core::RunContext, call_id: &str, session: &Session) {
+    let Ok(session) = serde_json::to_value(session) else {
+        return;
+    };
+    ctx.with_state(|state| {
+        let all = state
+            .entry(SUBAGENT_STATE_KEY)
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(all) = all {
+            all.insert(call_id.to_owned(), session);
+        }
+    });
+}
+
+/// Forget a sub-agent's kept session.
+fn forget(ctx: &tower_agent_core::RunContext, call_id: &str) {
+    ctx.with_state(|state| {
+        let empty = match state.get_mut(SUBAGENT_STATE_KEY) {
+            Some(Value::Object(all)) => {
+                all.remove(call_id);
+                all.is_empty()
+            }
+            _ => false,
+        };
+        if empty {
+            state.remove(SUBAGENT_STATE_KEY);
+        }
+    });
+}
