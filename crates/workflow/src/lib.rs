@@ -28,6 +28,7 @@ mod judge;
 mod looping;
 mod observer;
 pub mod progress;
+pub mod rules;
 mod sequential;
 mod subagent;
 
