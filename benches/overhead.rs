@@ -310,7 +310,7 @@ fn workflow(c: &mut Criterion) {
             Verdict::proceed("again")
         }
     };
-    let judge = judge_fn(move |req: JudgeRequest| ready(Ok(verdict(req.iteration))));
+    let judge = judge_fn(move |req: &JudgeRequest| ready(Ok(verdict(req.iteration))));
     let workflow = Loop::new(
         "coding_loop",
         Sequential::new("pair")

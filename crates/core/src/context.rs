@@ -66,6 +66,8 @@ struct Shared {
     /// Tokens used by nested runs (sub-agents), added to this run's usage at its end.
     usage: Mutex<Usage>,
     has_usage: AtomicBool,
+    /// Where a nested run belongs ([`RunContext::nested`]).
+    nesting: Option<Nesting>,
 }
 
 /// A copy for [`Arc::make_mut`]: the locks are copied by value.
@@ -86,6 +88,7 @@ impl Clone for Shared {
             has_executed: AtomicBool::new(self.has_executed.load(Ordering::Acquire)),
             usage: Mutex::new(*lock(&self.usage)),
             has_usage: AtomicBool::new(self.has_usage.load(Ordering::Acquire)),
+            nesting: self.nesting.clone(),
         }
     }
 }
@@ -144,6 +147,7 @@ impl RunContext {
             has_executed: AtomicBool::new(false),
             usage: Mutex::new(Usage::default()),
             has_usage: AtomicBool::new(false),
+            nesting: None,
         })
     }
 
@@ -161,12 +165,13 @@ impl RunContext {
     }
 
     /// A context for an agent nested in this run (a step of a workflow, a sub-agent called
-    /// as a tool) named `name`: a fresh run id, the same session id, a child of the
-    /// cancellation token (cancelling this run cancels the nested one, not the other way
-    /// round), and an event sink that forwards every event of the nested run to this run's
+    /// as a tool) named `name`: its own run id (the outermost run's id and the path), the same
+    /// session id, the same cancellation token (the nested run is part of this one:
+    /// cancelling either cancels both), and an event sink that forwards every event of the nested run to this run's
     /// sink as [`Event::Nested`](crate::Event::Nested), tagged with the nested agent's path:
-    /// this context's path (if it is itself nested), a `/`, and `name`. The nested run's JSON
-    /// state and extensions are its own.
+    /// this context's path (if it is itself nested), a `/`, and `name`. When nothing listens
+    /// to the outermost run's events (no observer, no stream), the nested sink is disabled
+    /// too. The nested run's JSON state and extensions are its own.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -189,24 +194,66 @@ impl RunContext {
     /// # }
     /// ```
     pub fn nested(&self, name: &str) -> RunContext {
-        let (root, path) = match self.extension::<Nesting>() {
-            Some(Nesting { root, path }) => (root, Arc::from(format!("{path}/{name}"))),
-            None => (self.clone(), Arc::from(name)),
+        let path = match &self.shared.nesting {
+            Some(nesting) => {
+                let mut path = String::with_capacity(nesting.path.len() + 1 + name.len());
+                path.push_str(&nesting.path);
+                path.push('/');
+                path.push_str(name);
+                path.into()
+            }
+            None => Arc::from(name),
         };
-        let child = RunContext::new()
-            .with_session_id(self.session_id())
-            .with_cancellation(self.cancellation_token().child_token())
-            .with_observer(Forward {
+        self.nested_at(path)
+    }
+
+    /// [`RunContext::nested`] with the nested agent's whole path given (this context's path,
+    /// if it is nested, is not prepended): for a workflow that has built it already.
+    pub fn nested_at(&self, path: Arc<str>) -> RunContext {
+        let root = match &self.shared.nesting {
+            Some(nesting) => nesting.root.clone(),
+            None => self.clone(),
+        };
+        // Nobody listens to the outermost run: the nested one's sink stays disabled, and its
+        // agents build no events at all.
+        let events = if root.events().is_enabled() {
+            EventSink::new().with_observer(Forward {
                 root: root.clone(),
                 path: Arc::clone(&path),
-            });
-        child.insert_extension(Nesting { root, path });
-        child
+            })
+        } else {
+            EventSink::new()
+        };
+        // Unique within the outermost run, and no random id to draw.
+        let root_id = root.run_id();
+        let mut run_id = String::with_capacity(root_id.len() + 1 + path.len());
+        run_id.push_str(root_id);
+        run_id.push('/');
+        run_id.push_str(&path);
+        Self::from_shared(Shared {
+            run_id: run_id.into(),
+            session_id: Arc::clone(&self.shared.session_id),
+            // Part of the outer run: one token (a child token costs a lock and a node per
+            // nested run).
+            cancel: self.cancellation_token().clone(),
+            events,
+            state: Mutex::new(Map::new()),
+            extensions: Mutex::new(Extensions::default()),
+            commit: Mutex::new(None),
+            has_commit: AtomicBool::new(false),
+            stop: Mutex::new(None),
+            has_stop: AtomicBool::new(false),
+            executed: Mutex::new(Vec::new()),
+            has_executed: AtomicBool::new(false),
+            usage: Mutex::new(Usage::default()),
+            has_usage: AtomicBool::new(false),
+            nesting: Some(Nesting { root, path }),
+        })
     }
 
     /// This context's path when it belongs to a nested agent ([`RunContext::nested`]).
     pub fn path(&self) -> Option<Arc<str>> {
-        self.extension::<Nesting>().map(|nesting| nesting.path)
+        self.shared.nesting.as_ref().map(|n| Arc::clone(&n.path))
     }
 
     /// Set the run id.

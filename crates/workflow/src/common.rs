@@ -44,32 +44,24 @@ pub const STATE_KEY: &str = "tower_agent.workflow";
 pub(crate) struct Scope {
     /// The workflow's path: its context's when nested, else its name.
     pub(crate) path: Arc<str>,
-    nested: bool,
 }
 
 impl Scope {
     pub(crate) fn of(ctx: &RunContext, name: &str) -> Self {
-        match ctx.path() {
-            Some(path) => Self { path, nested: true },
-            None => Self {
-                path: name.into(),
-                nested: false,
-            },
+        Self {
+            path: ctx.path().unwrap_or_else(|| name.into()),
         }
     }
 
-    /// The context of the child `name` (a step, an iteration).
-    pub(crate) fn child(&self, ctx: &RunContext, name: &str) -> RunContext {
-        if self.nested {
-            ctx.nested(name)
-        } else {
-            ctx.nested(&format!("{}/{name}", self.path))
-        }
-    }
-
-    /// The path of the child `name`.
-    pub(crate) fn child_path(&self, name: &str) -> Arc<str> {
-        format!("{}/{name}", self.path).into()
+    /// The path and the context of the child `name` (a step, an iteration).
+    pub(crate) fn child(&self, ctx: &RunContext, name: &str) -> (Arc<str>, RunContext) {
+        let mut path = String::with_capacity(self.path.len() + 1 + name.len());
+        path.push_str(&self.path);
+        path.push('/');
+        path.push_str(name);
+        let path: Arc<str> = path.into();
+        let child = ctx.nested_at(Arc::clone(&path));
+        (path, child)
     }
 }
 
@@ -147,16 +139,14 @@ pub(crate) fn cancelled() -> Outcome {
 pub(crate) async fn run_agent(
     mut agent: BoxAgent,
     parent: &RunContext,
-    path: Arc<str>,
-    ctx: RunContext,
+    (path, ctx): (Arc<str>, RunContext),
     session: Session,
     input: tower_agent_core::AgentInput,
 ) -> Result<AgentResponse, Error> {
-    let emitted = parent
-        .emit(Event::AgentStarted {
-            path: Arc::clone(&path),
-        })
-        .await;
+    let emitted = emit(parent, || Event::AgentStarted {
+        path: Arc::clone(&path),
+    })
+    .await;
     if let Err(error) = emitted {
         return Err(error.with_session(session));
     }
@@ -174,12 +164,11 @@ pub(crate) async fn run_agent(
     };
     match result {
         Ok(res) => {
-            let emitted = parent
-                .emit(Event::AgentEnded {
-                    path,
-                    outcome: res.outcome.clone(),
-                })
-                .await;
+            let emitted = emit(parent, || Event::AgentEnded {
+                path,
+                outcome: res.outcome.clone(),
+            })
+            .await;
             match emitted {
                 Ok(()) => Ok(res),
                 Err(error) => Err(error.with_session(res.session)),
@@ -187,12 +176,11 @@ pub(crate) async fn run_agent(
         }
         Err(error) => {
             // The failure is reported; an observer failing on it does not hide it.
-            let _ = parent
-                .emit(Event::AgentFailed {
-                    path,
-                    error: error.clone(),
-                })
-                .await;
+            let _ = emit(parent, || Event::AgentFailed {
+                path,
+                error: error.clone(),
+            })
+            .await;
             Err(error)
         }
     }
@@ -200,6 +188,18 @@ pub(crate) async fn run_agent(
 
 /// Bring the state a layer outside put in the context into the session, as the agent does.
 pub(crate) fn absorb_state(ctx: &RunContext, session: &mut Session) {
+    // The usual case, a context with no state of its own: nothing to bring.
+    if ctx.with_state(|state| state.is_empty()) {
+        return;
+    }
     ctx.absorb_state(std::mem::take(&mut session.state));
     session.state = ctx.state_snapshot();
+}
+
+/// Emit the event `make` builds, when anything listens.
+pub(crate) async fn emit(ctx: &RunContext, make: impl FnOnce() -> Event) -> Result<(), Error> {
+    if !ctx.events().is_enabled() {
+        return Ok(());
+    }
+    ctx.emit(make()).await
 }

@@ -81,31 +81,35 @@ impl Verdict {
 /// separate from the work agents. Write one with [`judge_fn`], use a model with
 /// [`ModelJudge`], or implement the trait.
 pub trait Judge: Send + Sync + 'static {
-    /// Judge the iteration `request`.
+    /// Judge the iteration `request` (borrowed: the loop goes on with its response).
     ///
     /// # Errors
     ///
     /// An infrastructure failure (the judge's model is down): the loop fails with it.
-    fn judge(&self, request: JudgeRequest) -> BoxFuture<'static, Result<Verdict, Error>>;
+    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Verdict, Error>>;
 }
 
-/// A judge from an async closure.
+/// A judge from a closure that reads the request and returns a `'static` future (as
+/// `observer_fn` does): take from the request what the future needs.
 ///
 /// ```
 /// use tower_agent_workflow::{judge_fn, JudgeRequest, Verdict};
 ///
-/// let judge = judge_fn(|req: JudgeRequest| async move {
-///     Ok(if req.text().contains("LGTM") {
-///         Verdict::stop("the reviewer approved")
-///     } else {
-///         Verdict::proceed("address the review")
-///     })
+/// let judge = judge_fn(|req: &JudgeRequest| {
+///     let approved = req.text().contains("LGTM");
+///     async move {
+///         Ok(if approved {
+///             Verdict::stop("the reviewer approved")
+///         } else {
+///             Verdict::proceed("address the review")
+///         })
+///     }
 /// });
 /// # let _ = judge;
 /// ```
 pub fn judge_fn<F, Fut>(f: F) -> JudgeFn<F>
 where
-    F: Fn(JudgeRequest) -> Fut + Send + Sync + 'static,
+    F: Fn(&JudgeRequest) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Verdict, Error>> + Send + 'static,
 {
     JudgeFn { f }
@@ -125,10 +129,10 @@ impl<F> fmt::Debug for JudgeFn<F> {
 
 impl<F, Fut> Judge for JudgeFn<F>
 where
-    F: Fn(JudgeRequest) -> Fut + Send + Sync + 'static,
+    F: Fn(&JudgeRequest) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Verdict, Error>> + Send + 'static,
 {
-    fn judge(&self, request: JudgeRequest) -> BoxFuture<'static, Result<Verdict, Error>> {
+    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Verdict, Error>> {
         Box::pin((self.f)(request))
     }
 }
@@ -220,8 +224,8 @@ pub(crate) fn parse_verdict(text: &str) -> Result<Verdict, String> {
 }
 
 impl Judge for ModelJudge {
-    fn judge(&self, request: JudgeRequest) -> BoxFuture<'static, Result<Verdict, Error>> {
-        let this = self.clone();
+    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Verdict, Error>> {
+        let this = self;
         Box::pin(async move {
             let question = Message::user(format!(
                 "Iteration {} of the work ended with this result:\n\n{}",

@@ -15,7 +15,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use crate::common::{
-    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, position,
+    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, emit, position,
     run_agent, set_position, with_position,
 };
 use crate::judge::{Judge, JudgeRequest, Verdict};
@@ -53,8 +53,9 @@ type NextInput = Arc<dyn Fn(u32, &Verdict) -> AgentInput + Send + Sync>;
 ///     ScriptedModel::new([ModelResponse::text("draft 1"), ModelResponse::text("draft 2")]),
 ///     ToolSet::new(),
 /// );
-/// let judge = judge_fn(|req: JudgeRequest| async move {
-///     Ok(if req.text() == "draft 2" { Verdict::stop("good") } else { Verdict::proceed("shorter") })
+/// let judge = judge_fn(|req: &JudgeRequest| {
+///     let done = req.text() == "draft 2";
+///     async move { Ok(if done { Verdict::stop("good") } else { Verdict::proceed("shorter") }) }
 /// });
 /// let writing = Loop::new("writing", writer, judge);
 /// let res = writing.oneshot(AgentRequest::new(Session::new(), "Write a haiku.")).await?;
@@ -188,17 +189,16 @@ impl Loop {
         let mut input = input;
         let mut totals = Totals::default();
         loop {
-            let here = json!({ "iteration": iteration });
+            let here = || json!({ "iteration": iteration });
             if ctx.is_cancelled() {
-                set_position(&mut session, &scope.path, here);
+                set_position(&mut session, &scope.path, here());
                 return Ok(totals.response(session, cancelled()));
             }
-            let started = ctx
-                .emit(Event::IterationStarted {
-                    path: Arc::clone(&scope.path),
-                    iteration,
-                })
-                .await;
+            let started = emit(&ctx, || Event::IterationStarted {
+                path: Arc::clone(&scope.path),
+                iteration,
+            })
+            .await;
             if let Err(error) = started {
                 return Err(error.with_session(session));
             }
@@ -206,41 +206,38 @@ impl Loop {
             let res = run_agent(
                 self.inner.get(),
                 &ctx,
-                scope.child_path(&name),
                 scope.child(&ctx, &name),
                 session,
                 input,
             )
             .await
-            .map_err(|error| with_position(error, &scope.path, here.clone()))?;
+            .map_err(|error| with_position(error, &scope.path, here()))?;
             totals.add(&res);
             if !matches!(res.outcome, Outcome::Completed { .. }) {
                 session = res.session;
-                set_position(&mut session, &scope.path, here);
+                set_position(&mut session, &scope.path, here());
                 let reason = match &res.outcome {
                     Outcome::Interrupted { .. } => "interrupted: waiting for a decision",
                     Outcome::Cancelled { .. } => "cancelled",
                     _ => "stopped",
                 };
-                self.ended(&ctx, &scope, iteration, false, reason.to_owned())
+                self.ended(&ctx, &scope, iteration, false, || reason.to_owned())
                     .await
                     .map_err(|e| e.with_session(session.clone()))?;
                 return Ok(totals.response(session, res.outcome));
             }
-            let judged = self
-                .judge
-                .judge(JudgeRequest {
-                    path: Arc::clone(&scope.path),
-                    iteration,
-                    response: res.clone(),
-                    ctx: ctx.clone(),
-                })
-                .await;
+            let request = JudgeRequest {
+                path: Arc::clone(&scope.path),
+                iteration,
+                response: res,
+                ctx: ctx.clone(),
+            };
+            let judged = self.judge.judge(&request).await;
             let AgentResponse {
                 session: after,
                 outcome,
                 ..
-            } = res;
+            } = request.response;
             session = after;
             let verdict = match judged {
                 Ok(verdict) => verdict,
@@ -271,11 +268,11 @@ impl Loop {
                 ),
                 Verdict::Continue { .. } => (true, outcome),
             };
-            let reason = match (&verdict, next) {
+            let limit = self.max_iterations;
+            let reason = || match (&verdict, next) {
                 (Verdict::Continue { .. }, false) => format!(
-                    "{} (the limit of {} iterations is reached)",
-                    verdict.reason(),
-                    self.max_iterations
+                    "{} (the limit of {limit} iterations is reached)",
+                    verdict.reason()
                 ),
                 _ => verdict.reason().to_owned(),
             };
@@ -297,13 +294,13 @@ impl Loop {
         scope: &Scope,
         iteration: u32,
         next: bool,
-        reason: String,
+        reason: impl FnOnce() -> String,
     ) -> Result<(), Error> {
-        ctx.emit(Event::IterationEnded {
+        emit(ctx, || Event::IterationEnded {
             path: Arc::clone(&scope.path),
             iteration,
             next,
-            reason,
+            reason: reason(),
         })
         .await
     }

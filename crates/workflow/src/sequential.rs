@@ -216,9 +216,9 @@ impl Sequential {
         let mut totals = Totals::default();
         let mut last = None;
         for (index, step) in self.steps.iter().enumerate().skip(first) {
-            let here = json!({ "step": index });
+            let here = || json!({ "step": index });
             if ctx.is_cancelled() {
-                set_position(&mut session, &scope.path, here);
+                set_position(&mut session, &scope.path, here());
                 return Ok(totals.response(session, cancelled()));
             }
             let input = input
@@ -228,17 +228,16 @@ impl Sequential {
             let res = run_agent(
                 step.agent.get(),
                 &ctx,
-                scope.child_path(&step.name),
                 scope.child(&ctx, &step.name),
                 session,
                 input,
             )
             .await
-            .map_err(|error| with_position(error, &scope.path, here.clone()))?;
+            .map_err(|error| with_position(error, &scope.path, here()))?;
             totals.add(&res);
             session = res.session;
             if !matches!(res.outcome, Outcome::Completed { .. }) {
-                set_position(&mut session, &scope.path, here);
+                set_position(&mut session, &scope.path, here());
                 return Ok(totals.response(session, res.outcome));
             }
             last = Some(res.outcome);
@@ -294,7 +293,6 @@ impl Sequential {
             let result = run_agent(
                 step.agent.get(),
                 &ctx,
-                scope.child_path(&step.name),
                 scope.child(&ctx, &step.name),
                 sub,
                 input,

@@ -25,7 +25,7 @@ pub const SUBAGENT_STATE_KEY: &str = "tower_agent.subagents";
 ///   (`{session}/{tool}/{call id}`), in a nested context
 ///   ([`RunContext::nested`](tower_agent_core::RunContext::nested)): its events reach the
 ///   parent run's observers as `Event::Nested`, with the path `{tool}[{call id}]` under the
-///   parent's; cancelling the parent cancels it; the tokens it used are added to the parent
+///   parent's; it shares the parent's cancellation token (cancelling the parent cancels it); the tokens it used are added to the parent
 ///   run's usage ([`RunContext::record_usage`](tower_agent_core::RunContext::record_usage)).
 /// - Several calls in one model message run side by side when the agent runs tools
 ///   concurrently.

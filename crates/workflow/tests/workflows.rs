@@ -174,12 +174,15 @@ async fn a_failing_step_fails_the_workflow_with_the_session_and_its_position() {
 }
 
 fn approve_after(n: u32) -> impl tower_agent_workflow::Judge {
-    judge_fn(move |req: JudgeRequest| async move {
-        Ok(if req.iteration >= n {
-            Verdict::stop("approved")
-        } else {
-            Verdict::proceed("add tests")
-        })
+    judge_fn(move |req: &JudgeRequest| {
+        let done = req.iteration >= n;
+        async move {
+            Ok(if done {
+                Verdict::stop("approved")
+            } else {
+                Verdict::proceed("add tests")
+            })
+        }
     })
 }
 
@@ -422,12 +425,15 @@ impl Nested {
             Sequential::new("pair")
                 .step("coder", agent(&self.coder))
                 .step_with_input("reviewer", reviewer, "Review."),
-            judge_fn(|req: JudgeRequest| async move {
-                Ok(if req.text() == "merged" {
-                    Verdict::stop("merged")
-                } else {
-                    Verdict::proceed("add tests")
-                })
+            judge_fn(|req: &JudgeRequest| {
+                let merged = req.text() == "merged";
+                async move {
+                    Ok(if merged {
+                        Verdict::stop("merged")
+                    } else {
+                        Verdict::proceed("add tests")
+                    })
+                }
             }),
         )
     }
