@@ -70,7 +70,9 @@
 //! - [`docs::custom_layer`]: writing a layer, from a closure to a hand-made service;
 //! - [`docs::testing`]: testing layers and agents with the test kit;
 //! - [`docs::interrupts`]: pause a run, save it, resume it elsewhere; approval, checkpoints,
-//!   stopping and cancelling.
+//!   stopping and cancelling;
+//! - [`docs::workflows`]: sequential and loop agents with a judge, sub-agents as tools,
+//!   progress lines, tool rules.
 
 #![forbid(unsafe_code)]
 
@@ -185,6 +187,10 @@ pub mod docs {
     #[doc = include_str!("../docs/interrupts.md")]
     #[cfg(feature = "approval")]
     pub mod interrupts {}
+
+    #[doc = include_str!("../docs/workflows.md")]
+    #[cfg(all(feature = "workflow", feature = "tools"))]
+    pub mod workflows {}
 }
 
 /// The README's examples, compiled and run as doctests.
