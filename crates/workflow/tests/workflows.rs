@@ -577,3 +577,52 @@ async fn an_isolated_step_that_waits_is_resumed_on_its_own_session() {
     let history: Vec<String> = res.session.history.iter().map(|m| m.text()).collect();
     assert_eq!(history, ["Build it.", "merged"]);
 }
+
+#[tokio::test]
+async fn workflows_take_agent_layers_like_an_agent() {
+    use tower_agent_core::{Flow, after_agent, around_agent, before_agent};
+
+    let writer = texts(&["v1"]);
+    let judged = || Loop::new("l", agent(&writer), approve_after(1));
+    // A before_agent callback answers: the loop does not run.
+    let closed = ServiceBuilder::new()
+        .layer(before_agent(|req: AgentRequest| async move {
+            Ok(Flow::Answer(req.answer("closed today")))
+        }))
+        .service(judged());
+    let res = closed
+        .oneshot(AgentRequest::new(Session::new(), "Write."))
+        .await
+        .expect("answers");
+    assert_eq!(res.text().as_deref(), Some("closed today"));
+    assert_eq!(writer.request_count(), 0);
+
+    // After and around callbacks see the workflow's response.
+    let wrapped = ServiceBuilder::new()
+        .layer(around_agent(
+            |req: AgentRequest, mut next: tower_agent_core::AgentNext| async move {
+                let mut res = next.run(req).await?;
+                res.rounds += 100;
+                Ok(res)
+            },
+        ))
+        .layer(after_agent(
+            |res: tower_agent_core::AgentResponse, _ctx: tower_agent_core::RunContext| async move {
+                Ok(Flow::Answer(tower_agent_core::AgentResponse::new(
+                    res.session,
+                    Outcome::Completed {
+                        message: tower_agent_core::Message::assistant("reviewed: v1"),
+                    },
+                )))
+            },
+        ))
+        .service(judged());
+    let res = wrapped
+        .oneshot(AgentRequest::new(Session::new(), "Write."))
+        .await
+        .expect("runs");
+    assert_eq!(res.text().as_deref(), Some("reviewed: v1"));
+    // The around callback, outermost, saw the replacement (0 rounds) and added its own.
+    assert_eq!(res.rounds, 100);
+    assert_eq!(writer.request_count(), 1);
+}
