@@ -168,7 +168,7 @@ impl RunContext {
     /// as a tool) named `name`: its own run id (the outermost run's id and the path), the same
     /// session id, the same cancellation token (the nested run is part of this one:
     /// cancelling either cancels both), and an event sink that forwards every event of the nested run to this run's
-    /// sink as [`Event::Nested`](crate::Event::Nested), tagged with the nested agent's path:
+    /// sink as [`Event::Nested`], tagged with the nested agent's path:
     /// this context's path (if it is itself nested), a `/`, and `name`. When nothing listens
     /// to the outermost run's events (no observer, no stream), the nested sink is disabled
     /// too. The nested run's JSON state and extensions are its own.
