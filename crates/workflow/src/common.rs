@@ -6,7 +6,8 @@ use serde_json::{Map, Value};
 use tower::ServiceExt;
 use tower::util::BoxCloneService;
 use tower_agent_core::{
-    AgentRequest, AgentResponse, Error, Event, Outcome, Progress, RunContext, Session, Usage,
+    AgentInput, AgentRequest, AgentResponse, Error, Event, Outcome, Progress, RunContext, Session,
+    Usage,
 };
 use tower_service::Service;
 
@@ -84,14 +85,27 @@ pub(crate) fn set_position(session: &mut Session, path: &str, position: Value) {
     }
 }
 
-/// Forget the position of the workflow at `path` (and the key, when it was the last).
+/// Forget the position of the workflow at `path` and of the workflows nested in it (and the
+/// key, when nothing is left): a fresh start or a finished run must not leave an inner
+/// workflow a stale place to resume from.
 pub(crate) fn clear_position(session: &mut Session, path: &str) {
     let Some(Value::Object(all)) = session.state.get_mut(STATE_KEY) else {
         return;
     };
     all.remove(path);
+    all.retain(|key, _| {
+        !(key.len() > path.len() && key.starts_with(path) && key[path.len()..].starts_with('/'))
+    });
     if all.is_empty() {
         session.state.remove(STATE_KEY);
+    }
+}
+
+/// Keep an input that a cancelled workflow did not deliver: new messages go into `session`, so
+/// that continuing runs the step on them; a resume or a continue changes nothing.
+pub(crate) fn keep_input(session: &mut Session, input: AgentInput) {
+    if let AgentInput::Messages(messages) = input {
+        session.push_input(messages);
     }
 }
 
@@ -117,6 +131,11 @@ impl Totals {
     pub(crate) fn add(&mut self, res: &AgentResponse) {
         self.usage += res.usage;
         self.rounds += res.rounds;
+    }
+
+    /// Tokens that a judge or a layer recorded in the workflow's context.
+    pub(crate) fn add_recorded(&mut self, ctx: &RunContext) {
+        self.usage += ctx.take_recorded_usage();
     }
 
     pub(crate) fn response(&self, session: Session, outcome: Outcome) -> AgentResponse {

@@ -185,6 +185,8 @@ impl ModelJudge {
             .with_cancellation(ctx.cancellation_token().clone());
         let mut model = self.model.clone();
         let res = model.ready().await?.call(req).await?;
+        // The loop adds the judge's tokens to the workflow's usage.
+        ctx.record_usage(res.usage);
         Ok(res.message.text())
     }
 }

@@ -15,8 +15,8 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use crate::common::{
-    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, emit, position,
-    run_agent, set_position, with_position,
+    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, emit, keep_input,
+    position, run_agent, set_position, with_position,
 };
 use crate::judge::{Judge, JudgeRequest, Verdict};
 
@@ -191,7 +191,10 @@ impl Loop {
         loop {
             let here = || json!({ "iteration": iteration });
             if ctx.is_cancelled() {
+                // The iteration's input is kept: continuing runs the iteration on it.
+                keep_input(&mut session, input);
                 set_position(&mut session, &scope.path, here());
+                totals.add_recorded(&ctx);
                 return Ok(totals.response(session, cancelled()));
             }
             let started = emit(&ctx, || Event::IterationStarted {
@@ -224,6 +227,7 @@ impl Loop {
                 self.ended(&ctx, &scope, iteration, false, || reason.to_owned())
                     .await
                     .map_err(|e| e.with_session(session.clone()))?;
+                totals.add_recorded(&ctx);
                 return Ok(totals.response(session, res.outcome));
             }
             let request = JudgeRequest {
@@ -281,6 +285,8 @@ impl Loop {
             }
             if !next {
                 clear_position(&mut session, &scope.path);
+                // The judge's model calls count too.
+                totals.add_recorded(&ctx);
                 return Ok(totals.response(session, outcome));
             }
             input = (self.next_input)(iteration, &verdict);

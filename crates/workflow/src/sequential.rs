@@ -12,8 +12,8 @@ use tower_agent_core::{AgentInput, AgentRequest, AgentResponse, Error, Message, 
 use tower_service::Service;
 
 use crate::common::{
-    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, position,
-    run_agent, set_position, with_position,
+    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, keep_input,
+    position, run_agent, set_position, with_position,
 };
 
 #[derive(Clone)]
@@ -217,14 +217,16 @@ impl Sequential {
         let mut last = None;
         for (index, step) in self.steps.iter().enumerate().skip(first) {
             let here = || json!({ "step": index });
-            if ctx.is_cancelled() {
-                set_position(&mut session, &scope.path, here());
-                return Ok(totals.response(session, cancelled()));
-            }
             let input = input
                 .take()
                 .or_else(|| step.input.clone())
                 .unwrap_or(AgentInput::Continue);
+            if ctx.is_cancelled() {
+                // The step's input is kept: continuing runs the step on it.
+                keep_input(&mut session, input);
+                set_position(&mut session, &scope.path, here());
+                return Ok(totals.response(session, cancelled()));
+            }
             let res = run_agent(
                 step.agent.get(),
                 &ctx,
@@ -268,13 +270,15 @@ impl Sequential {
             .flatten()
             .and_then(|p| p.get("session"))
             .and_then(|s| serde_json::from_value(s.clone()).ok());
+        // The calls a resumed step waits on, shown on the workflow's session until it ran.
+        let mut waiting = Vec::new();
         let mut input = match input {
             AgentInput::Messages(messages) => {
                 session.push_input(messages.clone());
                 AgentInput::Messages(messages)
             }
             other => {
-                session.interrupts.clear();
+                waiting = std::mem::take(&mut session.interrupts);
                 other
             }
         };
@@ -282,10 +286,13 @@ impl Sequential {
         let mut totals = Totals::default();
         let mut last = None;
         for (index, step) in self.steps.iter().enumerate().skip(first) {
-            let sub = own
+            let mut sub = own
                 .take()
                 .unwrap_or_else(|| Session::with_id(format!("{}/{}", session.id, step.name)));
             if ctx.is_cancelled() {
+                // The step's input is kept in its session: continuing runs the step on it.
+                keep_input(&mut sub, input);
+                session.interrupts = std::mem::take(&mut waiting);
                 let here = json!({ "step": index, "session": sub });
                 set_position(&mut session, &scope.path, here);
                 return Ok(totals.response(session, cancelled()));
@@ -301,7 +308,9 @@ impl Sequential {
             let res = match result {
                 Ok(res) => res,
                 Err(mut error) => {
-                    // The workflow's session goes back, with the step's own to resume from.
+                    // The workflow's session goes back, with the step's own to resume from
+                    // and the calls it still waits on.
+                    session.interrupts = std::mem::take(&mut waiting);
                     let sub = error.take_session();
                     set_position(
                         &mut session,
@@ -311,6 +320,8 @@ impl Sequential {
                     return Err(error.with_session(session));
                 }
             };
+            // The resumed step ran: its calls no longer wait.
+            waiting.clear();
             totals.add(&res);
             match &res.outcome {
                 Outcome::Completed { message } => {

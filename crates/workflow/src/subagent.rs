@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use serde_json::{Map, Value, json};
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, Decisions, Error, Interrupt, Outcome, Session,
-    ToolRequest, ToolResponse, ToolSpec,
+    ToolAction, ToolCall, ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_agent_tools::{ResponseFuture, Tool};
 use tower_service::Service;
@@ -34,6 +34,9 @@ pub const SUBAGENT_STATE_KEY: &str = "tower_agent.subagents";
 ///   session is kept in the parent's session state (under [`SUBAGENT_STATE_KEY`]) until the
 ///   parent is resumed. The parent's decision for this call is handed to the sub-agent: a map
 ///   from the sub-agent's call ids to decisions, or one decision for all its waiting calls.
+///   Decisions the sub-agent refuses (a waiting call left without one, a kind its call does not
+///   allow) leave it waiting, and the parent with it (the payload's `error` says why). When the
+///   parent moves on with new messages instead, the kept session stays in the state, unused.
 /// - A sub-agent that stops, is cancelled or fails gives an error result the parent's model
 ///   sees (with the outcome's summary or the error), not an error of the parent run.
 ///
@@ -149,9 +152,12 @@ async fn run(
         .state::<Map<String, Value>>(SUBAGENT_STATE_KEY)
         .and_then(|mut all| all.remove(&call.id))
         .and_then(|session| serde_json::from_value::<Session>(session).ok());
+    // The paused session, kept until the resume is known to have gone through.
+    let mut paused = None;
     let (session, input) = match (resume, saved) {
         (Some(value), Some(session)) => {
             let decisions = decisions_for(&session.interrupts, value);
+            paused = Some(session.clone());
             (session, AgentInput::Resume(decisions))
         }
         _ => {
@@ -194,10 +200,20 @@ async fn run(
         }
         Err(error) => Err(error),
     };
-    forget(&ctx, &call.id);
-    let res = match result {
-        Ok(res) => res,
-        Err(error) => {
+    let res = match (result, paused) {
+        (Ok(res), _) => res,
+        // The decisions did not fit the sub-agent's waiting calls (or it failed on them): it
+        // keeps waiting, and so does the parent, saying why.
+        (Err(error), Some(session)) => {
+            keep(&ctx, &call.id, &session);
+            let mut response = pause(&call, &name, &session.interrupts);
+            if let ToolAction::Interrupt(pause) = &mut response.action {
+                pause.payload["error"] = Value::String(error.to_string());
+            }
+            return Ok(response);
+        }
+        (Err(error), None) => {
+            forget(&ctx, &call.id);
             return Ok(ToolResponse::error(
                 &call,
                 format!("the sub-agent `{name}` failed: {error}"),
@@ -206,19 +222,16 @@ async fn run(
     };
     ctx.record_usage(res.usage);
     Ok(match res.outcome {
-        Outcome::Completed { message } => ToolResponse::success(&call, message.text()),
+        Outcome::Completed { message } => {
+            forget(&ctx, &call.id);
+            ToolResponse::success(&call, message.text())
+        }
         Outcome::Interrupted { interrupts } => {
-            let payload = json!({
-                "agent": name,
-                "interrupts": interrupts
-                    .iter()
-                    .map(|i| json!({"call": i.call, "payload": i.payload, "allowed": i.allowed}))
-                    .collect::<Vec<_>>(),
-            });
             keep(&ctx, &call.id, &res.session);
-            ToolResponse::interrupt(&call, payload)
+            pause(&call, &name, &interrupts)
         }
         outcome => {
+            forget(&ctx, &call.id);
             let summary = outcome
                 .summary()
                 .unwrap_or_else(|| "the sub-agent did not finish".to_owned());
@@ -228,6 +241,24 @@ async fn run(
             )
         }
     })
+}
+
+/// The parent's pause at `call` for the sub-agent's waiting calls: the payload lists them. One
+/// waiting call: the decisions it allows are the parent call's too (the parent checks them).
+/// Several: any value (one decision for all, or a map by call id), checked by the sub-agent.
+fn pause(call: &ToolCall, name: &str, interrupts: &[Interrupt]) -> ToolResponse {
+    let payload = json!({
+        "agent": name,
+        "interrupts": interrupts
+            .iter()
+            .map(|i| json!({"call": i.call, "payload": i.payload, "allowed": i.allowed}))
+            .collect::<Vec<_>>(),
+    });
+    let allowed = match interrupts {
+        [only] => only.allowed.clone(),
+        _ => Vec::new(),
+    };
+    ToolResponse::review(call, payload, allowed)
 }
 
 /// The sub-agent's decisions from the parent's value for this call: a map keyed by the

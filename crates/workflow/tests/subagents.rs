@@ -193,6 +193,19 @@ async fn an_interrupt_inside_a_sub_agent_pauses_the_parent_and_resumes_into_it()
 
     let loaded: Session =
         serde_json::from_str(&serde_json::to_string(&res.session).expect("saves")).expect("loads");
+    // The sub-agent's one waiting call allows the approval decisions: so does the parent's,
+    // which refuses anything else before anything runs.
+    assert_eq!(interrupts[0].allowed.len(), 4);
+    let refused = parent
+        .clone()
+        .oneshot(AgentRequest::resume_all(
+            loaded.clone(),
+            json!("yes please"),
+        ))
+        .await
+        .expect_err("not a decision");
+    assert!(refused.session().expect("session").state[SUBAGENT_STATE_KEY]["c1"].is_object());
+    assert_eq!(deploy.calls().len(), 0);
     let res = parent
         .oneshot(AgentRequest::resume_all(loaded, Decision::Approve))
         .await
@@ -208,6 +221,79 @@ async fn an_interrupt_inside_a_sub_agent_pauses_the_parent_and_resumes_into_it()
         .cloned()
         .expect("the result");
     assert_eq!(result.content, "v2 is live");
+}
+
+#[tokio::test]
+async fn decisions_a_sub_agent_refuses_leave_it_and_the_parent_waiting() {
+    let deploy = StubTool::returning("deploy", "deployed");
+    let approval = ApprovalLayer::builder()
+        .gate("deploy", Gate::new())
+        .build()
+        .expect("valid");
+    // Two gated calls at once: the parent's pause takes any value.
+    let sub_model = ScriptedModel::new([
+        ModelResponse::tool_calls([
+            ToolCall::new("d1", "deploy", json!({"to": "eu"})),
+            ToolCall::new("d2", "deploy", json!({"to": "us"})),
+        ]),
+        ModelResponse::text("both live"),
+    ]);
+    let sub = AgentTool::new(
+        "release",
+        "Release.",
+        Agent::new(
+            sub_model,
+            ServiceBuilder::new()
+                .layer(approval)
+                .service(ToolSet::new().tool(deploy.clone())),
+        ),
+    );
+    let (parent, _) = lead(
+        sub,
+        vec![ToolCall::new("c1", "release", json!({"task": "ship"}))],
+        "Shipped.",
+    );
+    let res = parent
+        .clone()
+        .oneshot(AgentRequest::new(Session::with_id("s"), "Ship."))
+        .await
+        .expect("runs");
+    let Outcome::Interrupted { interrupts } = &res.outcome else {
+        panic!("{:?}", res.outcome);
+    };
+    assert!(interrupts[0].allowed.is_empty());
+    assert_eq!(
+        interrupts[0].payload["interrupts"].as_array().map(Vec::len),
+        Some(2)
+    );
+
+    // A map that decides only d1: the sub-agent refuses it and keeps waiting; so does the parent.
+    let partial = tower_agent_core::Decisions::new().with("c1", json!({"d1": {"type": "approve"}}));
+    let again = parent
+        .clone()
+        .oneshot(AgentRequest::resume(res.session, partial))
+        .await
+        .expect("runs");
+    let Outcome::Interrupted { interrupts } = &again.outcome else {
+        panic!("{:?}", again.outcome);
+    };
+    let error = interrupts[0].payload["error"].as_str().unwrap_or_default();
+    assert!(error.contains("d2"), "{error}");
+    assert!(again.session.state[SUBAGENT_STATE_KEY]["c1"].is_object());
+    assert_eq!(deploy.calls().len(), 0);
+
+    // Both decided, by a map: both run.
+    let both = tower_agent_core::Decisions::new().with(
+        "c1",
+        json!({"d1": {"type": "approve"}, "d2": {"type": "approve"}}),
+    );
+    let done = parent
+        .oneshot(AgentRequest::resume(again.session, both))
+        .await
+        .expect("resumes");
+    assert_eq!(done.text().as_deref(), Some("Shipped."));
+    assert_eq!(deploy.calls().len(), 2);
+    assert!(!done.session.state.contains_key(SUBAGENT_STATE_KEY));
 }
 
 #[tokio::test(start_paused = true)]

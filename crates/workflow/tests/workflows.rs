@@ -528,6 +528,41 @@ async fn a_cancelled_workflow_keeps_its_place() {
         .expect("runs");
     assert!(matches!(res.outcome, Outcome::Cancelled { .. }));
     assert_eq!(model.request_count(), 0);
+    // The input is kept: continuing runs the step on it.
+    assert_eq!(res.session.history.len(), 1);
+    assert_eq!(res.session.history[0].text(), "go");
+    let res = Sequential::new("p")
+        .step("one", agent(&model))
+        .oneshot(AgentRequest::new(res.session, AgentInput::Continue))
+        .await
+        .expect("runs");
+    assert_eq!(res.text().as_deref(), Some("never"));
+    assert_eq!(model.requests()[0].messages[0].text(), "go");
+}
+
+#[tokio::test]
+async fn a_fresh_start_forgets_the_places_of_nested_workflows() {
+    let kit = Nested::new();
+    let res = kit
+        .workflow()
+        .oneshot(AgentRequest::new(Session::with_id("s"), "Build it."))
+        .await
+        .expect("runs");
+    assert!(matches!(res.outcome, Outcome::Interrupted { .. }));
+    assert!(res.session.state[STATE_KEY].get("coding_loop/2").is_some());
+    // New messages instead of a decision: the loop starts over, and the inner sequence's
+    // place in iteration 2 is gone with the loop's.
+    let writer = texts(&["fresh"]);
+    let res = Loop::new("coding_loop", agent(&writer), approve_after(1))
+        .oneshot(AgentRequest::new(res.session, "Start over."))
+        .await
+        .expect("runs");
+    assert_eq!(res.text().as_deref(), Some("fresh"));
+    assert!(
+        !res.session.state.contains_key(STATE_KEY),
+        "{:?}",
+        res.session.state
+    );
 }
 
 #[tokio::test]
@@ -566,6 +601,15 @@ async fn an_isolated_step_that_waits_is_resumed_on_its_own_session() {
 
     let loaded: Session =
         serde_json::from_str(&serde_json::to_string(&res.session).expect("saves")).expect("loads");
+    // A resume the step refuses (no decision for its call) leaves everything waiting.
+    let refused = pipeline
+        .clone()
+        .oneshot(AgentRequest::resume(loaded.clone(), Default::default()))
+        .await
+        .expect_err("refused");
+    let kept = refused.session().expect("the session");
+    assert_eq!(kept.interrupts.len(), 1, "the waiting call is still shown");
+    assert_eq!(kept.state[STATE_KEY]["p"]["step"], json!(1));
     let res = pipeline
         .oneshot(AgentRequest::resume_all(loaded, Decision::Approve))
         .await
