@@ -167,8 +167,8 @@ impl RunContext {
     /// A context for an agent nested in this run (a step of a workflow, a sub-agent called
     /// as a tool) named `name`: its own run id (the outermost run's id and the path), the same
     /// session id, the same cancellation token (the nested run is part of this one:
-    /// cancelling either cancels both), and an event sink that forwards every event of the nested run to this run's
-    /// sink as [`Event::Nested`], tagged with the nested agent's path:
+    /// cancelling either cancels both), and an event sink that forwards every event of the nested run to the
+    /// outermost run's sink as [`Event::Nested`], tagged with the nested agent's path:
     /// this context's path (if it is itself nested), a `/`, and `name`. When nothing listens
     /// to the outermost run's events (no observer, no stream), the nested sink is disabled
     /// too. The nested run's JSON state and extensions are its own.

@@ -887,7 +887,7 @@ async fn a_whole_run_pages_through_an_evicted_result() {
         ModelResponse::tool_calls([ToolCall::new(
             "c2",
             READ_TOOL,
-            json!({"path": "/large_tool_results/fetch_c1", "offset": 11, "limit": 3}),
+            json!({"path": "/large_tool_results/s1/fetch_c1", "offset": 11, "limit": 3}),
         )]),
         ModelResponse::text("done"),
     ]);
@@ -897,7 +897,9 @@ async fn a_whole_run_pages_through_an_evicted_result() {
     );
     let recorder = EventRecorder::new();
     let res = agent
-        .oneshot(AgentRequest::new(Session::new(), "fetch it").with_observer(recorder.clone()))
+        .oneshot(
+            AgentRequest::new(Session::with_id("s1"), "fetch it").with_observer(recorder.clone()),
+        )
         .await
         .expect("the run completes");
 
@@ -912,7 +914,7 @@ async fn a_whole_run_pages_through_an_evicted_result() {
     assert!(
         results[0]
             .content
-            .contains("saved whole to /large_tool_results/fetch_c1 (4000 lines")
+            .contains("saved whole to /large_tool_results/s1/fetch_c1 (4000 lines")
     );
     assert!(
         results[0].content.len() < 5_000,
@@ -926,7 +928,10 @@ async fn a_whole_run_pages_through_an_evicted_result() {
         results[1].content
     );
     assert!(results[1].content.contains("\"offset\": 14"));
-    assert_eq!(stored(&storage, "/large_tool_results/fetch_c1").await, big);
+    assert_eq!(
+        stored(&storage, "/large_tool_results/s1/fetch_c1").await,
+        big
+    );
 
     // The model was offered the read tool and saw the preview, never the whole result.
     let requests = model.requests();

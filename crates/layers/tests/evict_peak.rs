@@ -148,19 +148,23 @@ fn a_50_mb_result_costs_about_one_copy() {
             }
         }
 
-        // In memory: the stored value is the tool's buffer.
+        // In memory: the stored value is the tool's buffer. Measured only when the peak can be
+        // reset: over the earlier peak, the check could not fail.
+        if !resettable {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "the kernel refused to reset the peak (/proc/self/clear_refs): nothing to measure"
+            );
+            eprintln!("the peak cannot be reset here: the in-memory case is not measured");
+            return;
+        }
         let memory = InMemory::new();
         let (_res, growth) = evict_once(Arc::new(memory.clone())).await;
         assert_eq!(memory.get(&path).await.expect("stored").len(), SIZE);
         eprintln!(
-            "evict 50 MB to InMemory: peak RSS growth {:.1} MB ({:.2}x the result){}",
+            "evict 50 MB to InMemory: peak RSS growth {:.1} MB ({:.2}x the result)",
             growth as f64 / MB,
             growth as f64 / SIZE as f64,
-            if resettable {
-                ""
-            } else {
-                " (the peak could not be reset: growth over the earlier peak)"
-            }
         );
         assert!(growth < 3 * SIZE, "peak grew by {growth} bytes");
     });

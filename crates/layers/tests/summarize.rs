@@ -644,3 +644,21 @@ async fn a_summary_message_is_recognizable() {
     let back: Message = serde_json::from_str(&json).expect("parses");
     assert!(is_summary(&back), "recognized after a save and a load");
 }
+
+#[tokio::test]
+async fn the_summarizers_tokens_count_in_the_runs_usage() {
+    let summarizer = ScriptedModel::new([
+        ModelResponse::text("the gist").with_usage(tower_agent_core::Usage::new(900, 40))
+    ]);
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let (req, ctx, _) = request(chat(6));
+    let layer = SummarizeLayer::new(summarizer)
+        .trigger(Trigger::messages(6))
+        .keep(Keep::messages(2));
+    call(layer, &model, req).await.expect("ok");
+    assert_eq!(
+        ctx.take_recorded_usage(),
+        tower_agent_core::Usage::new(900, 40),
+        "recorded for the agent to add"
+    );
+}

@@ -106,7 +106,11 @@ async fn evict(
     ctx: RunContext,
     tokens: usize,
 ) -> Decision {
-    let path = match result_path(&response.result.name, &response.result.call_id) {
+    let path = match result_path(
+        ctx.session_id(),
+        &response.result.name,
+        &response.result.call_id,
+    ) {
         Ok(path) => path,
         // Cannot happen (every part is sanitized); keep the result rather than lose it.
         Err(error) => return warn(&ctx, response, &format!("{error}")).await,

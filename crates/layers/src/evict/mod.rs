@@ -7,10 +7,14 @@
 //! ([`EvictLayer::exclude`]; the read tool always is, so the model cannot loop evicting its own
 //! reads):
 //!
-//! 1. the whole result is written to the backend at `/large_tool_results/{tool}_{call_id}`
-//!    (each part mapped to `[A-Za-z0-9_.-]`, and shortened with a stable hash when it had to
-//!    change or is long, so a name a model wrote never leaves the directory nor fails the
-//!    write, and two ids never share a path);
+//! 1. the whole result is written to the backend at
+//!    `/large_tool_results/{session}/{tool}_{call_id}`: a directory per session (the run's
+//!    session id; none when it is empty, as for a layer used outside an agent), so sessions
+//!    sharing a backend never overwrite or read each other's results. Each part is mapped to
+//!    `[A-Za-z0-9_.-]` and shortened with a stable hash when it had to change or is long, so a
+//!    name a model wrote never leaves the directory nor fails the write; within a session,
+//!    call ids are unique, so two calls of a tool never share a path. The read tool reads only
+//!    its own session's directory;
 //! 2. the result's content becomes a preview: its first and last lines
 //!    ([`EvictLayer::preview_lines`], default 10 and 10) numbered like `cat -n`, lines clipped
 //!    at [`EvictLayer::max_line_chars`] characters (default 500), what was left out, the path,

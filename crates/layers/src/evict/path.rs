@@ -1,4 +1,5 @@
-//! Where an evicted result goes: `/large_tool_results/{tool}_{call_id}`, each part sanitized.
+//! Where an evicted result goes: `/large_tool_results/{session}/{tool}_{call_id}` (without the
+//! session part for a context with no session id), each part sanitized.
 
 use tower_agent_storage::{StorageError, StoragePath};
 
@@ -6,33 +7,49 @@ use crate::segment::segment;
 
 /// The directory of evicted results, as the model sees it.
 pub(crate) const DIR: &str = "/large_tool_results";
-/// [`DIR`] as the first segment of a [`StoragePath`].
-pub(crate) const SEGMENT: &str = "large_tool_results";
-
 /// The longest part (tool name or call id) kept as it is, in bytes.
 const MAX_PART: usize = 100;
 
-/// The path of the result of call `call_id` to tool `tool`.
+/// The directory of a session's results: [`DIR`], then the session's segment unless its id is
+/// empty.
+fn session_dir(session: &str) -> String {
+    if session.is_empty() {
+        DIR.to_owned()
+    } else {
+        format!("{DIR}/{}", segment(session, MAX_PART))
+    }
+}
+
+/// The path of the result of call `call_id` to tool `tool` in session `session`.
 ///
 /// Each part goes through [`segment`]: mapped to `[A-Za-z0-9_.-]` and, when it had to change
 /// or is longer than 100 bytes, shortened with a stable FNV-1a hash of the original appended,
-/// so the name is a valid [`StoragePath`] segment under 255 bytes whatever the model wrote,
-/// and two different ids never share a path.
-pub(crate) fn result_path(tool: &str, call_id: &str) -> Result<StoragePath, StorageError> {
+/// so the name is a valid [`StoragePath`] segment under 255 bytes whatever the model wrote.
+/// Sessions sharing a backend never share a directory; within a session, call ids are unique,
+/// so two calls of one tool never share a path.
+pub(crate) fn result_path(
+    session: &str,
+    tool: &str,
+    call_id: &str,
+) -> Result<StoragePath, StorageError> {
     StoragePath::parse(&format!(
-        "{DIR}/{}_{}",
+        "{}/{}_{}",
+        session_dir(session),
         segment(tool, MAX_PART),
         segment(call_id, MAX_PART)
     ))
 }
 
-/// Whether `path` names a stored result: `/large_tool_results/<name>`, checked.
-pub(crate) fn parse_result_path(path: &str) -> Option<StoragePath> {
+/// Whether `path` names a stored result of session `session`: one name right inside its
+/// directory, checked. A path of another session is refused.
+pub(crate) fn parse_result_path(path: &str, session: &str) -> Option<StoragePath> {
     let parsed = StoragePath::parse(path.trim()).ok()?;
-    let inside = {
-        let mut segments = parsed.segments();
-        segments.next() == Some(SEGMENT) && segments.next().is_some()
-    };
+    let dir = session_dir(session);
+    let inside = parsed
+        .as_str()
+        .strip_prefix(&dir[1..])
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|name| !name.contains('/'));
     inside.then_some(parsed)
 }
 
@@ -41,7 +58,10 @@ mod tests {
     use super::*;
 
     fn name(tool: &str, id: &str) -> String {
-        result_path(tool, id).expect("valid").as_str().to_owned()
+        result_path("", tool, id)
+            .expect("valid")
+            .as_str()
+            .to_owned()
     }
 
     #[test]
@@ -69,7 +89,7 @@ mod tests {
             let path = name(tool, id);
             let segments: Vec<&str> = path.split('/').collect();
             assert_eq!(segments.len(), 2, "{path}");
-            assert_eq!(segments[0], SEGMENT);
+            assert_eq!(segments[0], "large_tool_results");
             assert!(segments[1].len() <= StoragePath::MAX_SEGMENT, "{path}");
         }
     }
@@ -94,8 +114,8 @@ mod tests {
 
     #[test]
     fn only_result_paths_are_readable() {
-        assert!(parse_result_path("/large_tool_results/a_b").is_some());
-        assert!(parse_result_path("large_tool_results/a_b").is_some());
+        assert!(parse_result_path("/large_tool_results/a_b", "").is_some());
+        assert!(parse_result_path("large_tool_results/a_b", "").is_some());
         for bad in [
             "",
             "/",
@@ -106,7 +126,27 @@ mod tests {
             "/large_tool_results_x/a",
             "a\\b",
         ] {
-            assert!(parse_result_path(bad).is_none(), "{bad:?}");
+            assert!(parse_result_path(bad, "").is_none(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn sessions_have_their_own_directory() {
+        let path = result_path("s1", "search", "c1").expect("valid");
+        assert_eq!(path.as_str(), "large_tool_results/s1/search_c1");
+        assert!(parse_result_path("/large_tool_results/s1/search_c1", "s1").is_some());
+        // Another session's result, or one outside the session's directory, is refused.
+        for bad in [
+            "/large_tool_results/s2/search_c1",
+            "/large_tool_results/search_c1",
+            "/large_tool_results/s1/x/y",
+            "/large_tool_results/s1",
+        ] {
+            assert!(parse_result_path(bad, "s1").is_none(), "{bad:?}");
+        }
+        // A session id a host made up cannot leave the directory either.
+        let odd = result_path("../../etc", "t", "c").expect("valid");
+        assert!(odd.as_str().starts_with("large_tool_results/"));
+        assert_eq!(odd.segments().count(), 3);
     }
 }

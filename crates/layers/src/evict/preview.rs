@@ -75,7 +75,9 @@ pub(crate) fn render(text: &str, path: &str, tokens: usize, limit: usize, shape:
             total_lines - tail
         );
         let first_tail = total_lines - tail + 1;
-        for (index, line) in body[tail_start..].split('\n').enumerate() {
+        // No tail asked for: `split` of the empty rest would still give one empty line.
+        let tail_lines = body[tail_start..].split('\n').take(tail);
+        for (index, line) in tail_lines.enumerate() {
             push_clipped(&mut out, first_tail + index, line, shape.max_line_chars);
         }
     } else {
@@ -152,6 +154,21 @@ fn tail_start(body: &str, tail: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_tail_shows_no_phantom_line() {
+        let text: String = (1..=50).map(|i| format!("l{i}\n")).collect();
+        let shape = Shape {
+            head: 3,
+            tail: 0,
+            max_line_chars: 100,
+            read_lines: 200,
+        };
+        let preview = render(&text, "/p", 99, 1, shape);
+        assert!(preview.contains("     3\tl3\n[... 47 lines"), "{preview}");
+        assert!(!preview.contains("    51\t"), "{preview}");
+        assert!(!preview.contains("    50\t"), "{preview}");
+    }
 
     const SHAPE: Shape = Shape {
         head: 2,

@@ -111,18 +111,19 @@ impl ToolHandler<Reader> for Reader {
     fn call(
         &self,
         args: ReadArgs,
-        _ctx: RunContext,
+        ctx: RunContext,
         _call: &ToolCall,
         _resume: Option<Value>,
     ) -> Self::Future {
         let config = Arc::clone(&self.config);
-        Box::pin(async move { read(&config, args).await })
+        let session = ctx.session_id().to_owned();
+        Box::pin(async move { read(&config, args, &session).await })
     }
 }
 
 /// One slice of the result `args.path`, rendered.
-async fn read(config: &Config, args: ReadArgs) -> Result<String, String> {
-    let Some(path) = parse_result_path(&args.path) else {
+async fn read(config: &Config, args: ReadArgs, session: &str) -> Result<String, String> {
+    let Some(path) = parse_result_path(&args.path, session) else {
         let (shown, _) = clip_chars(&args.path, 200);
         return Err(format!(
             "`{shown}` is not the path of a stored result: use the path a preview named, \

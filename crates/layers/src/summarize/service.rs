@@ -391,6 +391,8 @@ async fn summarize(config: &Config, ctx: &RunContext, input: String) -> Result<S
         .call(req)
         .await
         .map_err(failed)?;
+    // The summarizer's tokens count in the run's usage.
+    ctx.record_usage(response.usage);
     let text = response.message.text();
     if text.trim().is_empty() {
         return Err(Error::new(
