@@ -222,3 +222,36 @@ pub(crate) async fn emit(ctx: &RunContext, make: impl FnOnce() -> Event) -> Resu
     }
     ctx.emit(make()).await
 }
+
+/// The response future of a workflow ([`Sequential`](crate::Sequential),
+/// [`Loop`](crate::Loop)): boxed, behind a name, so that it can change without breaking users.
+pub struct WorkflowFuture {
+    future: tower_agent_core::event::BoxFuture<'static, Result<AgentResponse, Error>>,
+}
+
+impl WorkflowFuture {
+    pub(crate) fn new(
+        future: impl std::future::Future<Output = Result<AgentResponse, Error>> + Send + 'static,
+    ) -> Self {
+        Self {
+            future: Box::pin(future),
+        }
+    }
+}
+
+impl std::fmt::Debug for WorkflowFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkflowFuture").finish_non_exhaustive()
+    }
+}
+
+impl std::future::Future for WorkflowFuture {
+    type Output = Result<AgentResponse, Error>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.future.as_mut().poll(cx)
+    }
+}

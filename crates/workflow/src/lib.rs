@@ -41,7 +41,6 @@ pub use subagent::{AgentTool, SUBAGENT_STATE_KEY};
 
 /// The response futures of the workflows.
 pub mod future {
-    pub use crate::looping::ResponseFuture as LoopFuture;
+    pub use crate::common::WorkflowFuture;
     pub use crate::progress::ResponseFuture as ProgressFuture;
-    pub use crate::sequential::ResponseFuture as SequentialFuture;
 }

@@ -1,13 +1,10 @@
 //! `Loop`: an agent, iteration after iteration, until a judge says stop.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use serde_json::{Value, json};
-use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, Error, Event, Message, Outcome, Progress, Session,
     StopReason,
@@ -15,8 +12,8 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use crate::common::{
-    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, emit, keep_input,
-    position, run_agent, set_position, with_position,
+    Scope, SharedAgent, Totals, WorkflowFuture, absorb_state, boxed, cancelled, clear_position,
+    emit, keep_input, position, run_agent, set_position, with_position,
 };
 use crate::judge::{Judge, JudgeRequest, Verdict};
 
@@ -129,37 +126,16 @@ impl fmt::Debug for Loop {
 impl Service<AgentRequest> for Loop {
     type Response = AgentResponse;
     type Error = Error;
-    type Future = ResponseFuture;
+    type Future = WorkflowFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         // The inner agent is driven to readiness before each iteration.
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: AgentRequest) -> ResponseFuture {
+    fn call(&mut self, req: AgentRequest) -> WorkflowFuture {
         let this = self.clone();
-        ResponseFuture {
-            future: Box::pin(this.run(req)),
-        }
-    }
-}
-
-/// The response future of [`Loop`].
-pub struct ResponseFuture {
-    future: BoxFuture<'static, Result<AgentResponse, Error>>,
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<AgentResponse, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.future.as_mut().poll(cx)
+        WorkflowFuture::new(this.run(req))
     }
 }
 

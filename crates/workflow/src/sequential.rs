@@ -1,19 +1,16 @@
 //! `Sequential`: agents one after the other, on one session or each on its own.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use serde_json::{Value, json};
-use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{AgentInput, AgentRequest, AgentResponse, Error, Message, Outcome, Session};
 use tower_service::Service;
 
 use crate::common::{
-    Scope, SharedAgent, Totals, absorb_state, boxed, cancelled, clear_position, keep_input,
-    position, run_agent, set_position, with_position,
+    Scope, SharedAgent, Totals, WorkflowFuture, absorb_state, boxed, cancelled, clear_position,
+    keep_input, position, run_agent, set_position, with_position,
 };
 
 #[derive(Clone)]
@@ -150,42 +147,21 @@ impl fmt::Debug for Sequential {
 impl Service<AgentRequest> for Sequential {
     type Response = AgentResponse;
     type Error = Error;
-    type Future = ResponseFuture;
+    type Future = WorkflowFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         // Each step is driven to readiness when its turn comes.
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: AgentRequest) -> ResponseFuture {
+    fn call(&mut self, req: AgentRequest) -> WorkflowFuture {
         let this = self.clone();
-        ResponseFuture {
-            future: Box::pin(async move {
-                match this.mode {
-                    Mode::Shared => this.run_shared(req).await,
-                    Mode::Isolated => this.run_isolated(req).await,
-                }
-            }),
-        }
-    }
-}
-
-/// The response future of [`Sequential`].
-pub struct ResponseFuture {
-    future: BoxFuture<'static, Result<AgentResponse, Error>>,
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<AgentResponse, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.future.as_mut().poll(cx)
+        WorkflowFuture::new(async move {
+            match this.mode {
+                Mode::Shared => this.run_shared(req).await,
+                Mode::Isolated => this.run_isolated(req).await,
+            }
+        })
     }
 }
 
