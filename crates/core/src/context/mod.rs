@@ -16,6 +16,11 @@ use crate::history::History;
 pub use crate::session::new_id;
 use crate::session::{StopReason, Usage};
 
+mod handoff;
+mod nested;
+
+use nested::Nesting;
+
 /// What every request of one run carries: ids, the round, shared state, the event sink and
 /// the cancellation token.
 ///
@@ -93,28 +98,6 @@ impl Clone for Shared {
     }
 }
 
-/// Where a nested context belongs: the outermost run's context and its own path.
-#[derive(Clone)]
-struct Nesting {
-    root: RunContext,
-    path: Arc<str>,
-}
-
-/// Forwards a nested run's events to the outermost run, tagged with the nested path.
-struct Forward {
-    root: RunContext,
-    path: Arc<str>,
-}
-
-impl Observer for Forward {
-    fn on_event<'a>(&'a self, event: &'a Event) -> crate::event::BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.root.emit(Event::Nested {
-            path: Arc::clone(&self.path),
-            event: Box::new(event.clone()),
-        }))
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock (in user code) must not poison the run.
     mutex
@@ -162,98 +145,6 @@ impl RunContext {
     /// else on a copy (ids, token, sink and state are carried over).
     fn shared_mut(&mut self) -> &mut Shared {
         Arc::make_mut(&mut self.shared)
-    }
-
-    /// A context for an agent nested in this run (a step of a workflow, a sub-agent called
-    /// as a tool) named `name`: its own run id (the outermost run's id and the path), the same
-    /// session id, the same cancellation token (the nested run is part of this one:
-    /// cancelling either cancels both), and an event sink that forwards every event of the nested run to the
-    /// outermost run's sink as [`Event::Nested`], tagged with the nested agent's path:
-    /// this context's path (if it is itself nested), a `/`, and `name`. When nothing listens
-    /// to the outermost run's events (no observer, no stream), the nested sink is disabled
-    /// too. The nested run's JSON state and extensions are its own.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), tower_agent_core::Error> {
-    /// use tower_agent_core::{Event, RunContext};
-    /// use std::sync::{Arc, Mutex};
-    ///
-    /// let seen = Arc::new(Mutex::new(Vec::new()));
-    /// let record = seen.clone();
-    /// let root = RunContext::new().with_observer(tower_agent_core::observer_fn(move |e: &Event| {
-    ///     let (path, inner) = e.origin();
-    ///     record.lock().unwrap().push(format!("{}:{}", path.unwrap_or("-"), inner.name()));
-    ///     async { Ok(()) }
-    /// }));
-    /// let step = root.nested("coding_loop").nested("2").nested("reviewer");
-    /// assert_eq!(step.path().as_deref(), Some("coding_loop/2/reviewer"));
-    /// step.emit(Event::RoundStarted { round: 1 }).await?;
-    /// assert_eq!(*seen.lock().unwrap(), ["coding_loop/2/reviewer:round_started"]);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn nested(&self, name: &str) -> RunContext {
-        let path = match &self.shared.nesting {
-            Some(nesting) => {
-                let mut path = String::with_capacity(nesting.path.len() + 1 + name.len());
-                path.push_str(&nesting.path);
-                path.push('/');
-                path.push_str(name);
-                path.into()
-            }
-            None => Arc::from(name),
-        };
-        self.nested_at(path)
-    }
-
-    /// [`RunContext::nested`] with the nested agent's whole path given (this context's path,
-    /// if it is nested, is not prepended): for a workflow that has built it already.
-    pub fn nested_at(&self, path: Arc<str>) -> RunContext {
-        let root = match &self.shared.nesting {
-            Some(nesting) => nesting.root.clone(),
-            None => self.clone(),
-        };
-        // Nobody listens to the outermost run: the nested one's sink stays disabled, and its
-        // agents build no events at all.
-        let events = if root.events().is_enabled() {
-            EventSink::new().with_observer(Forward {
-                root: root.clone(),
-                path: Arc::clone(&path),
-            })
-        } else {
-            EventSink::new()
-        };
-        // Unique within the outermost run, and no random id to draw.
-        let root_id = root.run_id();
-        let mut run_id = String::with_capacity(root_id.len() + 1 + path.len());
-        run_id.push_str(root_id);
-        run_id.push('/');
-        run_id.push_str(&path);
-        Self::from_shared(Shared {
-            run_id: run_id.into(),
-            session_id: Arc::clone(&self.shared.session_id),
-            // Part of the outer run: one token (a child token costs a lock and a node per
-            // nested run).
-            cancel: self.cancellation_token().clone(),
-            events,
-            state: Mutex::new(Map::new()),
-            extensions: Mutex::new(Extensions::default()),
-            commit: Mutex::new(None),
-            has_commit: AtomicBool::new(false),
-            stop: Mutex::new(None),
-            has_stop: AtomicBool::new(false),
-            executed: Mutex::new(Vec::new()),
-            has_executed: AtomicBool::new(false),
-            usage: Mutex::new(Usage::default()),
-            has_usage: AtomicBool::new(false),
-            nesting: Some(Nesting { root, path }),
-        })
-    }
-
-    /// This context's path when it belongs to a nested agent ([`RunContext::nested`]).
-    pub fn path(&self) -> Option<Arc<str>> {
-        self.shared.nesting.as_ref().map(|n| Arc::clone(&n.path))
     }
 
     /// Set the run id.
@@ -449,133 +340,6 @@ impl RunContext {
         let value = make();
         extensions.insert(value.clone());
         value
-    }
-
-    /// Replace the session's history with `history`, for a layer whose edit must outlast the
-    /// request (summarization, patching). Edits made to a
-    /// [`ModelRequest`](crate::ModelRequest) otherwise shape that request only.
-    ///
-    /// A commit is made *during a model call*: in a `before_model` or `after_model` layer, or
-    /// in the model service. The agent applies it when the call returns (even if the call
-    /// failed), before appending the model's message, so `history` should be derived from the
-    /// request's `messages`. The agent checks it: a history whose tool calls are not answered
-    /// exactly once fails the run with [`ErrorKind::BadRequest`](crate::ErrorKind::BadRequest)
-    /// (the session is returned uncommitted). A commit made at any other point (a tool, a
-    /// `before_agent` layer: edit `AgentRequest::session` there instead) is discarded.
-    ///
-    /// A later commit during the same call replaces an earlier one.
-    pub fn commit_history(&self, history: History) {
-        *lock(&self.shared.commit) = Some(history);
-        self.shared.has_commit.store(true, Ordering::Release);
-    }
-
-    /// Take the pending history commit, if any. The agent calls this; layers do not need to.
-    #[inline]
-    pub fn take_committed_history(&self) -> Option<History> {
-        if !self.shared.has_commit.load(Ordering::Acquire) {
-            return None;
-        }
-        self.take_commit_slow()
-    }
-
-    #[cold]
-    fn take_commit_slow(&self) -> Option<History> {
-        let mut commit = lock(&self.shared.commit);
-        self.shared.has_commit.store(false, Ordering::Release);
-        commit.take()
-    }
-
-    /// Stop the run gracefully, for a layer (a call limit, a checkpoint): the agent ends it
-    /// with [`Outcome::Stopped`](crate::Outcome::Stopped) and `reason` before its next model
-    /// or tool call. A call already running finishes: a tool's result is kept (later calls of
-    /// the round get a "not executed" result); a model's message is dropped, since its calls
-    /// could not be answered. The first reason given wins.
-    ///
-    /// Unlike cancellation, nothing is interrupted mid-call, and the history ends valid:
-    /// every tool call answered.
-    ///
-    /// ```
-    /// use tower_agent_core::{RunContext, StopReason};
-    ///
-    /// let ctx = RunContext::new();
-    /// ctx.stop(StopReason::Layer { reason: "budget spent".into() });
-    /// ctx.stop(StopReason::Layer { reason: "second".into() });
-    /// assert!(ctx.is_stopping());
-    /// assert_eq!(ctx.take_stop(), Some(StopReason::Layer { reason: "budget spent".into() }));
-    /// ```
-    pub fn stop(&self, reason: StopReason) {
-        let mut stop = lock(&self.shared.stop);
-        if stop.is_none() {
-            *stop = Some(reason);
-            self.shared.has_stop.store(true, Ordering::Release);
-        }
-    }
-
-    /// Whether a layer asked to stop the run ([`RunContext::stop`]).
-    #[inline]
-    pub fn is_stopping(&self) -> bool {
-        self.shared.has_stop.load(Ordering::Acquire)
-    }
-
-    /// Take the reason a layer stopped the run with. The agent calls this.
-    #[inline]
-    pub fn take_stop(&self) -> Option<StopReason> {
-        if !self.is_stopping() {
-            return None;
-        }
-        let mut stop = lock(&self.shared.stop);
-        self.shared.has_stop.store(false, Ordering::Release);
-        stop.take()
-    }
-
-    /// Add `usage` to the run's: for a tool that ran model calls of its own (a sub-agent), so
-    /// the run's [`AgentResponse::usage`](crate::AgentResponse::usage) counts them. The agent
-    /// adds what was recorded when the run ends.
-    ///
-    /// ```
-    /// use tower_agent_core::{RunContext, Usage};
-    ///
-    /// let ctx = RunContext::new();
-    /// ctx.record_usage(Usage::new(10, 2));
-    /// ctx.record_usage(Usage::new(5, 1));
-    /// assert_eq!(ctx.take_recorded_usage(), Usage::new(15, 3));
-    /// assert_eq!(ctx.take_recorded_usage(), Usage::default());
-    /// ```
-    pub fn record_usage(&self, usage: Usage) {
-        *lock(&self.shared.usage) += usage;
-        self.shared.has_usage.store(true, Ordering::Release);
-    }
-
-    /// Take the usage recorded with [`RunContext::record_usage`]. The agent calls this.
-    #[inline]
-    pub fn take_recorded_usage(&self) -> Usage {
-        if !self.shared.has_usage.load(Ordering::Acquire) {
-            return Usage::default();
-        }
-        self.shared.has_usage.store(false, Ordering::Release);
-        std::mem::take(&mut *lock(&self.shared.usage))
-    }
-
-    /// Record that the tool call `call_id` ran with `arguments` (raw JSON) instead of the
-    /// model's, for a layer that changed them (an approval that edited them, a repair). The
-    /// agent writes them into the call in the history when the round's results are appended,
-    /// so the history records what was executed and the model sees it. Ignored for a call
-    /// that ends up waiting (interrupted) or has no result.
-    pub fn record_arguments(&self, call_id: impl Into<String>, arguments: impl Into<String>) {
-        lock(&self.shared.executed).push((call_id.into(), arguments.into()));
-        self.shared.has_executed.store(true, Ordering::Release);
-    }
-
-    /// Take the arguments recorded with [`RunContext::record_arguments`]. The agent calls
-    /// this.
-    #[inline]
-    pub fn take_recorded_arguments(&self) -> Vec<(String, String)> {
-        if !self.shared.has_executed.load(Ordering::Acquire) {
-            return Vec::new();
-        }
-        let mut executed = lock(&self.shared.executed);
-        self.shared.has_executed.store(false, Ordering::Release);
-        std::mem::take(&mut *executed)
     }
 
     /// Merge `state` into the JSON state; keys already present win.
