@@ -60,6 +60,8 @@ mod segment;
 #[cfg(feature = "summarize")]
 pub mod summarize;
 #[cfg(any(feature = "evict", feature = "summarize"))]
+mod text;
+#[cfg(any(feature = "evict", feature = "summarize"))]
 pub mod tokens;
 
 #[cfg(feature = "approval")]

@@ -65,7 +65,7 @@ struct Forced {
     arguments: Value,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Config {
     start: Vec<Forced>,
     exit: Vec<Forced>,
@@ -101,14 +101,7 @@ impl ToolRulesLayer {
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
-        let mut config = Config {
-            start: self.config.start.clone(),
-            exit: self.config.exit.clone(),
-            exit_tools: self.config.exit_tools.clone(),
-            attempts: self.config.attempts,
-        };
-        f(&mut config);
-        self.config = Arc::new(config);
+        f(Arc::make_mut(&mut self.config));
         self
     }
 
@@ -425,17 +418,23 @@ fn tool_rules(
         return response;
     }
     let ok = !response.result.is_error;
-    if ok {
+    // Successes matter only to the rules that force tools.
+    if ok && (!config.start.is_empty() || !config.exit.is_empty()) {
         with(ctx, |rules| rules.record(&response.result.name));
     }
-    let heartbeat = asked || heartbeat(&response.result.content);
     let name = &response.result.name;
-    if ok && !heartbeat && config.exit_tools.iter().any(|t| t == name) {
+    let exits = ok && config.exit_tools.iter().any(|t| t == name);
+    let stops = matches!(response.action, ToolAction::Stop { .. });
+    if !exits && !stops {
+        return response;
+    }
+    // Only where the run would stop is the result searched for a heartbeat.
+    if asked || heartbeat(&response.result.content) {
+        response.action = ToolAction::Continue;
+    } else if exits {
         response.action = ToolAction::Stop {
             reason: format!("tool rule: `{name}` ends the run"),
         };
-    } else if heartbeat && matches!(response.action, ToolAction::Stop { .. }) {
-        response.action = ToolAction::Continue;
     }
     response
 }

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::READ_TOOL;
+use crate::text::clip_chars;
 
 /// What the preview shows; copied from the layer.
 #[derive(Debug, Clone, Copy)]
@@ -117,18 +118,6 @@ pub(crate) fn push_line(out: &mut String, number: usize, kept: &str, more: usize
         );
     }
     out.push('\n');
-}
-
-/// The first `max_chars` characters of `line` (never splitting one) and how many follow.
-pub(crate) fn clip_chars(line: &str, max_chars: usize) -> (&str, usize) {
-    // A line of at most `max_chars` bytes has at most that many characters.
-    if line.len() <= max_chars {
-        return (line, 0);
-    }
-    match line.char_indices().nth(max_chars) {
-        Some((end, _)) => (&line[..end], count_chars(&line[end..])),
-        None => (line, 0),
-    }
 }
 
 /// The characters of `text` (core counts them without decoding).

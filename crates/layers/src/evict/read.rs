@@ -15,8 +15,9 @@ use tower_agent_tools::{FnTool, ResponseFuture, Tool, ToolHandler, tool_fn};
 use tower_service::Service;
 
 use super::path::{DIR, parse_result_path};
-use super::preview::{clip_chars, push_line};
+use super::preview::push_line;
 use super::{Config, READ_TOOL};
+use crate::text::clip_chars;
 
 /// The arguments of the read tool ([`READ_TOOL`]).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use tower_agent_core::{ContentPart, Message, ModelRequest, Role, RunContext};
 
+use crate::text::clip_chars;
 use crate::tokens::TokenCounter;
 
 /// The first line of a summary message.
@@ -161,12 +162,9 @@ pub(crate) fn render_markdown(messages: &[Message], round: u32) -> String {
 }
 
 fn clipped(text: &str, clip: usize) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(clip) {
-        None => text.into(),
-        Some((end, _)) => {
-            let left = text[end..].chars().count();
-            format!("{}… [{left} more characters]", &text[..end]).into()
-        }
+    match clip_chars(text, clip) {
+        (all, 0) => all.into(),
+        (kept, left) => format!("{kept}… [{left} more characters]").into(),
     }
 }
 
@@ -198,14 +196,14 @@ pub(crate) fn truncate_arguments(messages: &mut [Message], max: usize) -> usize 
 
 fn truncate_strings(value: &mut Value, max: usize) -> bool {
     match value {
-        Value::String(text) => match text.char_indices().nth(max) {
-            Some((end, _)) => {
-                let left = text[end..].chars().count();
+        Value::String(text) => match clip_chars(text, max) {
+            (_, 0) => false,
+            (kept, left) => {
+                let end = kept.len();
                 text.truncate(end);
                 let _ = write!(text, "… [truncated {left} characters]");
                 true
             }
-            None => false,
         },
         Value::Array(items) => items
             .iter_mut()
