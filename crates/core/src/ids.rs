@@ -49,7 +49,8 @@ impl CallIdSet {
     #[inline]
     fn insert_hash(&mut self, hash: u64) -> bool {
         if (self.len + 1) * 2 > self.slots.len() {
-            self.grow((self.slots.len() * 2).max(32));
+            // Four times larger: a run that keeps calling tools rehashes less often.
+            self.grow((self.slots.len() * 4).max(32));
         }
         let key = hash.max(1);
         let mask = self.slots.len() - 1;
@@ -86,20 +87,49 @@ impl<'a> Extend<&'a str> for CallIdSet {
     }
 }
 
+#[inline]
 fn id_hash(id: &str) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let bytes = id.as_bytes();
-    let mut hash = (bytes.len() as u64).wrapping_mul(K);
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        let mut word = [0; 8];
-        word.copy_from_slice(chunk);
-        hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
-    }
-    let mut word = [0; 8];
-    word[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    let len = bytes.len();
+    let mut hash = (len as u64).wrapping_mul(K);
+    // Whole words, then the last word read again overlapping the one before (the length is
+    // in the hash, so the overlap cannot make two ids alike): no copy of a variable-length
+    // tail, which costs a `memcpy` call.
+    let last = if len >= 8 {
+        let mut rest = bytes;
+        while rest.len() > 8 {
+            hash = (hash.rotate_left(5) ^ word(&rest[..8])).wrapping_mul(K);
+            rest = &rest[8..];
+        }
+        word(&bytes[len - 8..])
+    } else if len >= 4 {
+        // The first and the last four bytes cover all of them.
+        (u64::from(half(&bytes[..4])) << 32) | u64::from(half(&bytes[len - 4..]))
+    } else if len > 0 {
+        // The first, middle and last byte cover all of them.
+        (u64::from(bytes[0]) << 16) | (u64::from(bytes[len / 2]) << 8) | u64::from(bytes[len - 1])
+    } else {
+        0
+    };
     // The last multiplication carries every byte into the high bits, which index the set.
-    (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K)
+    (hash.rotate_left(5) ^ last).wrapping_mul(K)
+}
+
+/// Eight bytes as a word.
+#[inline]
+fn word(bytes: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[..8]);
+    u64::from_le_bytes(word)
+}
+
+/// Four bytes as a half word.
+#[inline]
+fn half(bytes: &[u8]) -> u32 {
+    let mut half = [0; 4];
+    half.copy_from_slice(&bytes[..4]);
+    u32::from_le_bytes(half)
 }
 
 #[cfg(test)]
@@ -140,6 +170,18 @@ mod tests {
             assert!(set.insert(id), "{id}");
         }
         assert!(!set.insert("call_1"));
+        // Every byte of every length counts: ids that differ in one place only.
+        let mut hashes = std::collections::HashSet::new();
+        for len in 0..=24 {
+            let base = vec![b'a'; len];
+            assert!(hashes.insert(id_hash(std::str::from_utf8(&base).unwrap())));
+            for at in 0..len {
+                let mut id = base.clone();
+                id[at] = b'b';
+                let id = String::from_utf8(id).unwrap();
+                assert!(hashes.insert(id_hash(&id)), "{id}");
+            }
+        }
         // Padding does not make a short id equal to a longer one.
         assert_ne!(id_hash("a"), id_hash("a\0"));
     }

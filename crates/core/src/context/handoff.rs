@@ -123,6 +123,13 @@ impl RunContext {
         self.shared.has_executed.store(true, Ordering::Release);
     }
 
+    /// Whether arguments were recorded with [`RunContext::record_arguments`] and not taken
+    /// yet.
+    #[inline]
+    pub fn has_recorded_arguments(&self) -> bool {
+        self.shared.has_executed.load(Ordering::Acquire)
+    }
+
     /// Take the arguments recorded with [`RunContext::record_arguments`]. The agent calls
     /// this.
     #[inline]

@@ -78,12 +78,30 @@ pub(super) fn call<S, Req>(
 where
     S: Service<Req>,
 {
+    call_checked(service, request, token, span, false)
+}
+
+/// [`call`], without the cancellation check before the start when `checked`: the caller
+/// checked, and nothing ran since that could have cancelled the run.
+pub(super) fn call_checked<S, Req>(
+    service: S,
+    request: Req,
+    token: &CancellationToken,
+    span: tracing::Span,
+    checked: bool,
+) -> ServiceCall<'_, S, Req>
+where
+    S: Service<Req>,
+{
+    let request = Some(request);
     ServiceCall {
         service,
         token,
         span,
-        stage: Stage::New {
-            request: Some(request),
+        stage: if checked {
+            Stage::Readying { request }
+        } else {
+            Stage::New { request }
         },
         wait: None,
     }

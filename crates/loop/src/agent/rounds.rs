@@ -10,7 +10,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::AgentConfig;
-use super::call::{CallFailure, call};
+use super::call::{CallFailure, call_checked};
 use super::resume::check_input;
 use super::tools::{RoundTools, execute, not_executed};
 
@@ -117,6 +117,8 @@ where
             }
             self.rounds += 1;
             let round = self.rounds;
+            // Without listeners nothing runs between the check above and the model call.
+            let checked = !self.ctx.events().is_enabled();
             emit!(self.ctx, Event::RoundStarted { round })?;
             self.discard_stale_commit();
 
@@ -129,11 +131,12 @@ where
             };
             let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
             // Not started once cancelled; dropped if cancelled while pending.
-            let response = call(
+            let response = call_checked(
                 &mut self.model,
                 request,
                 self.ctx.cancellation_token(),
                 span,
+                checked,
             )
             .await
             .map(|result| result.map_err(CallFailure::into_model_error));
@@ -244,6 +247,22 @@ where
         self.session
             .history
             .extend(out.results.drain(..).map(Message::tool_result));
+        // The usual round: every call answered, nothing else to apply.
+        if !resumed
+            && out.is_plain()
+            && !self.ctx.has_recorded_arguments()
+            && !self.ctx.is_stopping()
+        {
+            return Ok(None);
+        }
+        self.settle_round(resumed)
+    }
+
+    /// The rest of [`Run::absorb_round`], for a round that ends the run, answers calls that
+    /// waited, or recorded arguments.
+    #[inline(never)]
+    fn settle_round(&mut self, resumed: bool) -> Result<Option<Outcome>, Error> {
+        let out = &mut self.scratch;
         let mut interrupts = std::mem::take(&mut out.interrupts);
         // Arguments a layer says a call ran with; not for a call that waits (it must stay the
         // call stored) or was closed unrun.

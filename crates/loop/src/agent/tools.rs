@@ -21,6 +21,14 @@ pub(super) struct RoundTools {
     pub(super) error: Option<Error>,
 }
 
+impl RoundTools {
+    /// Whether every call got a result and nothing ends the run.
+    #[inline]
+    pub(super) fn is_plain(&self) -> bool {
+        self.interrupts.is_empty() && self.stop.is_none() && !self.cancelled && self.error.is_none()
+    }
+}
+
 /// How one tool call ended.
 type ToolOutcome = Result<ToolResponse, CallFailure>;
 
