@@ -49,8 +49,7 @@ impl CallIdSet {
     #[inline]
     fn insert_hash(&mut self, hash: u64) -> bool {
         if (self.len + 1) * 2 > self.slots.len() {
-            // Four times larger: a run that keeps calling tools rehashes less often.
-            self.grow((self.slots.len() * 4).max(32));
+            self.grow((self.slots.len() * 2).max(32));
         }
         let key = hash.max(1);
         let mask = self.slots.len() - 1;

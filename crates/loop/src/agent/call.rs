@@ -118,13 +118,13 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         match this.stage.as_mut().project() {
-            StageProj::New { request } => {
+            // Not polled yet: a cancelled run does not start it. It readies from here, without
+            // a move to `Readying` (which costs a move of the request and a drop).
+            StageProj::New { .. } => {
                 if this.token.is_cancelled() {
                     this.stage.set(Stage::Done);
                     return Poll::Ready(None);
                 }
-                let request = request.take();
-                this.stage.set(Stage::Readying { request });
             }
             StageProj::Done => panic!("`ServiceCall` polled after completion"),
             // Woken after it was pending: if the run was cancelled meanwhile, the call is not
@@ -142,7 +142,7 @@ where
             loop {
                 match this.stage.as_mut().project() {
                     StageProj::Calling { future } => return future.poll(cx).map_err(failed),
-                    StageProj::Readying { request } => {
+                    StageProj::New { request } | StageProj::Readying { request } => {
                         if let Err(error) = ready!(this.service.poll_ready(cx)) {
                             return Poll::Ready(Err(failed(error)));
                         }
@@ -152,9 +152,7 @@ where
                         let future = this.service.call(request);
                         this.stage.set(Stage::Calling { future });
                     }
-                    StageProj::New { .. } | StageProj::Done => {
-                        unreachable!("started and not done")
-                    }
+                    StageProj::Done => unreachable!("not done"),
                 }
             }
         }));
