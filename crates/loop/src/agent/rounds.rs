@@ -312,10 +312,16 @@ where
     }
 
     /// Apply the history a layer committed during the model call, after checking it.
+    #[inline]
     fn apply_commit(&mut self) -> Result<(), Error> {
-        let Some(history) = self.ctx.take_committed_history() else {
-            return Ok(());
-        };
+        match self.ctx.take_committed_history() {
+            None => Ok(()),
+            Some(history) => self.commit(history),
+        }
+    }
+
+    #[inline(never)]
+    fn commit(&mut self, history: History) -> Result<(), Error> {
         if let Err(defect) = history.validate() {
             return Err(Error::bad_request(format!(
                 "a layer committed an invalid history ({defect}); the session was left as it was"
@@ -336,6 +342,7 @@ where
     }
 
     /// Commits are made during a model call; one made elsewhere is dropped.
+    #[inline]
     fn discard_stale_commit(&mut self) {
         if self.ctx.take_committed_history().is_some() {
             tracing::warn!(

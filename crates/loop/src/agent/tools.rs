@@ -87,7 +87,10 @@ pub(super) async fn execute<T>(
                 let request = ToolRequest {
                     call: (*call).clone(),
                     ctx: ctx.with_round(round),
-                    resume: resume.and_then(|d| d.get(&call.id)).cloned(),
+                    resume: match resume {
+                        Some(decisions) => decisions.get(&call.id).cloned(),
+                        None => None,
+                    },
                 };
                 let span = tool_span(call);
                 // Not started if the run is cancelled (e.g. while the event waited).
