@@ -348,7 +348,9 @@ impl Progress {
         self.steps.is_empty()
     }
 
-    /// The tool calls of `messages` that have a result, in call order.
+    /// The tool calls answered in `messages`: one step per tool result, in the order of the
+    /// results (a history keeps them in call order), each with its tool and whether it
+    /// succeeded. A call without a result is not a step.
     ///
     /// ```
     /// use tower_agent_core::{Message, Progress, ToolCall, ToolResult};
@@ -362,18 +364,27 @@ impl Progress {
     /// ];
     /// assert_eq!(Progress::of(&history).to_string(), "search ✓ → fetch ✗");
     /// assert!(Progress::of(&history[..2]).is_empty(), "calls without a result do not count");
+    ///
+    /// // A result without its tool's name (built by hand, imported) takes the call's.
+    /// let mut nameless = ToolResult::success(&b, "fetched");
+    /// nameless.name.clear();
+    /// let retried = [history[1].clone(), Message::tool_result(nameless)];
+    /// assert_eq!(Progress::of(&retried).to_string(), "fetch ✓");
     /// ```
     pub fn of(messages: &[Message]) -> Self {
+        // The results alone: a result names its tool, so no call has to be looked up (a third
+        // of the cost of matching each call to its result).
         let mut progress = Progress::default();
-        for (index, message) in messages.iter().enumerate() {
+        for message in messages {
             for part in &message.content {
-                let ContentPart::ToolCall(call) = part else {
-                    continue;
-                };
-                // Its result is almost always in the next message: a plain scan, no iterator
-                // adapters, costs a third as much per call.
-                if let Some(ok) = result_of(&messages[index + 1..], &call.id) {
-                    progress.push(&call.name, ok);
+                if let ContentPart::ToolResult(result) = part {
+                    let tool = if result.name.is_empty() {
+                        // A result made without its tool's name: the call's.
+                        call_name(messages, &result.call_id)
+                    } else {
+                        &result.name
+                    };
+                    progress.push(tool, !result.is_error);
                 }
             }
         }
@@ -381,18 +392,13 @@ impl Progress {
     }
 }
 
-/// Whether the first result for `call_id` in `messages` succeeded; `None` without one.
-fn result_of(messages: &[Message], call_id: &str) -> Option<bool> {
-    for message in messages {
-        for part in &message.content {
-            if let ContentPart::ToolResult(result) = part {
-                if result.call_id == call_id {
-                    return Some(!result.is_error);
-                }
-            }
-        }
-    }
-    None
+/// The tool of the call `call_id` in `messages` (empty if it is not there).
+fn call_name<'a>(messages: &'a [Message], call_id: &str) -> &'a str {
+    messages
+        .iter()
+        .flat_map(Message::tool_calls)
+        .find(|call| call.id == call_id)
+        .map_or("", |call| call.name.as_str())
 }
 
 impl Serialize for Progress {
