@@ -118,15 +118,14 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         match this.stage.as_mut().project() {
-            // Not polled yet: a cancelled run does not start it. It readies from here, without
-            // a move to `Readying` (which costs a move of the request and a drop).
-            StageProj::New { .. } => {
-                if this.token.is_cancelled() {
-                    this.stage.set(Stage::Done);
-                    return Poll::Ready(None);
-                }
-            }
             StageProj::Done => panic!("`ServiceCall` polled after completion"),
+            // Not polled yet (or not ready yet): a cancelled run does not start it. It readies
+            // from here, without a move to `Readying` (which costs a move of the request and a
+            // drop).
+            StageProj::New { .. } if this.token.is_cancelled() => {
+                this.stage.set(Stage::Done);
+                return Poll::Ready(None);
+            }
             // Woken after it was pending: if the run was cancelled meanwhile, the call is not
             // polled again. A cancelled retry wait would otherwise end and make one more call
             // before the cancellation is seen.
