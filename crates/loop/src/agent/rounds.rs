@@ -244,9 +244,7 @@ where
     pub(super) fn absorb_round(&mut self, resumed: bool) -> Result<Option<Outcome>, Error> {
         // In place: the (empty) buffers are kept for the next round.
         let out = &mut self.scratch;
-        self.session
-            .history
-            .extend(out.results.drain(..).map(Message::tool_result));
+        self.session.history.make_mut().append(&mut out.results);
         // The usual round: every call answered, nothing else to apply.
         if !resumed
             && out.is_plain()

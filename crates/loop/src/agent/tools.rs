@@ -2,8 +2,9 @@
 
 use futures_util::stream::{self, StreamExt};
 use tower_agent_core::{
-    BoxError, CancellationToken, ContentPart, Decisions, Error, ErrorKind, Event, Interrupt, Pause,
-    RunContext, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult,
+    BoxError, CancellationToken, ContentPart, Decisions, Error, ErrorKind, Event, Interrupt,
+    Message, Pause, RunContext, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse,
+    ToolResult,
 };
 use tower_service::Service;
 
@@ -14,7 +15,8 @@ use super::rounds::RUN_FAILED;
 /// What the tools of one round produced.
 #[derive(Default)]
 pub(super) struct RoundTools {
-    pub(super) results: Vec<ToolResult>,
+    /// One tool-result message per call, in call order: appended to the history as they are.
+    pub(super) results: Vec<Message>,
     pub(super) interrupts: Vec<Interrupt>,
     pub(super) stop: Option<StopReason>,
     pub(super) cancelled: bool,
@@ -22,6 +24,12 @@ pub(super) struct RoundTools {
 }
 
 impl RoundTools {
+    /// Add the result of a call.
+    #[inline]
+    fn answer(&mut self, result: ToolResult) {
+        self.results.push(Message::tool_result(result));
+    }
+
     /// Whether every call got a result and nothing ends the run.
     #[inline]
     pub(super) fn is_plain(&self) -> bool {
@@ -65,22 +73,21 @@ pub(super) async fn execute<T>(
                     out.stop = ctx.take_stop();
                 }
                 if let Some(reason) = &out.stop {
-                    out.results
-                        .push(ToolResult::error(call, not_executed(reason)));
+                    out.answer(ToolResult::error(call, not_executed(reason)));
                     continue;
                 }
                 if out.error.is_some() {
-                    out.results.push(ToolResult::error(call, RUN_FAILED));
+                    out.answer(ToolResult::error(call, RUN_FAILED));
                     continue;
                 }
                 if out.cancelled {
-                    out.results.push(ToolResult::cancelled(call));
+                    out.answer(ToolResult::cancelled(call));
                     continue;
                 }
                 if events {
                     if let Err(error) = ctx.emit(started(round, call)).await {
                         out.error = Some(error);
-                        out.results.push(ToolResult::error(call, RUN_FAILED));
+                        out.answer(ToolResult::error(call, RUN_FAILED));
                         continue;
                     }
                 }
@@ -152,11 +159,11 @@ pub(super) async fn execute<T>(
                         absorb(out, call, Some(outcome), token);
                     }
                     None if out.error.is_some() => {
-                        out.results.push(ToolResult::error(call, RUN_FAILED));
+                        out.answer(ToolResult::error(call, RUN_FAILED));
                     }
                     None => {
                         out.cancelled = true;
-                        out.results.push(ToolResult::cancelled(call));
+                        out.answer(ToolResult::cancelled(call));
                     }
                 }
             }
@@ -266,7 +273,7 @@ fn absorb(
         }
     };
     let is_error = result.is_error;
-    out.results.push(result);
+    out.answer(result);
     is_error
 }
 
