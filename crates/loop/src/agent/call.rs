@@ -1,6 +1,7 @@
 //! Calling a service: readiness, panics, cancellation and spans, in one future.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -40,7 +41,11 @@ pin_project! {
     /// is pending, which keeps this future small on the path where the service answers at
     /// once. tokio-util's `run_until_cancelled` and an `async fn` per layer of this cost
     /// 1,100–1,300 more instructions per round (`benches/instructions.sh`).
-    pub(super) struct ServiceCall<'a, S, Req>
+    ///
+    /// The request is made by a closure at the moment of the call, in the argument's place:
+    /// a request built first is moved into this future and out again (about 60 instructions a
+    /// call for a tool request), and a cancelled call never builds it.
+    pub(super) struct ServiceCall<'a, S, Req, Make>
     where
         S: Service<Req>,
     {
@@ -48,19 +53,20 @@ pin_project! {
         token: &'a CancellationToken,
         span: tracing::Span,
         #[pin]
-        stage: Stage<Req, S::Future>,
+        stage: Stage<Make, S::Future>,
         wait: Option<Pin<Box<WaitForCancellationFuture<'a>>>>,
+        request: PhantomData<fn() -> Req>,
     }
 }
 
 pin_project! {
     /// Where a [`ServiceCall`] stands.
     #[project = StageProj]
-    enum Stage<Req, F> {
+    enum Stage<Make, F> {
         /// Not polled yet: a cancelled run does not start it.
-        New { request: Option<Req> },
+        New { make: Option<Make> },
         /// Waiting for the service to be ready.
-        Readying { request: Option<Req> },
+        Readying { make: Option<Make> },
         /// The service was called.
         Calling { #[pin] future: F },
         /// Finished (or panicked): never polled again.
@@ -68,49 +74,54 @@ pin_project! {
     }
 }
 
-/// Call `service` (a `&mut S` works) with `request`, unless `token` is cancelled first.
-pub(super) fn call<S, Req>(
+/// Call `service` (a `&mut S` works) with the request `make` makes, unless `token` is
+/// cancelled first.
+pub(super) fn call<S, Req, Make>(
     service: S,
-    request: Req,
+    make: Make,
     token: &CancellationToken,
     span: tracing::Span,
-) -> ServiceCall<'_, S, Req>
+) -> ServiceCall<'_, S, Req, Make>
 where
     S: Service<Req>,
+    Make: FnOnce() -> Req,
 {
-    call_checked(service, request, token, span, false)
+    call_checked(service, make, token, span, false)
 }
 
 /// [`call`], without the cancellation check before the start when `checked`: the caller
 /// checked, and nothing ran since that could have cancelled the run.
-pub(super) fn call_checked<S, Req>(
+pub(super) fn call_checked<S, Req, Make>(
     service: S,
-    request: Req,
+    make: Make,
     token: &CancellationToken,
     span: tracing::Span,
     checked: bool,
-) -> ServiceCall<'_, S, Req>
+) -> ServiceCall<'_, S, Req, Make>
 where
     S: Service<Req>,
+    Make: FnOnce() -> Req,
 {
-    let request = Some(request);
+    let make = Some(make);
     ServiceCall {
         service,
         token,
         span,
         stage: if checked {
-            Stage::Readying { request }
+            Stage::Readying { make }
         } else {
-            Stage::New { request }
+            Stage::New { make }
         },
         wait: None,
+        request: PhantomData,
     }
 }
 
-impl<S, Req> Future for ServiceCall<'_, S, Req>
+impl<S, Req, Make> Future for ServiceCall<'_, S, Req, Make>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
+    Make: FnOnce() -> Req,
 {
     type Output = Option<Result<S::Response, CallFailure>>;
 
@@ -141,14 +152,14 @@ where
             loop {
                 match this.stage.as_mut().project() {
                     StageProj::Calling { future } => return future.poll(cx).map_err(failed),
-                    StageProj::New { request } | StageProj::Readying { request } => {
+                    StageProj::New { make } | StageProj::Readying { make } => {
                         if let Err(error) = ready!(this.service.poll_ready(cx)) {
                             return Poll::Ready(Err(failed(error)));
                         }
-                        let Some(request) = request.take() else {
+                        let Some(make) = make.take() else {
                             unreachable!("a call is made once");
                         };
-                        let future = this.service.call(request);
+                        let future = this.service.call(make());
                         this.stage.set(Stage::Calling { future });
                     }
                     StageProj::Done => unreachable!("not done"),

@@ -122,12 +122,13 @@ where
             emit!(self.ctx, Event::RoundStarted { round })?;
             self.discard_stale_commit();
 
-            let request = ModelRequest {
-                system: self.config.system.clone(),
-                messages: self.session.history.clone(),
-                tools: Arc::clone(&self.config.tool_specs),
-                options: self.config.options.clone(),
-                ctx: self.ctx.with_round(round),
+            let (config, history, ctx) = (&self.config, &self.session.history, &self.ctx);
+            let request = || ModelRequest {
+                system: config.system.clone(),
+                messages: history.clone(),
+                tools: Arc::clone(&config.tool_specs),
+                options: config.options.clone(),
+                ctx: ctx.with_round(round),
             };
             let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
             // Not started once cancelled; dropped if cancelled while pending.

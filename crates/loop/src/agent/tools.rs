@@ -91,7 +91,7 @@ pub(super) async fn execute<T>(
                         continue;
                     }
                 }
-                let request = ToolRequest {
+                let request = || ToolRequest {
                     call: (*call).clone(),
                     ctx: ctx.with_round(round),
                     resume: match resume {
@@ -196,7 +196,7 @@ where
         }
     }
     let span = tool_span(&request.call);
-    let outcome = call::call(&mut service, request, ctx.cancellation_token(), span).await;
+    let outcome = call::call(&mut service, || request, ctx.cancellation_token(), span).await;
     (index, Ok(outcome))
 }
 
