@@ -56,6 +56,8 @@ pin_project! {
         stage: Stage<Make, S::Future>,
         wait: Option<Pin<Box<WaitForCancellationFuture<'a>>>>,
         request: PhantomData<fn() -> Req>,
+        // Finished: never polled again.
+        done: bool,
     }
 }
 
@@ -114,6 +116,7 @@ where
         },
         wait: None,
         request: PhantomData,
+        done: false,
     }
 }
 
@@ -129,6 +132,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         match this.stage.as_mut().project() {
+            _ if *this.done => panic!("`ServiceCall` polled after completion"),
             StageProj::Done => panic!("`ServiceCall` polled after completion"),
             // Not polled yet (or not ready yet): a cancelled run does not start it. It readies
             // from here, without a move to `Readying` (which costs a move of the request and a
@@ -179,8 +183,9 @@ where
                 return Poll::Ready(None);
             }
         };
-        // Fused: a finished (or panicked) call is never polled again.
-        this.stage.set(Stage::Done);
+        // Fused: a finished (or panicked) call is never polled again. The future is dropped
+        // with the call, not here (dropping it in place costs a second drop of the stage).
+        *this.done = true;
         Poll::Ready(Some(output))
     }
 }
