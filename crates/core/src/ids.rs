@@ -69,11 +69,17 @@ impl CallIdSet {
         }
     }
 
+    #[cold]
     fn grow(&mut self, capacity: usize) {
         let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
-        self.len = 0;
+        let (mask, shift) = (capacity - 1, 64 - capacity.trailing_zeros());
+        // Every key is new to the larger table: no growth check, no comparison.
         for key in old.into_iter().filter(|&key| key != 0) {
-            self.insert_hash(key);
+            let mut index = (key >> shift) as usize;
+            while self.slots[index] != 0 {
+                index = (index + 1) & mask;
+            }
+            self.slots[index] = key;
         }
     }
 }

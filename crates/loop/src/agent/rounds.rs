@@ -164,8 +164,8 @@ where
                 return Ok(stopped(reason));
             }
             message.role = Role::Assistant;
-            self.normalize(&mut message, round);
-            if message.has_text() {
+            let calls = self.normalize(&mut message, round);
+            if self.ctx.events().is_enabled() && message.has_text() {
                 emit!(
                     self.ctx,
                     Event::Text {
@@ -187,7 +187,7 @@ where
                     usage,
                 }
             )?;
-            if !message.has_tool_calls() {
+            if calls == 0 {
                 return Ok(Outcome::Completed {
                     message: message.clone(),
                 });
@@ -209,8 +209,8 @@ where
     }
 
     /// Make the model's message safe to append: only text, reasoning and calls, each call with
-    /// an id no other call in the session uses.
-    fn normalize(&mut self, message: &mut Message, round: u32) {
+    /// an id no other call in the session uses. Returns how many calls it has.
+    fn normalize(&mut self, message: &mut Message, round: u32) -> usize {
         let mut index = 0;
         let mut results = false;
         for part in &mut message.content {
@@ -238,6 +238,7 @@ where
                 .content
                 .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
         }
+        index
     }
 
     /// Append a round's results; the outcome if the round ends the run. `resumed`: the results
