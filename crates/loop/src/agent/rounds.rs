@@ -103,6 +103,8 @@ where
             return Ok(outcome);
         }
 
+        // The run's listeners are fixed when it starts.
+        let listening = self.ctx.events().is_enabled();
         loop {
             if self.ctx.is_cancelled() {
                 return Ok(cancelled_outcome());
@@ -117,9 +119,9 @@ where
             }
             self.rounds += 1;
             let round = self.rounds;
-            // Without listeners nothing runs between the check above and the model call.
-            let checked = !self.ctx.events().is_enabled();
-            emit!(self.ctx, Event::RoundStarted { round })?;
+            if listening {
+                self.ctx.emit(Event::RoundStarted { round }).await?;
+            }
             self.discard_stale_commit();
 
             let (config, history, ctx) = (&self.config, &self.session.history, &self.ctx);
@@ -137,7 +139,8 @@ where
                 request,
                 self.ctx.cancellation_token(),
                 span,
-                checked,
+                // Without listeners nothing ran since the check above.
+                !listening,
             )
             .await
             .map(|result| result.map_err(CallFailure::into_model_error));
@@ -165,28 +168,23 @@ where
             }
             message.role = Role::Assistant;
             let calls = self.normalize(&mut message, round);
-            if self.ctx.events().is_enabled() && message.has_text() {
-                emit!(
-                    self.ctx,
-                    Event::Text {
-                        round,
-                        text: message.text(),
-                    }
-                )?;
+            if listening && message.has_text() {
+                let text = message.text();
+                self.ctx.emit(Event::Text { round, text }).await?;
             }
             self.session.history.push(message);
             let [.., message] = &self.session.history[..] else {
                 unreachable!("a message was just appended");
             };
-            emit!(
-                self.ctx,
-                Event::RoundCompleted {
+            if listening {
+                let event = Event::RoundCompleted {
                     round,
                     message: message.clone(),
                     history: Some(self.session.history.clone()),
                     usage,
-                }
-            )?;
+                };
+                self.ctx.emit(event).await?;
+            }
             if calls == 0 {
                 return Ok(Outcome::Completed {
                     message: message.clone(),
