@@ -10,7 +10,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::AgentConfig;
-use super::call::{CallFailure, call_checked};
+use super::call::call_checked;
 use super::resume::check_input;
 use super::tools::{RoundTools, execute, not_executed};
 
@@ -142,24 +142,23 @@ where
                 // Without listeners nothing ran since the check above.
                 !listening,
             )
-            .await
-            .map(|result| result.map_err(CallFailure::into_model_error));
+            .await;
             // The request is gone: a history committed by a layer replaces ours before the
             // model's message is appended.
             let committed = self.apply_commit();
-            let response = match response {
-                None => return Ok(cancelled_outcome()),
-                Some(Err(error))
-                    if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() =>
-                {
-                    return Ok(cancelled_outcome());
-                }
-                Some(Err(error)) => return Err(error),
-                Some(Ok(response)) => response,
-            };
             let ModelResponse {
                 mut message, usage, ..
-            } = response;
+            } = match response {
+                Some(Ok(response)) => response,
+                None => return Ok(cancelled_outcome()),
+                Some(Err(failure)) => {
+                    let error = failure.into_model_error();
+                    if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() {
+                        return Ok(cancelled_outcome());
+                    }
+                    return Err(error);
+                }
+            };
             self.usage += usage;
             committed?;
             // A layer stopped the run during the call: its calls could not be answered.
