@@ -50,6 +50,15 @@ fn stopped(reason: StopReason) -> Outcome {
     }
 }
 
+/// A model cannot answer calls: result parts in its message would break the history.
+#[cold]
+#[inline(never)]
+fn strip_results(message: &mut Message) {
+    message
+        .content
+        .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
+}
+
 /// Write the arguments calls ran with into the calls of the history (newest first: the calls
 /// of the round just run).
 fn record_arguments(history: &mut History, mut rewrites: Vec<(String, String)>) {
@@ -208,34 +217,36 @@ where
     /// Make the model's message safe to append: only text, reasoning and calls, each call with
     /// an id no other call in the session uses. Returns how many calls it has.
     fn normalize(&mut self, message: &mut Message, round: u32) -> usize {
-        let mut index = 0;
+        let mut calls = 0;
         let mut results = false;
         for part in &mut message.content {
-            let call = match part {
-                ContentPart::ToolCall(call) => call,
-                ContentPart::ToolResult(_) => {
-                    results = true;
-                    continue;
+            match part {
+                ContentPart::ToolCall(call) => {
+                    calls += 1;
+                    if call.id.is_empty() || !self.call_ids.insert(&call.id) {
+                        call.id = self.fresh_id(round, calls);
+                    }
                 }
-                _ => continue,
-            };
-            index += 1;
-            if call.id.is_empty() || !self.call_ids.insert(&call.id) {
-                let prefix: String = self.ctx.run_id().chars().take(8).collect();
-                let mut id = format!("call_{prefix}_{round}_{index}");
-                while !self.call_ids.insert(&id) {
-                    id.push('_');
-                }
-                call.id = id;
+                ContentPart::ToolResult(_) => results = true,
+                _ => {}
             }
         }
         if results {
-            // A model cannot answer calls; a result part would break the history.
-            message
-                .content
-                .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
+            strip_results(message);
         }
-        index
+        calls
+    }
+
+    /// An id for the `index`-th call of `round` whose own was empty or taken.
+    #[cold]
+    #[inline(never)]
+    fn fresh_id(&mut self, round: u32, index: usize) -> String {
+        let prefix: String = self.ctx.run_id().chars().take(8).collect();
+        let mut id = format!("call_{prefix}_{round}_{index}");
+        while !self.call_ids.insert(&id) {
+            id.push('_');
+        }
+        id
     }
 
     /// Append a round's results; the outcome if the round ends the run. `resumed`: the results
