@@ -50,6 +50,17 @@ fn stopped(reason: StopReason) -> Outcome {
     }
 }
 
+/// Drop a history committed outside a model call, saying so.
+#[cold]
+#[inline(never)]
+fn discard(stale: History) {
+    drop(stale);
+    tracing::warn!(
+        "a history committed outside a model call was discarded; commit from a before_model \
+         or after_model layer"
+    );
+}
+
 /// A model cannot answer calls: result parts in its message would break the history.
 #[cold]
 #[inline(never)]
@@ -352,11 +363,8 @@ where
     /// Commits are made during a model call; one made elsewhere is dropped.
     #[inline]
     fn discard_stale_commit(&mut self) {
-        if self.ctx.take_committed_history().is_some() {
-            tracing::warn!(
-                "a history committed outside a model call was discarded; commit from a \
-                 before_model or after_model layer"
-            );
+        if let Some(stale) = self.ctx.take_committed_history() {
+            discard(stale);
         }
     }
 
