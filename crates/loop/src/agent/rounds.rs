@@ -9,10 +9,10 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-use super::AgentConfig;
+use super::{AgentConfig, ToolExecution};
 use super::call::call_checked;
 use super::resume::check_input;
-use super::tools::{RoundTools, execute, not_executed};
+use super::tools::{RoundTools, execute, execute_quietly, not_executed};
 
 /// One run's state.
 pub(super) struct Run<M, T> {
@@ -209,16 +209,13 @@ where
                     message: message.clone(),
                 });
             }
-            execute(
-                &mut self.tools,
-                &self.ctx,
-                round,
-                self.config.tool_execution,
-                &message.content,
-                None,
-                &mut self.scratch,
-            )
-            .await;
+            let (tools, ctx, out) = (&mut self.tools, &self.ctx, &mut self.scratch);
+            match (self.config.tool_execution, message.tool_calls().next()) {
+                (ToolExecution::Sequential, Some(call)) if calls == 1 && !listening => {
+                    execute_quietly(tools, ctx, round, call, out).await;
+                }
+                (mode, _) => execute(tools, ctx, round, mode, &message.content, None, out).await,
+            }
             if let Some(outcome) = self.absorb_round(false)? {
                 return Ok(outcome);
             }
