@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::decision::{Decision, DecisionKind, ResumeError};
 use crate::history::History;
-use crate::message::{ContentPart, Message, ToolCall, ToolResult};
+use crate::message::{ContentPart, Message, Role, ToolCall, ToolResult};
 
 /// A conversation that outlives a run: history, JSON state and pending interrupts.
 ///
@@ -348,9 +348,9 @@ impl Progress {
         self.steps.is_empty()
     }
 
-    /// The tool calls answered in `messages`: one step per tool result, in the order of the
-    /// results (a history keeps them in call order), each with its tool and whether it
-    /// succeeded. A call without a result is not a step.
+    /// The tool calls answered in `messages`: one step per tool result of a tool message, in
+    /// the order of the results (a history keeps them in call order), each with its tool and
+    /// whether it succeeded. A call without a result is not a step.
     ///
     /// ```
     /// use tower_agent_core::{Message, Progress, ToolCall, ToolResult};
@@ -373,9 +373,16 @@ impl Progress {
     /// ```
     pub fn of(messages: &[Message]) -> Self {
         // The results alone: a result names its tool, so no call has to be looked up (a third
-        // of the cost of matching each call to its result).
-        let mut progress = Progress::default();
+        // of the cost of matching each call to its result). Results are in tool messages (a
+        // history with one elsewhere is invalid), one result for every call before it.
+        let mut progress = Progress {
+            tools: Vec::new(),
+            steps: Vec::with_capacity((messages.len() / 2).min(64)),
+        };
         for message in messages {
+            if message.role != Role::Tool {
+                continue;
+            }
             for part in &message.content {
                 if let ContentPart::ToolResult(result) = part {
                     let tool = if result.name.is_empty() {
