@@ -136,7 +136,7 @@ where
                     &mut self.scratch,
                 )
                 .await;
-                self.absorb_round(true)?
+                self.absorb_round(None, true)?
             }
             AgentInput::Continue => {
                 self.session.answer_dangling_calls();

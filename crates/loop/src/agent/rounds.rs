@@ -9,10 +9,10 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-use super::{AgentConfig, ToolExecution};
 use super::call::call_checked;
 use super::resume::check_input;
 use super::tools::{RoundTools, execute, execute_quietly, not_executed};
+use super::{AgentConfig, ToolExecution};
 
 /// One run's state.
 pub(super) struct Run<M, T> {
@@ -191,6 +191,18 @@ where
                 let text = message.text();
                 self.ctx.emit(Event::Text { round, text }).await?;
             }
+            if calls == 1 && !listening && self.config.tool_execution == ToolExecution::Sequential {
+                // One call nobody listens to: no round loop, no event, and the message joins
+                // the history with its result, in one write.
+                let Some(call) = message.tool_calls().next() else {
+                    unreachable!("one call");
+                };
+                execute_quietly(&mut self.tools, &self.ctx, round, call, &mut self.scratch).await;
+                match self.absorb_round(Some(message), false)? {
+                    Some(outcome) => return Ok(outcome),
+                    None => continue,
+                }
+            }
             self.session.history.push(message);
             let [.., message] = &self.session.history[..] else {
                 unreachable!("a message was just appended");
@@ -209,14 +221,17 @@ where
                     message: message.clone(),
                 });
             }
-            let (tools, ctx, out) = (&mut self.tools, &self.ctx, &mut self.scratch);
-            match (self.config.tool_execution, message.tool_calls().next()) {
-                (ToolExecution::Sequential, Some(call)) if calls == 1 && !listening => {
-                    execute_quietly(tools, ctx, round, call, out).await;
-                }
-                (mode, _) => execute(tools, ctx, round, mode, &message.content, None, out).await,
-            }
-            if let Some(outcome) = self.absorb_round(false)? {
+            execute(
+                &mut self.tools,
+                &self.ctx,
+                round,
+                self.config.tool_execution,
+                &message.content,
+                None,
+                &mut self.scratch,
+            )
+            .await;
+            if let Some(outcome) = self.absorb_round(None, false)? {
                 return Ok(outcome);
             }
         }
@@ -257,12 +272,21 @@ where
         id
     }
 
-    /// Append a round's results; the outcome if the round ends the run. `resumed`: the results
-    /// answer calls that waited, and are put back in call order.
-    pub(super) fn absorb_round(&mut self, resumed: bool) -> Result<Option<Outcome>, Error> {
+    /// Append a round's results (after `message`, the model's message, when it is not in the
+    /// history yet); the outcome if the round ends the run. `resumed`: the results answer
+    /// calls that waited, and are put back in call order.
+    pub(super) fn absorb_round(
+        &mut self,
+        message: Option<Message>,
+        resumed: bool,
+    ) -> Result<Option<Outcome>, Error> {
         // In place: the (empty) buffers are kept for the next round.
         let out = &mut self.scratch;
-        self.session.history.make_mut().append(&mut out.results);
+        let history = self.session.history.make_mut();
+        if let Some(message) = message {
+            history.push(message);
+        }
+        history.append(&mut out.results);
         // The usual round: every call answered, nothing else to apply.
         if !resumed
             && out.is_plain()
