@@ -1,0 +1,228 @@
+//! OpenAI Chat Completions, and every server that speaks it: vLLM, llama.cpp's
+//! `llama-server`, Ollama, LM Studio, OpenRouter. Point [`OpenAi::base_url`] at it.
+//!
+//! Mapping:
+//!
+//! | tower-agent | Chat Completions |
+//! |---|---|
+//! | `ModelRequest::system`, system messages | `system` messages |
+//! | user text | `user` message |
+//! | assistant text and calls | `assistant` message with `content` and `tool_calls` |
+//! | each tool result | a `tool` message with `tool_call_id` (the API has no error flag: the content says it) |
+//! | reasoning parts | not sent (the API has no field for them) |
+//! | `reasoning_content` / `reasoning` of a response (DeepSeek, vLLM, OpenRouter) | a reasoning part |
+//! | `GenerationOptions` | `temperature`, `top_p`, `max_tokens`, `stop`, `tool_choice` |
+//! | `usage.prompt_tokens_details.cached_tokens` | `Usage::cached_input_tokens` |
+//!
+//! Streaming (the default) asks for `stream_options.include_usage`; text and reasoning deltas
+//! go to the run's event sink as they arrive, tool-call argument fragments are joined by
+//! index, and the response is the whole message. A stream that ends before a `finish_reason`
+//! or `[DONE]`, a chunk that is not JSON, or an `error` chunk is an error.
+//!
+//! ```no_run
+//! use tower::ServiceExt;
+//! use tower_agent_core::{Error, Message, ModelRequest};
+//! use tower_agent_providers::OpenAi;
+//!
+//! # async fn demo() -> Result<(), Error> {
+//! // A local llama-server; the key from OPENAI_API_KEY when set.
+//! let model = OpenAi::new("qwen3").base_url("http://127.0.0.1:8080/v1");
+//! let res = model.oneshot(ModelRequest::new(vec![Message::user("hi")])).await?;
+//! println!("{}", res.message.text());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use reqwest::header::HeaderMap;
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
+use tower_service::Service;
+
+use crate::encode::Frame;
+use crate::http::{self, Client, StreamDecoder, Wire, secret_header};
+use crate::key::ApiKey;
+
+mod request;
+mod response;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use request::{encode_message, frame};
+use response::decode;
+use stream::Decoder;
+
+const PROVIDER: &str = "openai";
+
+/// A model service over OpenAI Chat Completions; see the [module docs](self).
+///
+/// Cloning is cheap (the configuration and the HTTP client are shared). `poll_ready` is always
+/// ready: put tower's `ConcurrencyLimit` or `RateLimit` around it to bound calls.
+#[derive(Clone, Debug)]
+pub struct OpenAi {
+    client: Arc<Client<OpenAiWire>>,
+}
+
+#[derive(Clone)]
+struct OpenAiWire {
+    model: String,
+    base_url: String,
+    key: Option<ApiKey>,
+}
+
+impl OpenAi {
+    /// The default base URL.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+
+    /// A service for `model`, streaming. The key comes from `OPENAI_API_KEY` and the base URL
+    /// from `OPENAI_BASE_URL` when they are set.
+    pub fn new(model: impl Into<String>) -> Self {
+        let base_url = std::env::var("OPENAI_BASE_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
+        Self {
+            client: Arc::new(Client {
+                wire: OpenAiWire {
+                    model: model.into(),
+                    base_url: base_url.trim_end_matches('/').to_owned(),
+                    key: ApiKey::from_env("OPENAI_API_KEY"),
+                },
+                http: http::default_http(),
+                stream: true,
+                extra: HeaderMap::new(),
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Client<OpenAiWire>)) -> Self {
+        f(Arc::make_mut(&mut self.client));
+        self
+    }
+
+    /// The server's base URL, up to and including `/v1`.
+    pub fn base_url(self, url: impl Into<String>) -> Self {
+        let url = url.into();
+        self.edit(|c| c.wire.base_url = url.trim_end_matches('/').to_owned())
+    }
+
+    /// The API key (instead of `OPENAI_API_KEY`).
+    pub fn api_key(self, key: impl Into<ApiKey>) -> Self {
+        let key = key.into();
+        self.edit(|c| c.wire.key = Some(key))
+    }
+
+    /// Stream the answer (the default) or not.
+    pub fn streaming(self, stream: bool) -> Self {
+        self.edit(|c| c.stream = stream)
+    }
+
+    /// The reqwest client to use (proxies, timeouts, TLS roots).
+    pub fn http_client(self, http: reqwest::Client) -> Self {
+        self.edit(|c| c.http = http)
+    }
+
+    /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).
+    ///
+    /// # Errors
+    ///
+    /// `BadRequest` when the name or the value is not valid in a header.
+    pub fn header(mut self, name: &str, value: &str) -> Result<Self, Error> {
+        http::add_header(&mut Arc::make_mut(&mut self.client).extra, name, value)?;
+        Ok(self)
+    }
+
+    /// The request body this service sends for `req` (streamed or not, as configured): for
+    /// logging, tests and benchmarks. Like a call, it reuses the bytes of the messages it
+    /// encoded before for the same run (`req.ctx`).
+    ///
+    /// # Errors
+    ///
+    /// A request this provider cannot express.
+    pub fn request_body(&self, req: &ModelRequest) -> Result<Vec<u8>, Error> {
+        http::request_body(&self.client, req)
+    }
+
+    /// The response a recorded body gives, as a call would return it: a server-sent event
+    /// stream when the service streams, a whole JSON body otherwise. No event is emitted.
+    ///
+    /// # Errors
+    ///
+    /// As a call: a broken stream, an error event, invalid JSON.
+    pub fn parse_response(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+        http::parse_recorded(&self.client, body)
+    }
+
+    /// The model's name.
+    pub fn model(&self) -> &str {
+        &self.client.wire.model
+    }
+}
+
+impl Service<ModelRequest> for OpenAi {
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<ModelResponse, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ModelRequest) -> Self::Future {
+        http::call(Arc::clone(&self.client), req)
+    }
+}
+
+impl std::fmt::Debug for OpenAiWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        http::debug_wire(f, &self.model, &self.base_url, self.key.as_ref())
+    }
+}
+
+impl Wire for OpenAiWire {
+    const PROVIDER: &'static str = PROVIDER;
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn key(&self) -> Option<&ApiKey> {
+        self.key.as_ref()
+    }
+
+    fn url(&self, _stream: bool) -> String {
+        format!("{}/chat/completions", self.base_url)
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.key {
+            let bearer = format!("Bearer {}", key.expose());
+            headers.extend(secret_header("authorization", &bearer));
+        }
+        headers
+    }
+
+    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
+        frame(&self.model, req, stream)
+    }
+
+    fn encode_message(
+        &self,
+        message: &Message,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<&'static str>, Error> {
+        encode_message(message, out)
+    }
+
+    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+        decode(body)
+    }
+
+    fn decoder(&self) -> Box<dyn StreamDecoder> {
+        Box::<Decoder>::default()
+    }
+}

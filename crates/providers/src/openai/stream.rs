@@ -1,0 +1,140 @@
+//! The stream: server-sent events decoded into deltas and a final `ModelResponse`.
+
+use serde::Deserialize;
+use serde_json::Value;
+use tower_agent_core::{Error, ModelResponse, ToolCall};
+
+use crate::classify::stream_error;
+use crate::http::{Delta, StreamDecoder, invalid, truncated};
+
+use super::PROVIDER;
+use super::response::{WireUsage, response_of};
+
+#[derive(Default)]
+pub(super) struct Decoder {
+    text: String,
+    reasoning: String,
+    /// Calls by their stream index: id, name, argument fragments joined.
+    calls: Vec<(usize, ToolCall)>,
+    finish: Option<String>,
+    usage: Option<WireUsage>,
+    done: bool,
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    usage: Option<WireUsage>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    delta: ChunkDelta,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct ChunkDelta {
+    content: Option<String>,
+    reasoning_content: Option<String>,
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ChunkCall>,
+}
+
+#[derive(Deserialize)]
+struct ChunkCall {
+    #[serde(default)]
+    index: usize,
+    id: Option<String>,
+    function: Option<ChunkFunction>,
+}
+
+#[derive(Deserialize)]
+struct ChunkFunction {
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+impl StreamDecoder for Decoder {
+    fn feed(&mut self, _event: &str, data: &str, deltas: &mut Vec<Delta>) -> Result<(), Error> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let chunk: Chunk =
+            serde_json::from_str(data).map_err(|e| invalid(PROVIDER, "a stream chunk", e))?;
+        if chunk.error.is_some() {
+            return Err(stream_error(PROVIDER, data, None));
+        }
+        if chunk.usage.is_some() {
+            self.usage = chunk.usage;
+        }
+        for choice in chunk.choices {
+            let delta = choice.delta;
+            if let Some(text) = delta
+                .reasoning_content
+                .or(delta.reasoning)
+                .filter(|t| !t.is_empty())
+            {
+                self.reasoning.push_str(&text);
+                deltas.push(Delta::Reasoning(text));
+            }
+            if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                self.text.push_str(&text);
+                deltas.push(Delta::Text(text));
+            }
+            for fragment in delta.tool_calls {
+                let at = match self.calls.iter().position(|(i, _)| *i == fragment.index) {
+                    Some(at) => at,
+                    None => {
+                        self.calls.push((fragment.index, ToolCall::raw("", "", "")));
+                        self.calls.len() - 1
+                    }
+                };
+                let call = &mut self.calls[at].1;
+                if let Some(id) = fragment.id.filter(|id| !id.is_empty()) {
+                    call.id = id;
+                }
+                if let Some(function) = fragment.function {
+                    if let Some(name) = function.name {
+                        call.name.push_str(&name);
+                    }
+                    if let Some(arguments) = function.arguments {
+                        call.arguments.push_str(&arguments);
+                    }
+                }
+            }
+            if choice.finish_reason.is_some() {
+                self.finish = choice.finish_reason;
+            }
+        }
+        Ok(())
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn finish(self: Box<Self>) -> Result<ModelResponse, Error> {
+        if !self.done && self.finish.is_none() {
+            return Err(truncated(PROVIDER));
+        }
+        let mut calls = self.calls;
+        calls.sort_by_key(|(index, _)| *index);
+        Ok(response_of(
+            Some(self.reasoning),
+            Some(self.text),
+            calls.into_iter().map(|(_, call)| call),
+            self.finish.as_deref(),
+            self.usage.map(Into::into).unwrap_or_default(),
+        ))
+    }
+}

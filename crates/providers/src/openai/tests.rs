@@ -1,0 +1,144 @@
+//! Unit tests of the mapping, with recorded payloads.
+
+use serde_json::{Value, json};
+use tower_agent_core::{
+    ContentPart, ErrorKind, FinishReason, Role, ToolCall, ToolChoice, ToolResult, ToolSpec, Usage,
+};
+
+use crate::encode;
+
+use super::stream::*;
+use super::*;
+
+fn encoded(req: &ModelRequest) -> Value {
+    let wire = OpenAiWire {
+        model: "m".into(),
+        base_url: "http://x/v1".into(),
+        key: None,
+    };
+    serde_json::from_slice(&encode::body(&wire, req, true, false).expect("encodes")).expect("json")
+}
+
+#[test]
+fn a_conversation_with_calls_and_results() {
+    let call = ToolCall::new("c1", "add", json!({"a": 1}));
+    let mut req = ModelRequest::new(vec![
+        Message::user("add"),
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentPart::Reasoning {
+                    text: "hmm".into(),
+                    signature: None,
+                },
+                ContentPart::ToolCall(call.clone()),
+            ],
+        },
+        Message::tool_result(ToolResult::error(&call, "boom")),
+    ]);
+    req.system = Some("sys".into());
+    req.tools = Arc::from(vec![ToolSpec::new(
+        "add",
+        "adds",
+        json!({"type": "object"}),
+    )]);
+    req.options.max_tokens = Some(100);
+    req.options.tool_choice = Some(ToolChoice::Tool("add".into()));
+    assert_eq!(
+        encoded(&req),
+        json!({
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "add"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":1}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "boom"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "add", "description": "adds", "parameters": {"type": "object"}}}],
+            "tool_choice": {"type": "function", "function": {"name": "add"}},
+            "max_tokens": 100,
+            "stream": true,
+            "stream_options": {"include_usage": true}
+        })
+    );
+}
+
+#[test]
+fn stream_fragments_are_joined_by_index() {
+    let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
+    let mut deltas = Vec::new();
+    for data in [
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"lo"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"t2","arguments":"{\"x\""}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"t1","arguments":""}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":":1}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+        "[DONE]",
+    ] {
+        decoder.feed("", data, &mut deltas).expect("a valid chunk");
+    }
+    assert!(decoder.is_done());
+    assert_eq!(deltas.len(), 2);
+    let res = decoder.finish().expect("complete");
+    assert_eq!(res.message.text(), "Hello");
+    let calls: Vec<_> = res
+        .message
+        .tool_calls()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+        .collect();
+    assert_eq!(calls, [("a", "t1", ""), ("b", "t2", "{\"x\":1}")]);
+    assert_eq!(res.usage, Usage::new(9, 3).with_cached(4));
+    assert_eq!(res.finish_reason, FinishReason::ToolCalls);
+}
+
+#[test]
+fn reasoning_of_compatible_servers_is_kept_first() {
+    let wire = OpenAiWire {
+        model: "deepseek-reasoner".into(),
+        base_url: "http://x/v1".into(),
+        key: None,
+    };
+    let body = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"42","reasoning_content":"6 times 7"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#;
+    let res = wire.decode(body).expect("decodes");
+    assert_eq!(
+        res.message.content,
+        vec![
+            ContentPart::Reasoning {
+                text: "6 times 7".into(),
+                signature: None
+            },
+            ContentPart::Text { text: "42".into() },
+        ]
+    );
+    let empty = wire.decode(br#"{"choices":[]}"#).expect_err("no choices");
+    assert_eq!(empty.kind(), ErrorKind::EmptyResponse);
+}
+
+#[test]
+fn a_broken_stream_is_an_error() {
+    let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
+    let mut deltas = Vec::new();
+    decoder
+        .feed(
+            "",
+            r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+            &mut deltas,
+        )
+        .expect("valid");
+    assert_eq!(decoder.finish().expect_err("cut").kind(), ErrorKind::Server);
+    let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
+    assert!(decoder.feed("", "{not json", &mut deltas).is_err());
+    assert!(
+        decoder
+            .feed(
+                "",
+                r#"{"error":{"message":"boom","type":"server_error"}}"#,
+                &mut deltas
+            )
+            .is_err()
+    );
+}
