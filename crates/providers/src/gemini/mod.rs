@@ -1,0 +1,234 @@
+//! Gemini `generateContent` (and `streamGenerateContent?alt=sse`).
+//!
+//! Mapping:
+//!
+//! | tower-agent | Gemini API |
+//! |---|---|
+//! | `ModelRequest::system`, system messages | `systemInstruction` |
+//! | user text, tool results | `user` contents (consecutive ones merged) |
+//! | a tool result | a `functionResponse` part, `{"result": ..}` or, with the error flag, `{"error": ..}` |
+//! | assistant text, calls | `model` contents with `text` and `functionCall` parts (ids sent when set) |
+//! | a part's `thoughtSignature` | a reasoning part with empty text and the signature, right before the part; sent back on the same part |
+//! | thought summaries (`thought: true`) | reasoning parts (sent back with their signature only) |
+//! | tool specs | `functionDeclarations` with `parametersJsonSchema` (the full JSON Schema) |
+//! | `GenerationOptions` | `generationConfig` (`temperature`, `topP`, `maxOutputTokens`, `stopSequences`), `toolConfig` |
+//! | `usageMetadata` | input = `promptTokenCount`, output = `candidatesTokenCount` + `thoughtsTokenCount`, cached = `cachedContentTokenCount` |
+//!
+//! A response without candidates, or whose candidate has no parts, is an
+//! [`ErrorKind::EmptyResponse`](tower_agent_core::ErrorKind::EmptyResponse) error (retried by
+//! the retry layer with a changed prompt); a prompt blocked by safety settings is a
+//! `BadRequest` naming the reason. A stream that ends before a chunk with a `finishReason` is
+//! an error.
+//!
+//! ```no_run
+//! use tower::ServiceExt;
+//! use tower_agent_core::{Error, Message, ModelRequest};
+//! use tower_agent_providers::Gemini;
+//!
+//! # async fn demo() -> Result<(), Error> {
+//! let model = Gemini::new("gemini-2.5-flash"); // the key from GEMINI_API_KEY
+//! let res = model.oneshot(ModelRequest::new(vec![Message::user("hi")])).await?;
+//! println!("{}", res.message.text());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use reqwest::header::HeaderMap;
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
+use tower_service::Service;
+
+use crate::encode::Frame;
+use crate::http::{self, Client, StreamDecoder, Wire, secret_header};
+use crate::key::ApiKey;
+
+mod request;
+mod response;
+#[cfg(test)]
+mod tests;
+
+use request::{encode_message, frame};
+use response::{Decoder, decode};
+
+const PROVIDER: &str = "gemini";
+
+/// A model service over Gemini `generateContent`; see the [module docs](self).
+///
+/// Cloning is cheap. `poll_ready` is always ready.
+#[derive(Clone, Debug)]
+pub struct Gemini {
+    client: Arc<Client<GeminiWire>>,
+}
+
+#[derive(Clone)]
+struct GeminiWire {
+    model: String,
+    base_url: String,
+    key: Option<ApiKey>,
+}
+
+impl Gemini {
+    /// The default base URL.
+    pub const DEFAULT_BASE_URL: &'static str = "https://generativelanguage.googleapis.com/v1beta";
+
+    /// A service for `model`, streaming, with the key from `GEMINI_API_KEY` and the base URL
+    /// from `GEMINI_BASE_URL` when set.
+    pub fn new(model: impl Into<String>) -> Self {
+        let base_url = std::env::var("GEMINI_BASE_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
+        Self {
+            client: Arc::new(Client {
+                wire: GeminiWire {
+                    model: model.into(),
+                    base_url: base_url.trim_end_matches('/').to_owned(),
+                    key: ApiKey::from_env("GEMINI_API_KEY"),
+                },
+                http: http::default_http(),
+                stream: true,
+                extra: HeaderMap::new(),
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Client<GeminiWire>)) -> Self {
+        f(Arc::make_mut(&mut self.client));
+        self
+    }
+
+    /// The server's base URL, up to the API version (`.../v1beta`).
+    pub fn base_url(self, url: impl Into<String>) -> Self {
+        let url = url.into();
+        self.edit(|c| c.wire.base_url = url.trim_end_matches('/').to_owned())
+    }
+
+    /// The API key (instead of `GEMINI_API_KEY`). Sent in the `x-goog-api-key` header, never
+    /// in the URL.
+    pub fn api_key(self, key: impl Into<ApiKey>) -> Self {
+        let key = key.into();
+        self.edit(|c| c.wire.key = Some(key))
+    }
+
+    /// Stream the answer (the default) or not.
+    pub fn streaming(self, stream: bool) -> Self {
+        self.edit(|c| c.stream = stream)
+    }
+
+    /// The reqwest client to use.
+    pub fn http_client(self, http: reqwest::Client) -> Self {
+        self.edit(|c| c.http = http)
+    }
+
+    /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).
+    ///
+    /// # Errors
+    ///
+    /// `BadRequest` when the name or the value is not valid in a header.
+    pub fn header(mut self, name: &str, value: &str) -> Result<Self, Error> {
+        http::add_header(&mut Arc::make_mut(&mut self.client).extra, name, value)?;
+        Ok(self)
+    }
+
+    /// The request body this service sends for `req` (streamed or not, as configured): for
+    /// logging, tests and benchmarks. Like a call, it reuses the bytes of the messages it
+    /// encoded before for the same run (`req.ctx`).
+    ///
+    /// # Errors
+    ///
+    /// A request this provider cannot express.
+    pub fn request_body(&self, req: &ModelRequest) -> Result<Vec<u8>, Error> {
+        http::request_body(&self.client, req)
+    }
+
+    /// The response a recorded body gives, as a call would return it: a server-sent event
+    /// stream when the service streams, a whole JSON body otherwise. No event is emitted.
+    ///
+    /// # Errors
+    ///
+    /// As a call: a broken stream, an error event, invalid JSON.
+    pub fn parse_response(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+        http::parse_recorded(&self.client, body)
+    }
+
+    /// The model's name.
+    pub fn model(&self) -> &str {
+        &self.client.wire.model
+    }
+}
+
+impl Service<ModelRequest> for Gemini {
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<ModelResponse, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ModelRequest) -> Self::Future {
+        http::call(Arc::clone(&self.client), req)
+    }
+}
+
+impl std::fmt::Debug for GeminiWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        http::debug_wire(f, &self.model, &self.base_url, self.key.as_ref())
+    }
+}
+
+impl Wire for GeminiWire {
+    const PROVIDER: &'static str = PROVIDER;
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn key(&self) -> Option<&ApiKey> {
+        self.key.as_ref()
+    }
+
+    fn url(&self, stream: bool) -> String {
+        if stream {
+            format!(
+                "{}/models/{}:streamGenerateContent?alt=sse",
+                self.base_url, self.model
+            )
+        } else {
+            format!("{}/models/{}:generateContent", self.base_url, self.model)
+        }
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.key {
+            headers.extend(secret_header("x-goog-api-key", key.expose()));
+        }
+        headers
+    }
+
+    const TURN_ITEMS: &'static str = "parts";
+
+    fn frame(&self, req: &ModelRequest, _stream: bool) -> Result<Frame, Error> {
+        frame(req)
+    }
+
+    fn encode_message(
+        &self,
+        message: &Message,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<&'static str>, Error> {
+        encode_message(message, out)
+    }
+
+    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+        decode(body)
+    }
+
+    fn decoder(&self) -> Box<dyn StreamDecoder> {
+        Box::<Decoder>::default()
+    }
+}

@@ -1,0 +1,98 @@
+//! Unit tests of the mapping, with recorded payloads.
+
+use serde_json::{Value, json};
+use tower_agent_core::{ContentPart, ErrorKind, FinishReason, Role, ToolCall, ToolResult, Usage};
+
+use crate::encode;
+
+use super::response::*;
+use super::*;
+
+#[test]
+fn signatures_go_back_on_their_part() {
+    let call = ToolCall::new("c1", "ls", json!({"path": "."}));
+    let req = ModelRequest::new(vec![
+        Message::user("list"),
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentPart::Reasoning {
+                    text: String::new(),
+                    signature: Some("SIG".into()),
+                },
+                ContentPart::ToolCall(call.clone()),
+            ],
+        },
+        Message::tool_result(ToolResult::error(&call, "denied")),
+    ]);
+    let wire = GeminiWire {
+        model: "g".into(),
+        base_url: "http://x".into(),
+        key: None,
+    };
+    let body: Value =
+        serde_json::from_slice(&encode::body(&wire, &req, false, false).expect("encodes"))
+            .expect("json");
+    assert_eq!(
+        body,
+        json!({
+            "contents": [
+                {"role": "user", "parts": [{"text": "list"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {"path": "."}, "id": "c1"}, "thoughtSignature": "SIG"}]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "ls", "id": "c1", "response": {"error": "denied"}}}]}
+            ]
+        })
+    );
+}
+
+#[test]
+fn chunks_accumulate_into_one_message() {
+    let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
+    let mut deltas = Vec::new();
+    for data in [
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Hel"}]}}]}"#,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"lo"}]}}]}"#,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"ls","args":{}},"thoughtSignature":"S"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":3,"thoughtsTokenCount":2}}"#,
+    ] {
+        decoder.feed("", data, &mut deltas).expect("valid");
+    }
+    let res = decoder.finish().expect("complete");
+    assert_eq!(
+        res.message.content,
+        vec![
+            ContentPart::Text {
+                text: "Hello".into()
+            },
+            ContentPart::Reasoning {
+                text: String::new(),
+                signature: Some("S".into())
+            },
+            ContentPart::ToolCall(ToolCall::raw("", "ls", "{}")),
+        ]
+    );
+    assert_eq!(res.usage, Usage::new(7, 5));
+    assert_eq!(res.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(deltas.len(), 2);
+}
+
+#[test]
+fn empty_candidates_and_cut_streams_are_errors() {
+    let wire = GeminiWire {
+        model: "g".into(),
+        base_url: "http://x".into(),
+        key: None,
+    };
+    let empty = wire.decode(br#"{"candidates":[],"usageMetadata":{"promptTokenCount":3}}"#);
+    assert_eq!(empty.expect_err("empty").kind(), ErrorKind::EmptyResponse);
+    let blocked = wire.decode(br#"{"promptFeedback":{"blockReason":"SAFETY"}}"#);
+    assert_eq!(blocked.expect_err("blocked").kind(), ErrorKind::BadRequest);
+    let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
+    decoder
+        .feed(
+            "",
+            r#"{"candidates":[{"content":{"parts":[{"text":"Hel"}]}}]}"#,
+            &mut Vec::new(),
+        )
+        .expect("valid");
+    assert_eq!(decoder.finish().expect_err("cut").kind(), ErrorKind::Server);
+}
