@@ -985,3 +985,87 @@ async fn a_user_after_tool_outside_skips_an_evicted_result() {
         "the replacement is final: only the small result reached the user's callback"
     );
 }
+
+/// Evict one result of tool `fetch` in session `session` (empty: none), call `call_1`.
+async fn evict_in(layer: &EvictLayer, session: &str) -> String {
+    let ctx = RunContext::new().with_session_id(session);
+    let res = run(
+        layer,
+        StubTool::returning("fetch", lines(200)),
+        ToolCall::new("call_1", "fetch", json!({})),
+        ctx,
+    )
+    .await;
+    assert!(res.is_replaced(), "evicted in session {session:?}");
+    named_path(&res.result.content).to_owned()
+}
+
+async fn paths(storage: &InMemory) -> Vec<String> {
+    storage
+        .list("")
+        .await
+        .expect("lists")
+        .into_iter()
+        .map(|entry| format!("/{}", entry.path.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn forgetting_a_session_deletes_its_results_and_no_others() {
+    let storage = InMemory::new();
+    let layer = EvictLayer::new(storage.clone()).limit(100);
+    let a = evict_in(&layer, "a").await;
+    let b = evict_in(&layer, "b").await;
+    let none = evict_in(&layer, "").await;
+    // A session id that must be mapped, and one that starts like another.
+    let odd = evict_in(&layer, "../b").await;
+    let longer = evict_in(&layer, "ab").await;
+    assert_eq!(a, "/large_tool_results/a/fetch_call_1");
+    assert_eq!(none, "/large_tool_results/fetch_call_1");
+    assert_eq!(paths(&storage).await.len(), 5);
+
+    assert_eq!(layer.forget_session("a").await.expect("deletes"), 1);
+    let left = paths(&storage).await;
+    assert!(!left.contains(&a), "{left:?}");
+    for kept in [&b, &none, &odd, &longer] {
+        assert!(left.contains(kept), "{kept} kept: {left:?}");
+    }
+    // Nothing of the session is left: forgetting again deletes nothing.
+    assert_eq!(layer.forget_session("a").await.expect("deletes"), 0);
+
+    // The empty id: the results written without a session, not the sessions' directories.
+    assert_eq!(layer.forget_session("").await.expect("deletes"), 1);
+    assert_eq!(paths(&storage).await, {
+        let mut kept = vec![b.clone(), odd.clone(), longer.clone()];
+        kept.sort();
+        kept
+    });
+
+    assert_eq!(layer.forget_session("../b").await.expect("deletes"), 1);
+    assert_eq!(layer.forget_session("b").await.expect("deletes"), 1);
+    assert_eq!(paths(&storage).await, [longer]);
+    // The read tool of the session says the result is gone.
+    let call = ToolCall::new("r1", READ_TOOL, json!({"path": a}));
+    let ctx = RunContext::new().with_session_id("a");
+    let gone = layer
+        .read_tool()
+        .oneshot(ToolRequest::new(call, ctx))
+        .await
+        .expect("a result");
+    assert!(gone.result.is_error, "{}", gone.result.content);
+    assert!(
+        gone.result.content.contains("no stored result"),
+        "{}",
+        gone.result.content
+    );
+}
+
+#[tokio::test]
+async fn forgetting_a_session_on_a_failing_backend_is_an_error() {
+    let layer = EvictLayer::new(Broken::default());
+    let error = layer
+        .forget_session("a")
+        .await
+        .expect_err("the backend fails");
+    assert!(error.to_string().contains("disk full"), "{error}");
+}

@@ -49,8 +49,11 @@
 //! The read tool ([`EvictLayer::read_tool`], named [`READ_TOOL`]) takes `path`, `offset`
 //! (1-based, default 1), `limit` (lines, default 200) and `column` (the character of the first
 //! line to start at, default 1: a line of compact JSON is read on piece by piece) and answers
-//! with the lines in the same format; see [`ReadLargeResult`]. Add it to the host's `ToolSet` and to the specs offered to
-//! the model.
+//! with the lines in the same format; see [`ReadLargeResult`]. Add it to the host's `ToolSet`
+//! and to the specs offered to the model.
+//!
+//! Stored results stay until the host deletes them: [`EvictLayer::forget_session`] deletes a
+//! session's when the session is closed or expires.
 //!
 //! # Where it goes
 //!
@@ -136,7 +139,7 @@ use std::task::{Context, Poll};
 
 use tower_agent_core::callback::{After, AfterFuture};
 use tower_agent_core::{Error, ToolRequest, ToolResponse};
-use tower_agent_storage::Storage;
+use tower_agent_storage::{Storage, StorageError};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -265,6 +268,52 @@ impl EvictLayer {
     /// The backend results are written to.
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.config.storage
+    }
+
+    /// Delete the results evicted in the session `session_id`, for a host that closes or
+    /// expires sessions: every value right inside the session's directory. Returns how many
+    /// it deleted. Other sessions' results stay. With an empty id, the results written without
+    /// a session (right inside [`RESULTS_DIR`]) are deleted, and no session's directory.
+    ///
+    /// ```
+    /// use tower_agent_layers::evict::EvictLayer;
+    /// use tower_agent_storage::{InMemory, Storage, StoragePath};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_agent_storage::StorageError> {
+    /// let storage = InMemory::new();
+    /// let path = StoragePath::parse("/large_tool_results/s1/fetch_call_1")?;
+    /// storage.put(&path, "a large result".into()).await?;
+    ///
+    /// let layer = EvictLayer::new(storage.clone());
+    /// assert_eq!(layer.forget_session("s2").await?, 0);
+    /// assert_eq!(layer.forget_session("s1").await?, 1);
+    /// assert!(storage.get(&path).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The backend's, listing or deleting; what was deleted before stays deleted.
+    pub async fn forget_session(&self, session_id: &str) -> Result<usize, StorageError> {
+        let storage = &self.config.storage;
+        let prefix = path::session_prefix(session_id);
+        let mut deleted = 0;
+        for entry in storage.list(&prefix).await? {
+            // Right inside: the layer writes no deeper, and a session's directory is not a
+            // result of the empty session.
+            let inside = entry
+                .path
+                .as_str()
+                .strip_prefix(&prefix[1..])
+                .is_some_and(|name| !name.contains('/'));
+            if inside {
+                storage.delete(&entry.path).await?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
     }
 }
 

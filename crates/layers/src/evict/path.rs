@@ -20,6 +20,11 @@ fn session_dir(session: &str) -> String {
     }
 }
 
+/// What the paths of a session's results start with: its directory and a slash.
+pub(crate) fn session_prefix(session: &str) -> String {
+    format!("{}/", session_dir(session))
+}
+
 /// The path of the result of call `call_id` to tool `tool` in session `session`.
 ///
 /// Each part goes through [`segment`]: mapped to `[A-Za-z0-9_.-]` and, when it had to change
