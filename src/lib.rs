@@ -168,6 +168,9 @@ pub mod prelude {
         feature = "summarize"
     ))]
     pub use tower_agent_layers::ServiceBuilderExt as _;
+
+    #[cfg(feature = "workflow")]
+    pub use tower_agent_workflow::WorkflowBuilderExt as _;
 }
 
 /// Long-form guides. Their code examples are compiled and run as doctests.

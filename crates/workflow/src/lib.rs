@@ -23,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+mod builder;
 mod common;
 mod judge;
 mod looping;
@@ -32,6 +33,7 @@ pub mod rules;
 mod sequential;
 mod subagent;
 
+pub use builder::WorkflowBuilderExt;
 pub use common::STATE_KEY;
 pub use judge::{JUDGE_PROMPT, Judge, JudgeFn, JudgeRequest, ModelJudge, Verdict, judge_fn};
 pub use looping::Loop;

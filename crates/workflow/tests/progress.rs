@@ -476,3 +476,20 @@ async fn with_both_triggers_off_nothing_is_summarized() {
     assert_eq!(summarizer.request_count(), 0);
     assert!(summaries(&recorder).is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_builder_method_adds_the_same_layer() {
+    use tower::ServiceBuilder;
+    use tower_agent_workflow::WorkflowBuilderExt;
+
+    let lines = Lines::new();
+    let layer = ProgressLayer::new(numbered())
+        .every(Duration::from_secs(10))
+        .every_events(0)
+        .on_summary(lines.callback());
+    let agent = ServiceBuilder::new()
+        .progress(layer)
+        .service(agent(9, 4 * SECOND));
+    run(agent, AgentRequest::new(Session::new(), "go")).await;
+    assert_eq!(lines.times(), secs(&[10, 20, 30]));
+}

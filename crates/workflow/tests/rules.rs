@@ -226,3 +226,30 @@ async fn a_heartbeat_overrides_a_tools_own_stop() {
     .await;
     assert_eq!(res.text().as_deref(), Some("after the wait"));
 }
+
+#[tokio::test]
+async fn the_builder_method_adds_the_same_layer() {
+    use tower_agent_workflow::WorkflowBuilderExt;
+
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([ToolCall::new("c1", "search", json!({}))]),
+        ModelResponse::tool_calls([ToolCall::new("c2", "search", json!({}))]),
+        ModelResponse::text("done"),
+    ]);
+    let rules = ToolRulesLayer::new().start_with("load_context", json!({}));
+    let agent = Agent::new(
+        ServiceBuilder::new()
+            .tool_rules(rules.clone())
+            .service(model.clone()),
+        ServiceBuilder::new().tool_rules(rules).service(tools()),
+    );
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .expect("runs");
+    assert_valid_history(&res.session.history);
+    assert_eq!(
+        calls(&res),
+        ["rule_load_context_1:load_context", "c2:search"]
+    );
+}
