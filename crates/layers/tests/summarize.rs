@@ -662,3 +662,94 @@ async fn the_summarizers_tokens_count_in_the_runs_usage() {
         "recorded for the agent to add"
     );
 }
+
+#[tokio::test]
+async fn a_bounded_input_is_summarized_in_turn_oldest_first() {
+    use tower_agent_layers::tokens::{CharEstimate, TokenCounter};
+
+    // Each call answers with a numbered summary, so the next input shows which it folds in.
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let summarizer = ScriptedModel::from_fn({
+        let calls = Arc::clone(&calls);
+        move |_| {
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            Ok(ModelResponse::text(format!("summary {n}")))
+        }
+    });
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    // Ten messages of about 100 tokens each, then two kept.
+    let messages: Vec<Message> = (0..12)
+        .map(|i| {
+            let text = format!("m{i} {}", "z".repeat(396));
+            if i % 2 == 0 {
+                Message::user(text)
+            } else {
+                Message::assistant(text)
+            }
+        })
+        .collect();
+    let (req, ctx, _) = request(messages);
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(12))
+        .keep(Keep::messages(2))
+        .max_input_tokens(350);
+    call(layer, &model, req).await.expect("ok");
+
+    let inputs: Vec<String> = summarizer
+        .requests()
+        .iter()
+        .map(|r| r.messages[0].text())
+        .collect();
+    assert!(inputs.len() >= 3, "{} calls", inputs.len());
+    for (n, input) in inputs.iter().enumerate() {
+        let tokens = CharEstimate.count_text(input);
+        assert!(tokens <= 350, "call {n}: {tokens} tokens");
+        // Each call after the first folds in the summary the one before wrote.
+        if n > 0 {
+            assert!(
+                input.starts_with(&format!("The summary so far:\nsummary {n}\n")),
+                "{input}"
+            );
+        }
+    }
+    // Every summarized message went to exactly one call, in order.
+    let seen: Vec<usize> = inputs
+        .iter()
+        .flat_map(|input| (0..10).filter(move |i| input.contains(&format!("m{i} "))))
+        .collect();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+    // The history starts with the last summary.
+    let committed = ctx.take_committed_history().expect("committed");
+    assert_eq!(
+        summary_text(&committed[0]),
+        Some(format!("summary {}", inputs.len()).as_str())
+    );
+    assert_eq!(committed.len(), 3);
+}
+
+#[tokio::test]
+async fn a_message_over_the_bound_goes_alone() {
+    let summarizer = summarizer("s");
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let mut messages = chat(4);
+    messages[0] = Message::user("w".repeat(1_600)); // about 400 tokens
+    let (req, _, _) = request(messages);
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(4))
+        .keep(Keep::messages(1))
+        .max_input_tokens(100);
+    call(layer, &model, req).await.expect("ok");
+    let inputs: Vec<String> = summarizer
+        .requests()
+        .iter()
+        .map(|r| r.messages[0].text())
+        .collect();
+    // The long message alone, then the two short ones together.
+    assert_eq!(inputs.len(), 2, "{inputs:?}");
+    assert!(inputs[0].contains(&"w".repeat(100)) && !inputs[0].contains("a1"));
+    assert!(
+        inputs[1].contains("a1") && inputs[1].contains("q2"),
+        "{}",
+        inputs[1]
+    );
+}

@@ -14,7 +14,9 @@
 //!    summary first, and are replaced by one [`summary_message`]. The cut never separates an
 //!    assistant message from the results of its calls (a batch of ten parallel calls is kept
 //!    or summarized whole) and never splits a message, so reasoning stays with its message.
-//!    When no cut is safe, nothing is summarized.
+//!    When no cut is safe, nothing is summarized. Under
+//!    [`SummarizeLayer::max_input_tokens`], messages that do not fit one summarizer call are
+//!    summarized in turn, each call folding the next ones into the summary so far.
 //! 3. The new history is committed to the session ([`RunContext::commit_history`]): the
 //!    next round sends it as it is, and the next summarization summarizes this summary and
 //!    the newer messages, not the archive again. An [`Event::Summarized`] tells observers.
@@ -173,13 +175,14 @@ pub(crate) struct Config {
     pub(crate) offload: Option<Arc<dyn Storage>>,
     pub(crate) truncate: Option<usize>,
     pub(crate) recover: bool,
+    pub(crate) max_input: Option<usize>,
 }
 
 /// Applies [`Summarize`]; see the [module docs](self).
 ///
 /// Defaults: one trigger at 100,000 tokens (until [`SummarizeLayer::trigger`] adds the
 /// first), keep the last 20 messages, [`CharEstimate`], [`DEFAULT_PROMPT`], no offload, no
-/// argument truncation, overflow recovery on.
+/// argument truncation, overflow recovery on, no bound on one summarizer call's input.
 #[derive(Clone)]
 pub struct SummarizeLayer {
     config: Arc<Config>,
@@ -215,6 +218,7 @@ impl SummarizeLayer {
                 offload: None,
                 truncate: None,
                 recover: true,
+                max_input: None,
             }),
             default_trigger: true,
         }
@@ -273,6 +277,15 @@ impl SummarizeLayer {
         self.edit(|c| c.truncate = Some(max_chars))
     }
 
+    /// Bound what one summarizer call gets (the summary so far and the messages, counted by
+    /// the layer's counter) to `tokens`: when the messages to summarize do not fit, they are
+    /// summarized in turn, oldest first, each call folding the next messages into the summary
+    /// the previous call wrote. A single message over the bound goes alone. Unbounded by
+    /// default: one call gets all the messages (each part clipped to 2,000 characters).
+    pub fn max_input_tokens(self, tokens: usize) -> Self {
+        self.edit(|c| c.max_input = Some(tokens.max(1)))
+    }
+
     /// Whether a `ContextTooLong` error is answered by summarizing and trying once more (on by
     /// default).
     pub fn recover_overflow(self, recover: bool) -> Self {
@@ -289,6 +302,7 @@ impl fmt::Debug for SummarizeLayer {
             .field("offload", &c.offload.is_some())
             .field("truncate_arguments", &c.truncate)
             .field("recover_overflow", &c.recover)
+            .field("max_input_tokens", &c.max_input)
             .finish_non_exhaustive()
     }
 }

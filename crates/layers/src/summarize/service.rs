@@ -331,15 +331,7 @@ async fn shorten(
 
     let previous = older.first().and_then(summary_text);
     let since = &older[usize::from(previous.is_some())..];
-    let mut input = String::new();
-    if let Some(previous) = previous {
-        input.push_str("The summary so far:\n");
-        input.push_str(previous);
-        input.push_str("\n\n");
-    }
-    input.push_str("The messages since:\n");
-    input.push_str(&render(since, RENDER_CLIP));
-    let summary = summarize(config, ctx, input).await?;
+    let summary = fold(config, ctx, previous, since).await?;
 
     if let Some(storage) = &config.offload {
         offload(storage.as_ref(), ctx, &messages[..cut]).await?;
@@ -373,6 +365,59 @@ async fn shorten(
 }
 
 /// Ask the summarizer; its failure (or an empty answer) is the call's error.
+/// Fold `since` into the summary so far (`previous`): one summarizer call, or, under
+/// [`SummarizeLayer::max_input_tokens`](super::SummarizeLayer::max_input_tokens), as many as it
+/// takes for each input to fit, oldest messages first.
+async fn fold(
+    config: &Config,
+    ctx: &RunContext,
+    previous: Option<&str>,
+    since: &[Message],
+) -> Result<String, Error> {
+    let max = match config.max_input {
+        Some(max) if !since.is_empty() => max,
+        _ => return summarize(config, ctx, input(previous, &render(since, RENDER_CLIP))).await,
+    };
+    let counter = config.counter.as_ref();
+    let rendered: Vec<String> = since
+        .iter()
+        .map(|message| render(std::slice::from_ref(message), RENDER_CLIP))
+        .collect();
+    let mut summary = previous.map(str::to_owned);
+    let mut start = 0;
+    while start < rendered.len() {
+        // The summary so far and the prompt's frame, then as many messages as fit (one at
+        // least); counted piece by piece.
+        let mut used = counter.count_text(&input(summary.as_deref(), ""));
+        let mut end = start;
+        while end < rendered.len() {
+            let tokens = counter.count_text(&rendered[end]);
+            if end > start && used + tokens > max {
+                break;
+            }
+            used += tokens;
+            end += 1;
+        }
+        let text = input(summary.as_deref(), &rendered[start..end].concat());
+        summary = Some(summarize(config, ctx, text).await?);
+        start = end;
+    }
+    Ok(summary.unwrap_or_default())
+}
+
+/// One summarizer input: the summary so far, if any, and the rendered messages since.
+fn input(previous: Option<&str>, messages: &str) -> String {
+    let mut input = String::new();
+    if let Some(previous) = previous {
+        input.push_str("The summary so far:\n");
+        input.push_str(previous);
+        input.push_str("\n\n");
+    }
+    input.push_str("The messages since:\n");
+    input.push_str(messages);
+    input
+}
+
 async fn summarize(config: &Config, ctx: &RunContext, input: String) -> Result<String, Error> {
     let mut req = ModelRequest::new(vec![Message::user(input)]);
     req.system = Some(Arc::clone(&config.prompt));
