@@ -753,3 +753,30 @@ async fn a_message_over_the_bound_goes_alone() {
         inputs[1]
     );
 }
+
+#[tokio::test]
+async fn the_bound_holds_for_a_counter_that_does_not_add_up() {
+    // Rounds down: the pieces' counts add up to less than the whole's.
+    let counter = |text: &str| text.len() / 40;
+    let summarizer = summarizer("s");
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let messages: Vec<Message> = (0..9)
+        .map(|i| Message::user(format!("m{i} {}", "v".repeat(75))))
+        .collect();
+    let (req, _, _) = request(messages);
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(9))
+        .keep(Keep::messages(1))
+        .counter(counter)
+        .max_input_tokens(10);
+    call(layer, &model, req).await.expect("ok");
+    let inputs: Vec<String> = summarizer
+        .requests()
+        .iter()
+        .map(|r| r.messages[0].text())
+        .collect();
+    assert!(inputs.len() > 1, "{inputs:?}");
+    for input in &inputs {
+        assert!(counter(input) <= 10, "{} tokens: {input}", counter(input));
+    }
+}

@@ -278,10 +278,12 @@ impl SummarizeLayer {
     }
 
     /// Bound what one summarizer call gets (the summary so far and the messages, counted by
-    /// the layer's counter) to `tokens`: when the messages to summarize do not fit, they are
-    /// summarized in turn, oldest first, each call folding the next messages into the summary
-    /// the previous call wrote. A single message over the bound goes alone. Unbounded by
-    /// default: one call gets all the messages (each part clipped to 2,000 characters).
+    /// the layer's counter; the prompt is not counted) to `tokens`: when the messages to
+    /// summarize do not fit, they are summarized in turn, oldest first, each call folding the
+    /// next messages into the summary the previous call wrote. Nothing is cut: a single message
+    /// over the bound goes alone, and while the summary so far alone is over it, each call
+    /// takes one message. Unbounded by default: one call gets all the messages (each part
+    /// clipped to 2,000 characters).
     pub fn max_input_tokens(self, tokens: usize) -> Self {
         self.edit(|c| c.max_input = Some(tokens.max(1)))
     }

@@ -364,7 +364,6 @@ async fn shorten(
     Ok(Some(history))
 }
 
-/// Ask the summarizer; its failure (or an empty answer) is the call's error.
 /// Fold `since` into the summary so far (`previous`): one summarizer call, or, under
 /// [`SummarizeLayer::max_input_tokens`](super::SummarizeLayer::max_input_tokens), as many as it
 /// takes for each input to fit, oldest messages first.
@@ -398,7 +397,12 @@ async fn fold(
             used += tokens;
             end += 1;
         }
-        let text = input(summary.as_deref(), &rendered[start..end].concat());
+        // Counted whole: a counter need not add up piece by piece.
+        let mut text = input(summary.as_deref(), &rendered[start..end].concat());
+        while end > start + 1 && counter.count_text(&text) > max {
+            end -= 1;
+            text = input(summary.as_deref(), &rendered[start..end].concat());
+        }
         summary = Some(summarize(config, ctx, text).await?);
         start = end;
     }
@@ -418,6 +422,7 @@ fn input(previous: Option<&str>, messages: &str) -> String {
     input
 }
 
+/// Ask the summarizer; its failure (or an empty answer) is the call's error.
 async fn summarize(config: &Config, ctx: &RunContext, input: String) -> Result<String, Error> {
     let mut req = ModelRequest::new(vec![Message::user(input)]);
     req.system = Some(Arc::clone(&config.prompt));
