@@ -355,3 +355,100 @@ pub(crate) fn parse_recorded<W: Wire>(
     }
     decoder.finish()
 }
+
+/// The configuration methods and the `Service` impl every provider shares, for a provider
+/// type `$provider` holding `client: Arc<Client<$wire>>`. The methods go inside its
+/// `impl` block; the provider's own (`new`, `base_url`, `api_key`, ...) stay beside them.
+macro_rules! provider_methods {
+    ($wire:ty) => {
+        fn edit(mut self, f: impl FnOnce(&mut $crate::http::Client<$wire>)) -> Self {
+            f(::std::sync::Arc::make_mut(&mut self.client));
+            self
+        }
+
+        /// Stream the answer (the default) or not.
+        pub fn streaming(self, stream: bool) -> Self {
+            self.edit(|c| c.stream = stream)
+        }
+
+        /// The reqwest client to use (proxies, timeouts, TLS roots).
+        pub fn http_client(self, http: reqwest::Client) -> Self {
+            self.edit(|c| c.http = http)
+        }
+
+        /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).
+        ///
+        /// # Errors
+        ///
+        /// `BadRequest` when the name or the value is not valid in a header.
+        pub fn header(mut self, name: &str, value: &str) -> Result<Self, tower_agent_core::Error> {
+            $crate::http::add_header(
+                &mut ::std::sync::Arc::make_mut(&mut self.client).extra,
+                name,
+                value,
+            )?;
+            Ok(self)
+        }
+
+        /// The request body this service sends for `req` (streamed or not, as configured):
+        /// for logging, tests and benchmarks. Like a call, it reuses the bytes of the
+        /// messages it encoded before for the same run (`req.ctx`).
+        ///
+        /// # Errors
+        ///
+        /// A request this provider cannot express.
+        pub fn request_body(
+            &self,
+            req: &tower_agent_core::ModelRequest,
+        ) -> Result<Vec<u8>, tower_agent_core::Error> {
+            $crate::http::request_body(&self.client, req)
+        }
+
+        /// The response a recorded body gives, as a call would return it: a server-sent
+        /// event stream when the service streams, a whole JSON body otherwise. No event is
+        /// emitted.
+        ///
+        /// # Errors
+        ///
+        /// As a call: a broken stream, an error event, invalid JSON.
+        pub fn parse_response(
+            &self,
+            body: &[u8],
+        ) -> Result<tower_agent_core::ModelResponse, tower_agent_core::Error> {
+            $crate::http::parse_recorded(&self.client, body)
+        }
+
+        /// The model's name.
+        pub fn model(&self) -> &str {
+            &self.client.wire.model
+        }
+    };
+}
+
+/// `Service<ModelRequest>` for a provider type holding `client: Arc<Client<_>>`: always
+/// ready, each call one HTTP exchange ([`call`]).
+macro_rules! provider_service {
+    ($provider:ty) => {
+        impl tower_service::Service<tower_agent_core::ModelRequest> for $provider {
+            type Response = tower_agent_core::ModelResponse;
+            type Error = tower_agent_core::Error;
+            type Future = tower_agent_core::event::BoxFuture<
+                'static,
+                Result<tower_agent_core::ModelResponse, tower_agent_core::Error>,
+            >;
+
+            fn poll_ready(
+                &mut self,
+                _cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<Result<(), tower_agent_core::Error>> {
+                ::std::task::Poll::Ready(Ok(()))
+            }
+
+            fn call(&mut self, req: tower_agent_core::ModelRequest) -> Self::Future {
+                $crate::http::call(::std::sync::Arc::clone(&self.client), req)
+            }
+        }
+    };
+}
+
+pub(crate) use {provider_methods, provider_service};

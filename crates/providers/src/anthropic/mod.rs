@@ -33,12 +33,9 @@
 //! ```
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use reqwest::header::{HeaderMap, HeaderValue};
-use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
-use tower_service::Service;
 
 use crate::encode::Frame;
 use crate::http::{self, Client, StreamDecoder, Wire, secret_header};
@@ -103,11 +100,6 @@ impl Anthropic {
         }
     }
 
-    fn edit(mut self, f: impl FnOnce(&mut Client<AnthropicWire>)) -> Self {
-        f(Arc::make_mut(&mut self.client));
-        self
-    }
-
     /// The server's base URL (without `/v1`).
     pub fn base_url(self, url: impl Into<String>) -> Self {
         let url = url.into();
@@ -125,66 +117,10 @@ impl Anthropic {
         self.edit(|c| c.wire.max_tokens = max_tokens)
     }
 
-    /// Stream the answer (the default) or not.
-    pub fn streaming(self, stream: bool) -> Self {
-        self.edit(|c| c.stream = stream)
-    }
-
-    /// The reqwest client to use.
-    pub fn http_client(self, http: reqwest::Client) -> Self {
-        self.edit(|c| c.http = http)
-    }
-
-    /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).
-    ///
-    /// # Errors
-    ///
-    /// `BadRequest` when the name or the value is not valid in a header.
-    pub fn header(mut self, name: &str, value: &str) -> Result<Self, Error> {
-        http::add_header(&mut Arc::make_mut(&mut self.client).extra, name, value)?;
-        Ok(self)
-    }
-
-    /// The request body this service sends for `req` (streamed or not, as configured): for
-    /// logging, tests and benchmarks. Like a call, it reuses the bytes of the messages it
-    /// encoded before for the same run (`req.ctx`).
-    ///
-    /// # Errors
-    ///
-    /// A request this provider cannot express.
-    pub fn request_body(&self, req: &ModelRequest) -> Result<Vec<u8>, Error> {
-        http::request_body(&self.client, req)
-    }
-
-    /// The response a recorded body gives, as a call would return it: a server-sent event
-    /// stream when the service streams, a whole JSON body otherwise. No event is emitted.
-    ///
-    /// # Errors
-    ///
-    /// As a call: a broken stream, an error event, invalid JSON.
-    pub fn parse_response(&self, body: &[u8]) -> Result<ModelResponse, Error> {
-        http::parse_recorded(&self.client, body)
-    }
-
-    /// The model's name.
-    pub fn model(&self) -> &str {
-        &self.client.wire.model
-    }
+    http::provider_methods!(AnthropicWire);
 }
 
-impl Service<ModelRequest> for Anthropic {
-    type Response = ModelResponse;
-    type Error = Error;
-    type Future = BoxFuture<'static, Result<ModelResponse, Error>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: ModelRequest) -> Self::Future {
-        http::call(Arc::clone(&self.client), req)
-    }
-}
+http::provider_service!(Anthropic);
 
 impl std::fmt::Debug for AnthropicWire {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
