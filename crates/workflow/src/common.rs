@@ -71,6 +71,22 @@ pub(crate) fn position<'a>(session: &'a Session, path: &str) -> Option<&'a Map<S
     session.state.get(STATE_KEY)?.get(path)?.as_object()
 }
 
+/// Where the workflow at `path` starts: nowhere saved for new messages (their run starts
+/// over, and the saved position and those of the workflows nested in it are forgotten), else
+/// the saved `key` (`"step"`, `"iteration"`), if any.
+pub(crate) fn saved_start(
+    session: &mut Session,
+    path: &str,
+    input: &AgentInput,
+    key: &str,
+) -> Option<u64> {
+    if let AgentInput::Messages(_) = input {
+        clear_position(session, path);
+        return None;
+    }
+    position(session, path)?.get(key)?.as_u64()
+}
+
 /// Save the position of the workflow at `path`.
 pub(crate) fn set_position(session: &mut Session, path: &str, position: Value) {
     let all = session

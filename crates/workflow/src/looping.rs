@@ -4,16 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, Error, Event, Message, Outcome, Progress, Session,
-    StopReason,
+    AgentInput, AgentRequest, AgentResponse, Error, Event, Message, Outcome, Progress, StopReason,
 };
 use tower_service::Service;
 
 use crate::common::{
     Scope, SharedAgent, Totals, WorkflowFuture, absorb_state, boxed, cancelled, clear_position,
-    emit, keep_input, position, run_agent, set_position, with_position,
+    emit, keep_input, run_agent, saved_start, set_position, with_position,
 };
 use crate::judge::{Judge, JudgeRequest, Verdict};
 
@@ -139,19 +138,6 @@ impl Service<AgentRequest> for Loop {
     }
 }
 
-/// The iteration a run starts at: 1 for new messages, else the saved one.
-fn start(session: &mut Session, path: &str, input: &AgentInput) -> u32 {
-    if let AgentInput::Messages(_) = input {
-        clear_position(session, path);
-        return 1;
-    }
-    position(session, path)
-        .and_then(|p| p.get("iteration"))
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok())
-        .unwrap_or(1)
-}
-
 impl Loop {
     async fn run(self, req: AgentRequest) -> Result<AgentResponse, Error> {
         let AgentRequest {
@@ -161,7 +147,9 @@ impl Loop {
         } = req;
         absorb_state(&ctx, &mut session);
         let scope = Scope::of(&ctx, &self.name);
-        let mut iteration = start(&mut session, &scope.path, &input);
+        let mut iteration = saved_start(&mut session, &scope.path, &input, "iteration")
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1);
         let mut input = input;
         let mut totals = Totals::default();
         loop {

@@ -4,13 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tower_agent_core::{AgentInput, AgentRequest, AgentResponse, Error, Message, Outcome, Session};
 use tower_service::Service;
 
 use crate::common::{
     Scope, SharedAgent, Totals, WorkflowFuture, absorb_state, boxed, cancelled, clear_position,
-    keep_input, position, run_agent, set_position, with_position,
+    keep_input, position, run_agent, saved_start, set_position, with_position,
 };
 
 #[derive(Clone)]
@@ -167,13 +167,7 @@ impl Service<AgentRequest> for Sequential {
 
 /// The step a run starts at: 0 for new messages, else the saved one.
 fn start(session: &mut Session, path: &str, input: &AgentInput) -> usize {
-    if let AgentInput::Messages(_) = input {
-        clear_position(session, path);
-        return 0;
-    }
-    position(session, path)
-        .and_then(|p| p.get("step"))
-        .and_then(Value::as_u64)
+    saved_start(session, path, input, "step")
         .and_then(|step| usize::try_from(step).ok())
         .unwrap_or(0)
 }
