@@ -180,9 +180,7 @@ impl ModelJudge {
     async fn ask(&self, messages: Vec<Message>, ctx: &RunContext) -> Result<String, Error> {
         let mut req = ModelRequest::new(messages);
         req.system = Some(Arc::clone(&self.prompt));
-        req.ctx = RunContext::new()
-            .with_session_id(ctx.session_id())
-            .with_cancellation(ctx.cancellation_token().clone());
+        req.ctx = ctx.side_call();
         let mut model = self.model.clone();
         let res = model.ready().await?.call(req).await?;
         // The loop adds the judge's tokens to the workflow's usage.

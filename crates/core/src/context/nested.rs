@@ -33,6 +33,29 @@ impl Observer for Forward {
 }
 
 impl RunContext {
+    /// A context for a model call a layer makes on the side of this run (a summarizer, a
+    /// judge): the run's ids and its cancellation, nothing else. None of the run's events
+    /// (the side call's text does not stream into the run), state or extensions.
+    ///
+    /// ```
+    /// use tower_agent_core::{Event, RunContext, observer_fn};
+    ///
+    /// let run = RunContext::new()
+    ///     .with_session_id("s1")
+    ///     .with_observer(observer_fn(|_: &Event| async { Ok(()) }));
+    /// let side = run.side_call();
+    /// assert_eq!((side.run_id(), side.session_id()), (run.run_id(), "s1"));
+    /// assert!(!side.events().is_enabled(), "the run's observers are not the side call's");
+    /// run.cancel();
+    /// assert!(side.is_cancelled(), "the run's cancellation reaches it");
+    /// ```
+    pub fn side_call(&self) -> RunContext {
+        RunContext::new()
+            .with_run_id(Arc::clone(&self.shared.run_id))
+            .with_session_id(Arc::clone(&self.shared.session_id))
+            .with_cancellation(self.shared.cancel.clone())
+    }
+
     /// A context for an agent nested in this run (a step of a workflow, a sub-agent called
     /// as a tool) named `name`: its own run id (the outermost run's id and the path), the same
     /// session id, the same cancellation token (the nested run is part of this one:

@@ -426,10 +426,7 @@ fn input(previous: Option<&str>, messages: &str) -> String {
 async fn summarize(config: &Config, ctx: &RunContext, input: String) -> Result<String, Error> {
     let mut req = ModelRequest::new(vec![Message::user(input)]);
     req.system = Some(Arc::clone(&config.prompt));
-    req.ctx = RunContext::new()
-        .with_run_id(ctx.run_id())
-        .with_session_id(ctx.session_id())
-        .with_cancellation(ctx.cancellation_token().clone());
+    req.ctx = ctx.side_call();
     let mut summarizer = config.summarizer.clone();
     let failed = |error: Error| {
         Error::new(error.kind(), format!("summarization failed: {error}")).with_source(error)
