@@ -382,10 +382,15 @@ struct Extensions {
 impl Extensions {
     fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
         let id = TypeId::of::<T>();
-        let value: Arc<dyn Any + Send + Sync> = Arc::new(value);
         match self.list.iter_mut().find(|(t, _)| *t == id) {
-            Some(slot) => slot.1 = value,
-            None => self.list.push((id, value)),
+            // Replaced in place when no one else holds the old value (`get` hands out clones
+            // of the value, never the `Arc`): a layer updating its value every round (the
+            // summarizer's running count) allocates nothing.
+            Some(slot) => match Arc::get_mut(&mut slot.1).and_then(|old| old.downcast_mut::<T>()) {
+                Some(old) => *old = value,
+                None => slot.1 = Arc::new(value),
+            },
+            None => self.list.push((id, Arc::new(value))),
         }
     }
 
@@ -403,6 +408,20 @@ impl Extensions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_extension_is_replaced_in_place_and_clones_handed_out_stay() {
+        let ctx = RunContext::new();
+        ctx.insert_extension(String::from("first"));
+        let held = ctx.extension::<String>();
+        ctx.insert_extension(String::from("second"));
+        ctx.insert_extension(7_u32);
+        ctx.insert_extension(String::from("third"));
+        assert_eq!(held.as_deref(), Some("first"), "a clone is not changed");
+        assert_eq!(ctx.extension::<String>().as_deref(), Some("third"));
+        assert_eq!(ctx.extension::<u32>(), Some(7));
+        assert_eq!(lock(&ctx.shared.extensions).list.len(), 2, "one slot per type");
+    }
 
     #[test]
     fn clones_share_state_and_builders_keep_it() {
