@@ -420,7 +420,11 @@ mod tests {
         assert_eq!(held.as_deref(), Some("first"), "a clone is not changed");
         assert_eq!(ctx.extension::<String>().as_deref(), Some("third"));
         assert_eq!(ctx.extension::<u32>(), Some(7));
-        assert_eq!(lock(&ctx.shared.extensions).list.len(), 2, "one slot per type");
+        assert_eq!(
+            lock(&ctx.shared.extensions).list.len(),
+            2,
+            "one slot per type"
+        );
     }
 
     #[test]
