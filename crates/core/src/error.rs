@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::session::Session;
+use crate::session::{Session, Usage};
 
 /// A type-erased error, as tower's middleware produce (`tower::BoxError`).
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -138,12 +138,14 @@ impl fmt::Display for ErrorKind {
 ///
 /// When a run fails, the agent attaches the session as it stood at the failure (every tool
 /// call answered), so nothing is lost: take it back with [`Error::take_session`] and resume.
+/// It attaches the tokens the run used too ([`Error::usage`]): they were paid.
 #[derive(Clone)]
 pub struct Error {
     kind: ErrorKind,
     message: Cow<'static, str>,
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
     session: Option<Box<Session>>,
+    usage: Usage,
 }
 
 impl fmt::Display for Error {
@@ -170,6 +172,7 @@ impl Error {
             message: message.into(),
             source: None,
             session: None,
+            usage: Usage::default(),
         }
     }
 
@@ -248,6 +251,18 @@ impl Error {
         self.session.take().map(|s| *s)
     }
 
+    /// Attach the tokens the failed run used before it failed.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// The tokens the failed run used before it failed (its model calls, the summarizer's,
+    /// nested agents'), when the agent attached them; zero otherwise.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
     /// Turn any error a tower service returns into an [`Error`].
     ///
     /// An `Error` inside the box is unwrapped; with the `tower` feature (default), tower's
@@ -304,6 +319,9 @@ impl fmt::Debug for Error {
                 "session",
                 &format_args!("<{} messages>", session.history.len()),
             );
+        }
+        if self.usage != Usage::default() {
+            d.field("usage", &self.usage);
         }
         d.finish()
     }

@@ -1,17 +1,20 @@
 //! The summarization layer: triggers, cut points, the commit, repeated summaries, offload,
-//! failures, overflow recovery and argument truncation, on the model service alone and in a
-//! real agent run.
+//! failures and argument truncation, on the model service alone and in a real agent run.
+//! Overflow recovery is in `summarize_overflow.rs`, the bounds on sizes in
+//! `summarize_bounds.rs`.
 
 #![cfg(feature = "summarize")]
+
+mod common;
 
 use std::sync::Arc;
 
 use serde_json::json;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentRequest, ContentPart, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Role,
-    RunContext, Session, ToolCall, ToolResult,
+    AgentRequest, ContentPart, Error, ErrorKind, Event, Message, ModelResponse, Role, Session,
+    ToolCall, ToolResult,
 };
 use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::summarize::{
@@ -22,59 +25,7 @@ use tower_agent_storage::{ByteStream, Entry, InMemory, Storage, StorageError, St
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
 
-/// `n` alternating user / assistant text messages, `q0`, `a1`, ...
-fn chat(n: usize) -> Vec<Message> {
-    (0..n)
-        .map(|i| {
-            if i % 2 == 0 {
-                Message::user(format!("q{i}"))
-            } else {
-                Message::assistant(format!("a{i}"))
-            }
-        })
-        .collect()
-}
-
-/// An assistant message asking for `ids` at once, and the results.
-fn batch(ids: &[&str]) -> Vec<Message> {
-    let calls: Vec<ToolCall> = ids
-        .iter()
-        .map(|id| ToolCall::new(*id, "search", json!({"q": id})))
-        .collect();
-    let mut out = vec![Message::assistant_with_calls("", calls.clone())];
-    out.extend(
-        calls
-            .iter()
-            .map(|c| Message::tool_result(ToolResult::success(c, format!("found {}", c.id)))),
-    );
-    out
-}
-
-fn request(messages: Vec<Message>) -> (ModelRequest, RunContext, EventRecorder) {
-    let recorder = EventRecorder::new();
-    let mut req = ModelRequest::new(messages);
-    req.ctx = RunContext::new()
-        .with_session_id("s1")
-        .with_observer(recorder.clone());
-    let ctx = req.ctx.clone();
-    (req, ctx, recorder)
-}
-
-async fn call(
-    layer: SummarizeLayer,
-    model: &ScriptedModel,
-    req: ModelRequest,
-) -> Result<ModelResponse, Error> {
-    let mut service = ServiceBuilder::new().layer(layer).service(model.clone());
-    service.ready().await?.call(req).await
-}
-
-fn summarizer(text: &str) -> ScriptedModel {
-    ScriptedModel::from_fn({
-        let text = text.to_owned();
-        move |_| Ok(ModelResponse::text(text.clone()))
-    })
-}
+use common::{batch, call, chat, request, summarizer, talk};
 
 #[tokio::test]
 async fn the_layer_makes_a_summarize_service() {
@@ -178,7 +129,7 @@ async fn a_parallel_batch_of_ten_is_never_split() {
         let summarizer = summarizer("s");
         let model = ScriptedModel::new([ModelResponse::text("ok")]);
         // [U, A, U, A(c0..c9), T x 10, A]: 15 messages.
-        let mut messages = chat(3);
+        let mut messages = talk(3);
         messages.extend(batch(&ids));
         messages.push(Message::assistant("all found"));
         let (req, _ctx, _) = request(messages.clone());
@@ -227,7 +178,7 @@ async fn no_safe_cut_means_no_summary() {
 async fn reasoning_stays_with_its_message() {
     let summarizer = summarizer("s");
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let mut messages = chat(3);
+    let mut messages = talk(3);
     let call_ = ToolCall::new("c1", "search", json!({}));
     messages.push(Message {
         role: Role::Assistant,
@@ -447,7 +398,7 @@ async fn a_failing_summarizer_fails_the_call_and_changes_nothing() {
     ]);
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
     for expected in [ErrorKind::Server, ErrorKind::EmptyResponse] {
-        let (req, ctx, _) = request(chat(6));
+        let (req, ctx, _) = request(talk(6));
         let layer = SummarizeLayer::new(summarizer.clone())
             .trigger(Trigger::messages(6))
             .keep(Keep::messages(2));
@@ -467,7 +418,7 @@ async fn a_failing_summarizer_fails_the_call_and_changes_nothing() {
         .trigger(Trigger::messages(2))
         .keep(Keep::messages(1));
     let mut session = Session::with_id("s1");
-    session.history = chat(4).into();
+    session.history = talk(4).into();
     let before = session.history.clone();
     let error = agent_run(layer, session, 1, &EventRecorder::new())
         .await
@@ -475,96 +426,6 @@ async fn a_failing_summarizer_fails_the_call_and_changes_nothing() {
     let session = error.session().expect("the session");
     assert_eq!(&session.history[..4], &before[..]);
     assert_valid_history(&session.history);
-}
-
-#[tokio::test]
-async fn an_overflow_is_summarized_and_tried_once_more() {
-    let summarizer = summarizer("short");
-    let model = ScriptedModel::with_results([
-        Err(Error::new(ErrorKind::ContextTooLong, "prompt is too long")),
-        Ok(ModelResponse::text("ok")),
-    ]);
-    let (req, ctx, _) = request(chat(7));
-    // No trigger would fire: only the overflow does.
-    let layer = SummarizeLayer::new(summarizer.clone())
-        .trigger(Trigger::messages(100))
-        .keep(Keep::messages(3));
-    let res = call(layer, &model, req).await.expect("recovered");
-    assert_eq!(res.message.text(), "ok");
-    assert_eq!(summarizer.request_count(), 1);
-    let requests = model.requests();
-    assert_eq!(requests.len(), 2);
-    assert_eq!(requests[0].messages.len(), 7);
-    // Keep 3 halved: the summary and the newest message.
-    assert_eq!(requests[1].messages.len(), 2);
-    assert!(is_summary(&requests[1].messages[0]));
-    assert_eq!(
-        ctx.take_committed_history().as_deref(),
-        Some(requests[1].messages.as_slice())
-    );
-}
-
-#[tokio::test]
-async fn a_second_overflow_is_the_error() {
-    let summarizer = summarizer("short");
-    let model = ScriptedModel::with_results([
-        Err(Error::new(ErrorKind::ContextTooLong, "first")),
-        Err(Error::new(ErrorKind::ContextTooLong, "second")),
-        Ok(ModelResponse::text("never")),
-    ]);
-    let (req, _ctx, _) = request(chat(7));
-    let layer = SummarizeLayer::new(summarizer.clone())
-        .trigger(Trigger::messages(100))
-        .keep(Keep::messages(3));
-    let error = call(layer, &model, req).await.expect_err("fails");
-    assert_eq!(error.kind(), ErrorKind::ContextTooLong);
-    assert_eq!(error.message(), "second");
-    assert_eq!(model.request_count(), 2, "tried once more, not again");
-
-    // After a trigger fired in the same call, one more summary and one more try.
-    let model = ScriptedModel::with_results([
-        Err(Error::new(ErrorKind::ContextTooLong, "first")),
-        Ok(ModelResponse::text("ok")),
-    ]);
-    let (req, _ctx, _) = request(chat(9));
-    let layer = SummarizeLayer::new(summarizer.clone())
-        .trigger(Trigger::messages(9))
-        .keep(Keep::messages(3));
-    call(layer, &model, req).await.expect("recovered");
-    assert_eq!(model.request_count(), 2);
-
-    // With recovery off, the overflow is returned at once.
-    let model = ScriptedModel::with_results([Err(Error::new(ErrorKind::ContextTooLong, "x"))]);
-    let (req, _ctx, _) = request(chat(7));
-    let layer = SummarizeLayer::new(summarizer)
-        .trigger(Trigger::messages(100))
-        .recover_overflow(false);
-    let error = call(layer, &model, req).await.expect_err("fails");
-    assert_eq!(error.kind(), ErrorKind::ContextTooLong);
-    assert_eq!(model.request_count(), 1);
-}
-
-#[tokio::test]
-async fn an_overflow_with_nothing_to_cut_stands() {
-    let summarizer = summarizer("short");
-    let model = ScriptedModel::with_results([Err(Error::new(ErrorKind::ContextTooLong, "x"))]);
-    let (req, _ctx, _) = request(chat(2));
-    let layer = SummarizeLayer::new(summarizer.clone()).keep(Keep::messages(5));
-    let error = call(layer, &model, req).await.expect_err("fails");
-    assert_eq!(error.kind(), ErrorKind::ContextTooLong);
-    assert_eq!(summarizer.request_count(), 0);
-    assert_eq!(model.request_count(), 1);
-}
-
-#[tokio::test]
-async fn other_errors_are_not_recovered() {
-    let summarizer = summarizer("short");
-    let model = ScriptedModel::with_results([Err(Error::new(ErrorKind::Auth, "bad key"))]);
-    let (req, _ctx, _) = request(chat(7));
-    let layer = SummarizeLayer::new(summarizer.clone()).keep(Keep::messages(2));
-    let error = call(layer, &model, req).await.expect_err("fails");
-    assert_eq!(error.kind(), ErrorKind::Auth);
-    assert_eq!(summarizer.request_count(), 0);
 }
 
 #[tokio::test]
@@ -651,7 +512,7 @@ async fn the_summarizers_tokens_count_in_the_runs_usage() {
         ModelResponse::text("the gist").with_usage(tower_agent_core::Usage::new(900, 40))
     ]);
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let (req, ctx, _) = request(chat(6));
+    let (req, ctx, _) = request(talk(6));
     let layer = SummarizeLayer::new(summarizer)
         .trigger(Trigger::messages(6))
         .keep(Keep::messages(2));
@@ -663,120 +524,30 @@ async fn the_summarizers_tokens_count_in_the_runs_usage() {
     );
 }
 
-#[tokio::test]
-async fn a_bounded_input_is_summarized_in_turn_oldest_first() {
-    use tower_agent_layers::tokens::{CharEstimate, TokenCounter};
+/// The line the module docs show: the summarizer with the agent's retry.
+#[cfg(feature = "retry")]
+#[tokio::test(start_paused = true)]
+async fn a_summarizer_with_the_retry_layer_survives_a_refused_connection() {
+    use tower_agent_layers::retry::RetryPolicy;
 
-    // Each call answers with a numbered summary, so the next input shows which it folds in.
-    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let summarizer = ScriptedModel::from_fn({
-        let calls = Arc::clone(&calls);
-        move |_| {
-            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-            Ok(ModelResponse::text(format!("summary {n}")))
-        }
-    });
+    let cheap_model = ScriptedModel::with_results([
+        Err(Error::new(
+            ErrorKind::Server,
+            "openai: cannot connect: connection refused",
+        )),
+        Ok(ModelResponse::text("the gist")),
+    ]);
+    let layer = SummarizeLayer::new(
+        ServiceBuilder::new()
+            .retry(RetryPolicy::new())
+            .service(cheap_model.clone()),
+    )
+    .trigger(Trigger::messages(6))
+    .keep(Keep::messages(2));
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    // Ten messages of about 100 tokens each, then two kept.
-    let messages: Vec<Message> = (0..12)
-        .map(|i| {
-            let text = format!("m{i} {}", "z".repeat(396));
-            if i % 2 == 0 {
-                Message::user(text)
-            } else {
-                Message::assistant(text)
-            }
-        })
-        .collect();
-    let (req, ctx, _) = request(messages);
-    let layer = SummarizeLayer::new(summarizer.clone())
-        .trigger(Trigger::messages(12))
-        .keep(Keep::messages(2))
-        .max_input_tokens(350);
-    call(layer, &model, req).await.expect("ok");
-
-    let inputs: Vec<String> = summarizer
-        .requests()
-        .iter()
-        .map(|r| r.messages[0].text())
-        .collect();
-    assert!(inputs.len() >= 3, "{} calls", inputs.len());
-    for (n, input) in inputs.iter().enumerate() {
-        let tokens = CharEstimate.count_text(input);
-        assert!(tokens <= 350, "call {n}: {tokens} tokens");
-        // Each call after the first folds in the summary the one before wrote.
-        if n > 0 {
-            assert!(
-                input.starts_with(&format!("The summary so far:\nsummary {n}\n")),
-                "{input}"
-            );
-        }
-    }
-    // Every summarized message went to exactly one call, in order.
-    let seen: Vec<usize> = inputs
-        .iter()
-        .flat_map(|input| (0..10).filter(move |i| input.contains(&format!("m{i} "))))
-        .collect();
-    assert_eq!(seen, (0..10).collect::<Vec<_>>());
-    // The history starts with the last summary.
+    let (req, ctx, _) = request(talk(6));
+    call(layer, &model, req).await.expect("retried");
+    assert_eq!(cheap_model.request_count(), 2);
     let committed = ctx.take_committed_history().expect("committed");
-    assert_eq!(
-        summary_text(&committed[0]),
-        Some(format!("summary {}", inputs.len()).as_str())
-    );
-    assert_eq!(committed.len(), 3);
-}
-
-#[tokio::test]
-async fn a_message_over_the_bound_goes_alone() {
-    let summarizer = summarizer("s");
-    let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let mut messages = chat(4);
-    messages[0] = Message::user("w".repeat(1_600)); // about 400 tokens
-    let (req, _, _) = request(messages);
-    let layer = SummarizeLayer::new(summarizer.clone())
-        .trigger(Trigger::messages(4))
-        .keep(Keep::messages(1))
-        .max_input_tokens(100);
-    call(layer, &model, req).await.expect("ok");
-    let inputs: Vec<String> = summarizer
-        .requests()
-        .iter()
-        .map(|r| r.messages[0].text())
-        .collect();
-    // The long message alone, then the two short ones together.
-    assert_eq!(inputs.len(), 2, "{inputs:?}");
-    assert!(inputs[0].contains(&"w".repeat(100)) && !inputs[0].contains("a1"));
-    assert!(
-        inputs[1].contains("a1") && inputs[1].contains("q2"),
-        "{}",
-        inputs[1]
-    );
-}
-
-#[tokio::test]
-async fn the_bound_holds_for_a_counter_that_does_not_add_up() {
-    // Rounds down: the pieces' counts add up to less than the whole's.
-    let counter = |text: &str| text.len() / 40;
-    let summarizer = summarizer("s");
-    let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let messages: Vec<Message> = (0..9)
-        .map(|i| Message::user(format!("m{i} {}", "v".repeat(75))))
-        .collect();
-    let (req, _, _) = request(messages);
-    let layer = SummarizeLayer::new(summarizer.clone())
-        .trigger(Trigger::messages(9))
-        .keep(Keep::messages(1))
-        .counter(counter)
-        .max_input_tokens(10);
-    call(layer, &model, req).await.expect("ok");
-    let inputs: Vec<String> = summarizer
-        .requests()
-        .iter()
-        .map(|r| r.messages[0].text())
-        .collect();
-    assert!(inputs.len() > 1, "{inputs:?}");
-    for input in &inputs {
-        assert!(counter(input) <= 10, "{} tokens: {input}", counter(input));
-    }
+    assert_eq!(summary_text(&committed[0]), Some("the gist"));
 }

@@ -8,6 +8,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
     AgentInput, AgentRequest, Error, ErrorKind, Flow, History, Message, ModelRequest,
     ModelResponse, ServiceBuilderExt, Session, ToolCall, ToolRequest, ToolResponse, ToolResult,
+    Usage,
 };
 use tower_agent_loop::Agent;
 use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
@@ -184,4 +185,28 @@ async fn new_input_drops_stale_interrupts_and_duplicates_are_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");
+}
+
+#[tokio::test]
+async fn a_failed_run_carries_the_tokens_it_used() {
+    // One round paid for (and a side call recorded), then the provider fails.
+    let model = ScriptedModel::with_results([
+        Ok(
+            ModelResponse::tool_calls([call("c1", "add", json!({"a": 1, "b": 1}))])
+                .with_usage(Usage::new(120, 30)),
+        ),
+        Err(Error::new(ErrorKind::Server, "the provider is down")),
+    ]);
+    let model = ServiceBuilder::new()
+        .before_model(|req: ModelRequest| async move {
+            req.ctx.record_usage(Usage::new(7, 3));
+            Ok(Flow::Continue(req))
+        })
+        .service(model);
+    let err = Agent::new(model, calculator())
+        .oneshot(AgentRequest::new(Session::new(), "1+1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Server);
+    assert_eq!(err.usage(), Usage::new(120 + 14, 30 + 6));
 }

@@ -86,9 +86,26 @@ async fn an_overflow_over_http_is_summarized_and_sent_once_more() {
 }
 
 #[tokio::test]
-async fn a_second_overflow_over_http_is_the_error() {
+async fn overflows_over_http_shrink_the_request_until_it_fits_or_say_what_does_not() {
+    // Two overflows: shrunk twice, then it fits.
     let server = Server::start([too_long(), too_long(), Canned::fixture("openai/text.json")]).await;
-    let summarizer = ScriptedModel::new([ModelResponse::text("summary")]);
+    let summarizer = ScriptedModel::from_fn(|_| Ok(ModelResponse::text("summary")));
+    let mut model = stack(&server, &summarizer).await;
+    let res = model
+        .ready()
+        .await
+        .expect("ready")
+        .call(history())
+        .await
+        .expect("recovered");
+    assert_eq!(res.message.text(), "Paris is the capital of France.");
+    let sizes: Vec<usize> = server.received().iter().map(|r| r.body.len()).collect();
+    assert_eq!(sizes.len(), 3);
+    assert!(sizes.windows(2).all(|w| w[1] < w[0]), "{sizes:?}");
+
+    // A server that refuses everything: a few ever smaller tries, then the error says what
+    // does not fit, with the provider's refusal as its cause.
+    let server = Server::start(std::iter::repeat_n(too_long(), 20)).await;
     let mut model = stack(&server, &summarizer).await;
     let error = model
         .ready()
@@ -96,7 +113,14 @@ async fn a_second_overflow_over_http_is_the_error() {
         .expect("ready")
         .call(history())
         .await
-        .expect_err("overflows twice");
+        .expect_err("never fits");
     assert_eq!(error.kind(), ErrorKind::ContextTooLong);
-    assert_eq!(server.received().len(), 2);
+    assert!(
+        error.message().contains("the newest message (~")
+            && error.message().contains("openai: HTTP 400"),
+        "{error}"
+    );
+    let sizes: Vec<usize> = server.received().iter().map(|r| r.body.len()).collect();
+    assert!(sizes.len() < 10, "{sizes:?}");
+    assert!(sizes.windows(2).all(|w| w[1] < w[0]), "{sizes:?}");
 }

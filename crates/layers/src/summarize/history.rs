@@ -3,8 +3,10 @@
 
 use std::fmt::Write as _;
 
+use std::borrow::Cow;
+
 use serde_json::Value;
-use tower_agent_core::{ContentPart, Message, ModelRequest, Role, RunContext};
+use tower_agent_core::{ContentPart, History, Message, ModelRequest, Role, RunContext, Usage};
 
 use crate::text::clip_chars;
 use crate::tokens::TokenCounter;
@@ -161,7 +163,86 @@ pub(crate) fn render_markdown(messages: &[Message], round: u32) -> String {
     out
 }
 
-fn clipped(text: &str, clip: usize) -> std::borrow::Cow<'_, str> {
+/// `text` cut to at most `tokens` by `counter`, with a marker when it was cut.
+pub(crate) fn clip_to_tokens<'a>(
+    text: &'a str,
+    tokens: usize,
+    counter: &dyn TokenCounter,
+) -> Cow<'a, str> {
+    if counter.count_text(text) <= tokens {
+        return Cow::Borrowed(text);
+    }
+    // The longest prefix, in characters, that fits with the marker.
+    let chars = text.chars().count();
+    let cut_at = |n: usize| text.char_indices().nth(n).map_or(text.len(), |(at, _)| at);
+    let marked = |n: usize| format!("{}… [cut]", &text[..cut_at(n)]);
+    let (mut low, mut high) = (0, chars);
+    while low < high {
+        let mid = (low + high).div_ceil(2);
+        if counter.count_text(&marked(mid)) <= tokens {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    Cow::Owned(marked(low))
+}
+
+/// `messages` with the tool results and call arguments after a leading summary clipped to
+/// `max` characters (arguments: each long string value), or `None` when none was longer.
+pub(crate) fn clip_kept(
+    messages: &[Message],
+    max: usize,
+    counter: &dyn TokenCounter,
+) -> Option<History> {
+    let mut out = messages.to_vec();
+    let start = usize::from(out.first().is_some_and(is_summary));
+    let mut changed = truncate_arguments(&mut out[start..], max, counter) > 0;
+    for message in &mut out[start..] {
+        for part in &mut message.content {
+            let ContentPart::ToolResult(result) = part else {
+                continue;
+            };
+            if let (kept, left @ 1..) = clip_chars(&result.content, max) {
+                let clipped = format!(
+                    "{kept}… [clipped {left} characters to fit the model's context window]"
+                );
+                // Only when it saves tokens: the marker counts too.
+                if counter.count_text(&clipped) < counter.count_text(&result.content) {
+                    result.content = clipped;
+                    changed = true;
+                }
+            }
+        }
+    }
+    changed.then(|| History::from(out))
+}
+
+/// `messages` with the text of a leading summary cut to half its tokens, or `None` when
+/// there is no summary or it is too short to cut.
+pub(crate) fn cut_summary(messages: &[Message], counter: &dyn TokenCounter) -> Option<History> {
+    let text = messages.first().and_then(summary_text)?;
+    let tokens = counter.count_text(text);
+    if tokens < 16 {
+        return None;
+    }
+    let cut = clip_to_tokens(text, tokens / 2, counter);
+    let mut out = messages.to_vec();
+    out[0] = summary_message(&cut);
+    Some(History::from(out))
+}
+
+/// `messages` without a leading summary, or `None` when there is none or nothing else.
+pub(crate) fn drop_summary(messages: &[Message]) -> Option<History> {
+    match messages.split_first() {
+        Some((first, rest)) if is_summary(first) && !rest.is_empty() => {
+            Some(History::from(rest.to_vec()))
+        }
+        _ => None,
+    }
+}
+
+fn clipped(text: &str, clip: usize) -> Cow<'_, str> {
     match clip_chars(text, clip) {
         (all, 0) => all.into(),
         (kept, left) => format!("{kept}… [{left} more characters]").into(),
@@ -172,7 +253,11 @@ fn clipped(text: &str, clip: usize) -> std::borrow::Cow<'_, str> {
 /// of `messages`, with a marker `… [truncated N characters]`. Arguments that are not JSON
 /// are left alone (a provider that sends them as an object could not parse a cut). Returns
 /// how many calls changed.
-pub(crate) fn truncate_arguments(messages: &mut [Message], max: usize) -> usize {
+pub(crate) fn truncate_arguments(
+    messages: &mut [Message],
+    max: usize,
+    counter: &dyn TokenCounter,
+) -> usize {
     let mut changed = 0;
     for message in messages {
         for part in &mut message.content {
@@ -185,8 +270,13 @@ pub(crate) fn truncate_arguments(messages: &mut [Message], max: usize) -> usize 
             let Ok(mut value) = serde_json::from_str::<Value>(&call.arguments) else {
                 continue;
             };
-            if truncate_strings(&mut value, max) {
-                call.arguments = value.to_string();
+            if !truncate_strings(&mut value, max) {
+                continue;
+            }
+            // Only when it saves tokens: the marker counts too.
+            let arguments = value.to_string();
+            if counter.count_text(&arguments) < counter.count_text(&call.arguments) {
+                call.arguments = arguments;
                 changed += 1;
             }
         }
@@ -199,10 +289,13 @@ fn truncate_strings(value: &mut Value, max: usize) -> bool {
         Value::String(text) => match clip_chars(text, max) {
             (_, 0) => false,
             (kept, left) => {
-                let end = kept.len();
-                text.truncate(end);
-                let _ = write!(text, "… [truncated {left} characters]");
-                true
+                let cut = format!("{kept}… [truncated {left} characters]");
+                // Only when it saves something: the marker has a length too.
+                let shorter = cut.len() < text.len();
+                if shorter {
+                    *text = cut;
+                }
+                shorter
             }
         },
         Value::Array(items) => items
@@ -321,6 +414,61 @@ impl Tally {
     }
 }
 
+/// What the provider counted for the last call of a run that reported its usage: the
+/// tokens of its request and of its answer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reported {
+    owner: usize,
+    /// The messages the request held.
+    len: usize,
+    /// The last of them.
+    mark: Option<Mark>,
+    /// `input_tokens + output_tokens`.
+    tokens: usize,
+}
+
+impl Reported {
+    /// Remember what the provider counted for a request of `sent` (nothing when it reported
+    /// no input tokens).
+    pub(crate) fn store(ctx: &RunContext, owner: usize, sent: &[Message], usage: Usage) {
+        if usage.input_tokens == 0 {
+            return;
+        }
+        let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
+        ctx.insert_extension(Reported {
+            owner,
+            len: sent.len(),
+            mark: sent.last().map(Mark::of),
+            tokens: usize::try_from(tokens).unwrap_or(usize::MAX),
+        });
+    }
+
+    /// The tokens of a request of `messages`: when it holds the last request that reported
+    /// its usage and that request's answer, what the provider counted for those and an
+    /// estimate of the messages since; `None` otherwise.
+    pub(crate) fn count(
+        ctx: &RunContext,
+        owner: usize,
+        messages: &[Message],
+        counter: &dyn TokenCounter,
+    ) -> Option<usize> {
+        let reported = ctx.extension::<Reported>().filter(|r| r.owner == owner)?;
+        let answer = messages.get(reported.len)?;
+        let prefix_holds = match reported.len.checked_sub(1) {
+            None => true,
+            Some(last) => Some(Mark::of(&messages[last])) == reported.mark,
+        };
+        if !prefix_holds || answer.role != Role::Assistant {
+            return None;
+        }
+        let since: usize = messages[reported.len + 1..]
+            .iter()
+            .map(|m| counter.count_message(m))
+            .sum();
+        Some(reported.tokens + since)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,10 +518,10 @@ mod tests {
             [ToolCall::new(
                 "c1",
                 "write_file",
-                json!({"path": "a.txt", "content": long, "lines": ["short", "y".repeat(30)]}),
+                json!({"path": "a.txt", "content": long, "lines": ["short", "y".repeat(60), "n".repeat(30)]}),
             )],
         )];
-        assert_eq!(truncate_arguments(&mut messages, 10), 1);
+        assert_eq!(truncate_arguments(&mut messages, 10, &CharEstimate), 1);
         let args: Value = messages[0]
             .tool_calls()
             .next()
@@ -388,14 +536,16 @@ mod tests {
         assert_eq!(args["lines"][0], "short");
         assert_eq!(
             args["lines"][1],
-            format!("{}… [truncated 20 characters]", "y".repeat(10))
+            format!("{}… [truncated 50 characters]", "y".repeat(10))
         );
+        // Cut with its marker, it would be longer: left alone.
+        assert_eq!(args["lines"][2], "n".repeat(30));
         // Not JSON: left alone.
         let mut raw = vec![Message::assistant_with_calls(
             "",
             [ToolCall::raw("c2", "w", "x".repeat(100))],
         )];
-        assert_eq!(truncate_arguments(&mut raw, 10), 0);
+        assert_eq!(truncate_arguments(&mut raw, 10, &CharEstimate), 0);
     }
 
     #[test]

@@ -450,6 +450,7 @@ where
                 .await;
         }
         events.close();
-        Err(error.with_session(self.session))
+        let usage = self.usage + self.ctx.take_recorded_usage();
+        Err(error.with_session(self.session).with_usage(usage))
     }
 }

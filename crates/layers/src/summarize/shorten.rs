@@ -1,0 +1,371 @@
+//! One shortening of a request's history: truncate old arguments, summarize the older
+//! messages, check that the summary is smaller, offload, commit, and remember it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tower::ServiceExt;
+use tower_agent_core::history::validate;
+use tower_agent_core::{Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext};
+use tower_agent_storage::StoragePath;
+use tower_service::Service;
+
+use super::Config;
+use super::history::{
+    RENDER_CLIP, Tally, clip_to_tokens, render, render_markdown, safe_cut, summary_message,
+    summary_text, truncate_arguments,
+};
+
+/// The session-state key under which the layer keeps its [`Record`].
+pub(crate) const STATE_KEY: &str = "tower_agent.summarization";
+
+/// What the layer remembers of a session, in its state under [`STATE_KEY`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    /// Summaries committed.
+    #[serde(default)]
+    pub(crate) summaries: u64,
+    /// Messages they replaced (previous summaries not counted).
+    #[serde(default)]
+    pub(crate) messages_summarized: u64,
+    /// After a summarization that saved little or was not committed: the triggers rest until
+    /// the request reaches this many tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) wait_until_tokens: Option<usize>,
+    /// The smallest request (in counted tokens) the provider refused as too long: a request
+    /// this large is shortened before it is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) overflow_at_tokens: Option<usize>,
+}
+
+impl Record {
+    /// The record of the run's session (a default one when there is none or it is not ours).
+    pub(crate) fn load(ctx: &RunContext) -> Self {
+        ctx.state(STATE_KEY).unwrap_or_default()
+    }
+
+    pub(crate) fn save(&self, ctx: &RunContext) {
+        ctx.set_state(STATE_KEY, self);
+    }
+
+    /// Remember that a request of `tokens` overflowed the model's context.
+    pub(crate) fn overflowed(ctx: &RunContext, tokens: usize) {
+        let mut record = Record::load(ctx);
+        if record.overflow_at_tokens.is_none_or(|at| tokens < at) {
+            record.overflow_at_tokens = Some(tokens);
+            record.save(ctx);
+        }
+    }
+}
+
+/// The fewest tokens a summary must have room for to be asked for.
+const MIN_ROOM: usize = 8;
+
+/// A summarization is worth it when it saves at least this share of the request.
+const WORTH: f64 = 0.1;
+
+/// Shorten the history of `req`, keeping its last `keep` messages (or more, for a safe cut):
+/// truncate old arguments (unless `forced`), then summarize. Commits the new history and
+/// returns it; `None` when nothing was cut (no safe cut, a kept part that is not a valid
+/// history, or a summary that is not smaller than what it replaces).
+pub(super) async fn shorten(
+    config: &Config,
+    owner: usize,
+    req: &ModelRequest,
+    tokens_before: usize,
+    keep: usize,
+    forced: bool,
+) -> Result<Option<History>, Error> {
+    let ctx = &req.ctx;
+    let messages = req.messages.as_slice();
+    let counter = &*config.counter;
+    let Some(cut) = safe_cut(messages, messages.len().saturating_sub(keep)) else {
+        return Ok(None);
+    };
+    let kept = &messages[cut..];
+    let replaced: usize = messages[..cut]
+        .iter()
+        .map(|m| counter.count_message(m))
+        .sum();
+    let kept_tokens: usize = kept.iter().map(|m| counter.count_message(m)).sum();
+    let tools = Tally::tools(ctx, owner);
+    // What a summary may take and still be smaller than what it replaces; with no room for
+    // a few words, no summarizer call can save anything.
+    let room = replaced.saturating_sub(counter.count_message(&summary_message("")) + 1);
+    let worthless = room < MIN_ROOM;
+
+    let mut older = messages[..cut].to_vec();
+    if let Some(max) = config.truncate {
+        let truncated = truncate_arguments(&mut older, max, counter);
+        if truncated > 0 && !forced {
+            let older_tokens: usize = older.iter().map(|m| counter.count_message(m)).sum();
+            let tokens = tokens_before.saturating_sub(replaced) + older_tokens;
+            let len = messages.len();
+            if !config.triggers.iter().any(|t| t.fires(tokens, len)) {
+                older.extend_from_slice(kept);
+                let history = History::from(older);
+                if validate(&history, &trailing_calls(&history)).is_err() {
+                    return Ok(None);
+                }
+                ctx.commit_history(history.clone());
+                Tally::store(ctx, owner, &history, older_tokens + kept_tokens, tools);
+                ctx.emit(Event::Warning {
+                    source: "summarize",
+                    message: format!(
+                        "truncated long arguments of {truncated} older tool calls \
+                         ({tokens_before} -> {tokens} estimated tokens); no summary needed"
+                    ),
+                })
+                .await?;
+                return Ok(Some(history));
+            }
+        }
+    }
+
+    if worthless {
+        return Ok(None);
+    }
+
+    // The kept part must stand on its own after a summary; calls of its last message that
+    // wait for results (a layer inside answers them) are fine.
+    let mut shortened = Vec::with_capacity(1 + kept.len());
+    shortened.push(Message::user(String::new()));
+    shortened.extend_from_slice(kept);
+    if let Err(error) = validate(&shortened, &trailing_calls(&shortened)) {
+        warn(
+            ctx,
+            format!(
+                "nothing was summarized: the {} newest messages are not a valid history on their \
+                 own ({error}); put the patch layer outside the summarization layer",
+                kept.len()
+            ),
+        )
+        .await?;
+        return Ok(None);
+    }
+
+    let bound = config.summary_bound(replaced).min(room);
+    let previous = older.first().and_then(summary_text);
+    let since = &older[usize::from(previous.is_some())..];
+    let summary = fold(config, ctx, previous, since, bound).await?;
+
+    shortened[0] = summary_message(&summary);
+    let summary_tokens = counter.count_message(&shortened[0]);
+    let tokens_after = tokens_before.saturating_sub(replaced) + summary_tokens;
+    let mut record = Record::load(ctx);
+    if summary_tokens >= replaced {
+        record.wait_until_tokens = Some(grown(tokens_before));
+        record.save(ctx);
+        warn(
+            ctx,
+            format!(
+                "the summary ({summary_tokens} tokens) is not smaller than the {cut} messages it \
+                 would replace ({replaced} tokens); it was not committed and the history is kept"
+            ),
+        )
+        .await?;
+        return Ok(None);
+    }
+
+    if let Some(storage) = &config.offload {
+        offload(storage.as_ref(), ctx, &messages[..cut]).await?;
+    }
+
+    let history = History::from(shortened);
+    ctx.commit_history(history.clone());
+    Tally::store(ctx, owner, &history, summary_tokens + kept_tokens, tools);
+    record.summaries += 1;
+    record.messages_summarized += since.len() as u64;
+    let saved = tokens_before.saturating_sub(tokens_after) as f64;
+    record.wait_until_tokens = (saved < WORTH * tokens_before as f64).then(|| grown(tokens_before));
+    record.save(ctx);
+    ctx.emit(Event::Summarized {
+        round: ctx.round(),
+        summarized: cut,
+        kept: kept.len(),
+        tokens_before,
+        tokens_after,
+    })
+    .await?;
+    Ok(Some(history))
+}
+
+/// The size a request must reach before the triggers fire again after a summarization that
+/// saved little at `tokens`.
+fn grown(tokens: usize) -> usize {
+    tokens + (tokens / 10).max(1)
+}
+
+/// The ids of the calls of the last message, when it is an assistant message: they may still
+/// wait for their results.
+fn trailing_calls(messages: &[Message]) -> Vec<&str> {
+    match messages.last() {
+        Some(last) if last.role == Role::Assistant => {
+            last.tool_calls().map(|call| call.id.as_str()).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+async fn warn(ctx: &RunContext, message: String) -> Result<(), Error> {
+    tracing::warn!(target: "tower_agent::summarize", "{message}");
+    ctx.emit(Event::Warning {
+        source: "summarize",
+        message,
+    })
+    .await
+}
+
+/// The fewest characters a message is clipped to when a summarizer input must shrink.
+const MIN_CLIP: usize = 100;
+
+/// Fold `since` into the summary so far (`previous`, clipped to `bound` tokens): one
+/// summarizer call, or, under [`SummarizeLayer::max_input_tokens`](super::SummarizeLayer::max_input_tokens)
+/// or when the summarizer says its input is too long, as many as it takes, oldest messages
+/// first. Each answer is bounded by `bound` tokens.
+async fn fold(
+    config: &Config,
+    ctx: &RunContext,
+    previous: Option<&str>,
+    since: &[Message],
+    bound: usize,
+) -> Result<String, Error> {
+    let counter = config.counter.as_ref();
+    let mut summary = previous.map(|text| clip_to_tokens(text, bound, counter).into_owned());
+    let mut summary_bound = bound;
+    let mut max = config.max_input;
+    let mut clip = RENDER_CLIP;
+    let mut start = 0;
+    loop {
+        let rendered = |i: usize| render(std::slice::from_ref(&since[i]), clip);
+        // The summary so far and the prompt's frame, then as many messages as fit (one at
+        // least; all of them without a bound).
+        let mut used = counter.count_text(&input(summary.as_deref(), ""));
+        let mut end = start;
+        let mut body = String::new();
+        while end < since.len() {
+            let next = rendered(end);
+            let tokens = counter.count_text(&next);
+            if end > start && max.is_some_and(|max| used + tokens > max) {
+                break;
+            }
+            used += tokens;
+            body.push_str(&next);
+            end += 1;
+        }
+        let mut text = input(summary.as_deref(), &body);
+        // Counted whole: a counter need not add up piece by piece.
+        if let Some(max) = max {
+            while end > start + 1 && counter.count_text(&text) > max {
+                end -= 1;
+                let body: String = (start..end).map(rendered).collect();
+                text = input(summary.as_deref(), &body);
+            }
+        }
+        let tokens = counter.count_text(&text);
+        match summarize(config, ctx, text, bound).await {
+            Ok(answer) => {
+                summary = Some(answer);
+                start = end;
+                if start >= since.len() {
+                    return Ok(summary.unwrap_or_default());
+                }
+            }
+            // Too long for the summarizer: half as much per call, or, for one message, each
+            // message clipped shorter and the summary so far with it.
+            Err(error) if error.kind() == ErrorKind::ContextTooLong => {
+                if end > start + 1 {
+                    max = Some((tokens / 2).max(1));
+                } else if clip > MIN_CLIP {
+                    clip = (clip / 2).max(MIN_CLIP);
+                    summary_bound = (summary_bound / 2).max(1);
+                    summary =
+                        summary.map(|s| clip_to_tokens(&s, summary_bound, counter).into_owned());
+                } else {
+                    return Err(error);
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// One summarizer input: the summary so far, if any, and the rendered messages since.
+fn input(previous: Option<&str>, messages: &str) -> String {
+    let mut input = String::new();
+    if let Some(previous) = previous {
+        input.push_str("The summary so far:\n");
+        input.push_str(previous);
+        input.push_str("\n\n");
+    }
+    input.push_str("The messages since:\n");
+    input.push_str(messages);
+    input
+}
+
+/// Ask the summarizer for at most `bound` tokens; its failure (or an empty answer) is the
+/// call's error.
+async fn summarize(
+    config: &Config,
+    ctx: &RunContext,
+    input: String,
+    bound: usize,
+) -> Result<String, Error> {
+    let mut req = ModelRequest::new(vec![Message::user(input)]);
+    req.system = Some(Arc::clone(&config.prompt));
+    req.options.max_tokens = Some(u32::try_from(bound).unwrap_or(u32::MAX));
+    req.ctx = ctx.side_call();
+    let failed = |error: Error| {
+        Error::new(error.kind(), format!("summarization failed: {error}")).with_source(error)
+    };
+    let response = config
+        .summarizer
+        .service()
+        .ready()
+        .await
+        .map_err(failed)?
+        .call(req)
+        .await
+        .map_err(failed)?;
+    // The summarizer's tokens count in the run's usage.
+    ctx.record_usage(response.usage);
+    let text = response.message.text();
+    if text.trim().is_empty() {
+        return Err(Error::new(
+            ErrorKind::EmptyResponse,
+            "summarization failed: the summarizer answered with no text",
+        ));
+    }
+    Ok(text)
+}
+
+/// Append the summarized messages to the session's conversation file; a failure is a warning.
+async fn offload(
+    storage: &dyn tower_agent_storage::Storage,
+    ctx: &RunContext,
+    messages: &[Message],
+) -> Result<(), Error> {
+    let name = format!(
+        "/conversation_history/{}.md",
+        crate::segment::segment(ctx.session_id(), 128)
+    );
+    let text = render_markdown(messages, ctx.round());
+    let written = match StoragePath::parse(&name) {
+        Ok(path) => storage
+            .append(&path, Bytes::from(text))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(error) => Err(error.to_string()),
+    };
+    if let Err(error) = written {
+        warn(
+            ctx,
+            format!(
+                "the summarized messages could not be saved to {name}: {error}; the run goes on"
+            ),
+        )
+        .await?;
+    }
+    Ok(())
+}
