@@ -250,7 +250,7 @@ async fn main() -> Result<(), Error> {
     let model = ServiceBuilder::new()
         .instructions("You are a helpful assistant in a terminal. Use the tools for files.")
         .patch_dangling()
-        .retry(RetryPolicy::new().max_delay(Duration::from_secs(20)))
+        .retry_calls(RetryPolicy::new().max_delay(Duration::from_secs(20)))
         .service(model);
     let agent = ServiceBuilder::new()
         .patch_dangling()

@@ -44,8 +44,11 @@ pub enum ErrorKind {
         /// How long the provider asked to wait, when it said so.
         retry_after: Option<Duration>,
     },
-    /// The provider failed (HTTP 5xx) or sent a response that could not be read.
+    /// The provider failed (HTTP 5xx), could not be reached, or its answer broke off.
     Server,
+    /// The provider's answer arrived but is not what it sends (not its JSON). Not transient:
+    /// the same request would be paid for again and decoded the same way.
+    InvalidResponse,
     /// The credentials were refused (HTTP 401/403). Never worth retrying.
     Auth,
     /// The account's quota or credit is used up. Not worth retrying soon.
@@ -104,6 +107,7 @@ impl ErrorKind {
             ErrorKind::RateLimited { .. } => "rate limited",
             ErrorKind::Overloaded { .. } => "overloaded",
             ErrorKind::Server => "server error",
+            ErrorKind::InvalidResponse => "invalid response",
             ErrorKind::Auth => "authentication failed",
             ErrorKind::QuotaExhausted => "quota exhausted",
             ErrorKind::ContextTooLong => "context too long",

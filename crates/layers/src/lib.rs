@@ -9,7 +9,7 @@
 //! | [`approval`] | `approval` | tool (`before_tool`) | human approval of gated calls: inline, or interrupt and resume |
 //! | [`limits`] | `limits` | model and tool (`before_*`) | model-call and tool-call limits per run and per session, global or per tool |
 //! | [`checkpoint`] | `checkpoint` | tool (`before_tool`) | after every N tool calls, ask whether to go on; stop with a summary |
-//! | [`retry`] | `retry` | model (innermost; tools too) | `RetryPolicy` for tower's `Retry`: backoff, the provider's wait, a budget |
+//! | [`retry`] | `retry` | model (innermost; tools too) | tower's `Retry` with `RetryPolicy`: backoff, the provider's wait, a budget; nothing called after a cancellation |
 //! | [`evict`] | `evict` | tool (`after_tool`) | a result over a token limit goes whole to a storage backend; a preview and a read tool stay |
 //! | [`summarize`] | `summarize` | model (`before_model` and around) | older messages replaced by a summary, committed to the session; summarize and retry on context overflow |
 //!
@@ -78,6 +78,8 @@ pub use limits::{CallLimits, CallLimitsLayer};
 pub use memory::{Memory, MemoryLayer};
 #[cfg(feature = "patch")]
 pub use patch::{PatchDangling, PatchDanglingLayer};
+#[cfg(feature = "retry")]
+pub use retry::{Retry, RetryLayer, RetryPolicy};
 #[cfg(feature = "summarize")]
 pub use summarize::{Summarize, SummarizeLayer};
 
@@ -86,6 +88,7 @@ use tower::ServiceBuilder;
     feature = "patch",
     feature = "instructions",
     feature = "memory",
+    feature = "retry",
     feature = "approval",
     feature = "limits",
     feature = "checkpoint",
@@ -113,6 +116,11 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// Add a [`MemoryLayer`].
     #[cfg(feature = "memory")]
     fn memory(self, memory: MemoryLayer) -> ServiceBuilder<Stack<MemoryLayer, L>>;
+
+    /// Add a [`RetryLayer`]: tower's `Retry` with `policy`, calling nothing once the run is
+    /// cancelled (named apart from tower's own `retry`, which takes any policy).
+    #[cfg(feature = "retry")]
+    fn retry_calls(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>>;
 
     /// Add an [`ApprovalLayer`] (build it with [`ApprovalLayer::builder`]).
     #[cfg(feature = "approval")]
@@ -154,6 +162,11 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     #[cfg(feature = "memory")]
     fn memory(self, memory: MemoryLayer) -> ServiceBuilder<Stack<MemoryLayer, L>> {
         self.layer(memory)
+    }
+
+    #[cfg(feature = "retry")]
+    fn retry_calls(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>> {
+        self.layer(RetryLayer::new(policy))
     }
 
     #[cfg(feature = "approval")]

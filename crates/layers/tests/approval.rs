@@ -13,7 +13,7 @@ use tower_agent_core::{
     RunContext, Session, ToolCall, ToolRequest,
 };
 use tower_agent_layers::ServiceBuilderExt;
-use tower_agent_layers::approval::{ApprovalLayer, Gate, ReviewRequest, approver_fn};
+use tower_agent_layers::approval::{ApprovalLayer, Gate, GateProblem, ReviewRequest, approver_fn};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
@@ -287,6 +287,22 @@ fn a_gate_naming_an_unknown_decision_is_refused_when_built() {
     );
 }
 
+#[test]
+fn a_gate_allowing_no_decision_is_refused_when_built() {
+    let err = ApprovalLayer::builder()
+        .gate("ls", Gate::new())
+        .gate("shell", Gate::new().allow(Vec::<String>::new()))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.tool, "shell");
+    assert_eq!(err.problem, GateProblem::NoDecision);
+    assert_eq!(
+        err.to_string(),
+        "the approval gate of tool `shell`: it allows no decision, so its calls could never run \
+         nor be refused"
+    );
+}
+
 /// A tool stack decided inline by `approver`, with `timeout`.
 fn inline_agent(
     kit: &Kit,
@@ -417,10 +433,10 @@ async fn retries_never_see_an_interrupt() {
         json!({"cmd": "x"}),
     )])]);
     let model = ServiceBuilder::new()
-        .retry(RetryPolicy::new())
+        .retry_calls(RetryPolicy::new())
         .service(kit.model.clone());
     let tools = ServiceBuilder::new()
-        .retry(RetryPolicy::new())
+        .retry_calls(RetryPolicy::new())
         .approval(gated())
         .service(ToolSet::new().tool(kit.shell.clone()));
     let res = Agent::new(model, tools)

@@ -9,12 +9,13 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 use tower::retry::budget::TpsBudget;
-use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_agent_core::{
     AgentRequest, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Outcome,
     RunContext, Session, ToolCall,
 };
-use tower_agent_layers::retry::RetryPolicy;
+use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::retry::{Retry, RetryLayer, RetryPolicy};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool};
 use tower_agent_tools::ToolSet;
@@ -62,7 +63,7 @@ async fn call(
     req: ModelRequest,
 ) -> (Result<ModelResponse, Error>, Vec<(Instant, ModelRequest)>) {
     let (model, calls) = flaky(errors);
-    let mut service = ServiceBuilder::new().retry(policy).service(model);
+    let mut service = ServiceBuilder::new().retry_calls(policy).service(model);
     let result = match service.ready().await {
         Ok(ready) => ready.call(req).await,
         Err(e) => Err(e),
@@ -102,6 +103,111 @@ async fn the_providers_wait_wins_over_the_backoff_and_the_jitter() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn concurrent_requests_do_not_retry_in_lockstep() {
+    // Ten requests through one stack (clones of one service), each failing once.
+    let (model, calls) = flaky(vec![server(); 10]);
+    let service = ServiceBuilder::new()
+        .retry_calls(RetryPolicy::new().budget(None))
+        .service(model);
+    let start = Instant::now();
+    let runs = (0..10).map(|_| {
+        let service = service.clone();
+        async move { service.oneshot(ModelRequest::new(vec![])).await }
+    });
+    for result in futures_util::future::join_all(runs).await {
+        result.expect("the retry succeeded");
+    }
+    // The first ten calls came at once; the ten retries each waited 1 s plus its own jitter.
+    let calls = calls.lock().expect("lock");
+    let mut retried: Vec<Duration> = calls[10..].iter().map(|(at, _)| *at - start).collect();
+    retried.sort();
+    retried.dedup();
+    assert_eq!(
+        retried.len(),
+        10,
+        "every wait drew its own jitter: {retried:?}"
+    );
+    for wait in &retried {
+        assert!(
+            *wait >= Duration::from_secs(1) && *wait < Duration::from_secs(3),
+            "{wait:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_longest_wait_is_max_delay_jitter_included() {
+    let policy = RetryPolicy::new()
+        .budget(None)
+        .max_delay(Duration::from_secs(2))
+        .jitter(Duration::from_secs(2));
+    let (_, calls) = call(policy, vec![server(); 6], ModelRequest::new(vec![])).await;
+    let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    assert_eq!(gaps.len(), 6);
+    for gap in gaps {
+        assert!(gap <= Duration::from_secs(2), "{gap:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_called_after_a_cancellation_outside_an_agent() {
+    let (model, calls) = flaky(vec![server(); 5]);
+    let mut req = ModelRequest::new(vec![]);
+    req.ctx = RunContext::new();
+    let ctx = req.ctx.clone();
+    let service = ServiceBuilder::new()
+        .retry_calls(exact().base(Duration::from_secs(600)))
+        .service(model);
+    let start = Instant::now();
+    let call = tokio::spawn(service.oneshot(req));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ctx.cancel();
+    let result = call.await.expect("the call's task");
+    assert_eq!(result.expect_err("cancelled").kind(), ErrorKind::Cancelled);
+    assert!(start.elapsed() < Duration::from_secs(600));
+    assert_eq!(calls.lock().expect("lock").len(), 1, "not called again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_inside_the_retry_is_retried() {
+    // The first attempt hangs; tower's Timeout inside the retry ends it, and the retry tries
+    // again.
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let model = service_fn({
+        let attempts = Arc::clone(&attempts);
+        move |_: ModelRequest| {
+            let n = attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, Error>(ModelResponse::text("ok"))
+            }
+        }
+    });
+    let service = ServiceBuilder::new()
+        .retry_calls(exact())
+        .timeout(Duration::from_secs(30))
+        .service(model);
+    let res = service
+        .oneshot(ModelRequest::new(vec![]))
+        .await
+        .expect("retried after the timeout");
+    assert_eq!(res.message.text(), "ok");
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn the_layer_makes_a_retry_service() {
+    let layer = Retry::<()>::layer(RetryPolicy::new());
+    let service: Retry<ScriptedModel> = tower::Layer::layer(&layer, ScriptedModel::new([]));
+    let _ = service.get_ref();
+    let service: Retry<ScriptedModel> =
+        RetryLayer::new(RetryPolicy::new()).layer(ScriptedModel::new([]));
+    let _ = service.into_inner();
+}
+
+#[tokio::test(start_paused = true)]
 async fn jitter_stays_within_its_bound() {
     let policy = RetryPolicy::new()
         .budget(None)
@@ -138,6 +244,7 @@ async fn fatal_kinds_are_not_retried() {
         ErrorKind::BadRequest,
         ErrorKind::QuotaExhausted,
         ErrorKind::ContextTooLong,
+        ErrorKind::InvalidResponse,
         ErrorKind::Cancelled,
     ] {
         let (result, calls) = call(
@@ -217,7 +324,7 @@ async fn each_retry_is_announced_to_stream_readers() {
 async fn cancelling_the_run_ends_the_wait() {
     let (model, calls) = flaky(vec![server(); 5]);
     let model = ServiceBuilder::new()
-        .retry(exact().base(Duration::from_secs(600)))
+        .retry_calls(exact().base(Duration::from_secs(600)))
         .service(model);
     let agent = Agent::new(model, ToolSet::new());
     let start = Instant::now();
@@ -243,7 +350,7 @@ async fn cancelling_the_run_ends_the_wait() {
 async fn a_tool_interrupt_is_an_outcome_the_policy_never_sees() {
     let ask = StubTool::interrupting("deploy", json!({"question": "prod?"}));
     let tools = ServiceBuilder::new()
-        .retry(exact())
+        .retry_calls(exact())
         .service(ToolSet::new().tool(ask.clone()));
     let model = ScriptedModel::new([ModelResponse::tool_calls([ToolCall::new(
         "c1",

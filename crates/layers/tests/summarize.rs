@@ -539,7 +539,7 @@ async fn a_summarizer_with_the_retry_layer_survives_a_refused_connection() {
     ]);
     let layer = SummarizeLayer::new(
         ServiceBuilder::new()
-            .retry(RetryPolicy::new())
+            .retry_calls(RetryPolicy::new())
             .service(cheap_model.clone()),
     )
     .trigger(Trigger::messages(6))

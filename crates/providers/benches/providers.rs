@@ -7,6 +7,10 @@
 //!   same context, the history grown by two messages: two encoded, the rest reused).
 //! - `decode/*`: a recorded streamed answer of 2,000 text chunks and 3 tool calls, next to
 //!   `serde_json` parsing each chunk's data as a `Value` (the floor).
+//! - `sse/*`: the server-sent events of that answer (430 KB) delivered in one read, as a fast
+//!   server's burst arrives: split into events by `eventsource-stream` fed the read whole (how
+//!   the live path read a stream before 0.2), in pieces of 8 KiB, and as the providers feed
+//!   it now (pieces of 1 KiB); each only splits, nothing is decoded.
 //!
 //! Run: `cargo bench -p tower-agent-providers --bench providers`.
 
@@ -159,5 +163,38 @@ fn decode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, encode, decode);
+/// Split `body`, delivered as one read, into events, feeding the parser pieces of `piece`
+/// bytes; returns how many events there were.
+fn split(body: &bytes::Bytes, piece: usize) -> usize {
+    use eventsource_stream::Eventsource;
+    use futures_util::{FutureExt, StreamExt};
+    let reads =
+        futures_util::stream::iter((0..body.len()).step_by(piece).map(|at| {
+            Ok::<_, std::convert::Infallible>(body.slice(at..body.len().min(at + piece)))
+        }));
+    let mut events = reads.eventsource();
+    let mut n = 0;
+    while let Some(Some(event)) = events.next().now_or_never() {
+        black_box(event.expect("an event"));
+        n += 1;
+    }
+    n
+}
+
+fn sse(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sse");
+    let body = bytes::Bytes::from(openai_stream());
+    let events = split(&body, body.len());
+    assert_eq!(split(&body, 1024), events);
+    for (name, piece) in [
+        ("one_read_whole", body.len()),
+        ("pieces_8k", 8 * 1024),
+        ("pieces_1k", 1024),
+    ] {
+        group.bench_function(name, |b| b.iter(|| split(black_box(&body), piece)));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, encode, decode, sse);
 criterion_main!(benches);

@@ -1,12 +1,14 @@
 //! The machinery every provider shares: one HTTP call, streamed or not, its span, its errors.
 
-use std::sync::Arc;
-use std::time::SystemTime;
-
-use eventsource_stream::{EventStreamError, Eventsource};
-use futures_util::StreamExt;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures_util::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::{Deserialize, Deserializer};
 use tower_agent_core::event::BoxFuture;
 
 use tower_agent_core::{
@@ -50,6 +52,9 @@ pub(crate) trait StreamDecoder: Send {
 pub(crate) trait Wire: Send + Sync + 'static {
     /// The provider's name, as in `gen_ai.provider.name`.
     const PROVIDER: &'static str;
+
+    /// What a 404 error says about the base URL.
+    const BASE_URL_HINT: &'static str;
 
     fn model(&self) -> &str;
     fn key(&self) -> Option<&ApiKey>;
@@ -106,6 +111,47 @@ pub(crate) struct Client<W> {
     pub(crate) stream: bool,
     /// Headers the host adds to every request (OpenRouter's `HTTP-Referer`, a test id).
     pub(crate) extra: HeaderMap,
+    /// The longest wait for the next byte of a streamed answer (its head included).
+    pub(crate) idle_timeout: Duration,
+}
+
+impl<W> Client<W> {
+    /// A streaming client of `wire` with the default HTTP client and timeouts.
+    pub(crate) fn new(wire: W) -> Self {
+        Self {
+            wire,
+            http: default_http(),
+            stream: true,
+            extra: HeaderMap::new(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// The longest wait for a TCP (and TLS) connection, in the default HTTP client.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest wait for the next byte of a streamed answer, by default.
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// After the provider said the answer is complete, how long the rest of the body (the end of
+/// the chunked encoding, usually in the same packet) is read, so the connection goes back to
+/// the pool; and how much of it.
+const DRAIN_WAIT: Duration = Duration::from_millis(250);
+const DRAIN_EVENTS: usize = 64;
+
+/// The most bytes handed to the event-stream parser at once: it copies what it has not parsed
+/// yet after every line, so one large network read would cost time quadratic in its size.
+const PIECE: usize = 1024;
+
+/// `null` and absent alike give the default: for every field a server may send as `null`
+/// (Inception's `"tool_calls": null` in a text delta, say).
+pub(crate) fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// One model call.
@@ -152,49 +198,65 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
         return Err(Error::cancelled());
     }
     let wire = &client.wire;
+    let url = wire.url(client.stream);
     let body = encode::body(wire, req, client.stream, true)?;
-    let response = client
+    let sent = client
         .http
-        .post(wire.url(client.stream))
+        .post(&url)
         .headers(client.extra.clone())
         .headers(wire.headers())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body)
-        .send()
-        .await
-        .map_err(|e| transport_error(W::PROVIDER, e))?;
+        .send();
+    // A whole answer arrives once it is generated, however long that takes: only a streamed
+    // one is bounded while it waits for its head.
+    let response = if client.stream {
+        idle::<W, _>(client.idle_timeout, &url, sent).await?
+    } else {
+        sent.await
+    }
+    .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
     let status = response.status();
     if !status.is_success() {
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        return Err(classify(
+        let mut error = classify(
             W::PROVIDER,
             status,
             &headers,
             &body,
             wire.key(),
             SystemTime::now(),
-        ));
+        );
+        if status == reqwest::StatusCode::NOT_FOUND {
+            error = Error::new(
+                error.kind(),
+                format!(
+                    "{} (POST {}; check the base URL: {})",
+                    error.message(),
+                    safe_url(&url),
+                    W::BASE_URL_HINT
+                ),
+            );
+        }
+        return Err(error);
     }
     if !client.stream {
         let bytes = response
             .bytes()
             .await
-            .map_err(|e| transport_error(W::PROVIDER, e))?;
+            .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
         return wire.decode(&bytes);
     }
-    let mut events = response.bytes_stream().eventsource();
+    let mut events = std::pin::pin!(events(response.bytes_stream()));
     let mut decoder = wire.decoder();
     let mut deltas = Vec::new();
     let round = req.ctx.round();
     let listening = req.ctx.events().is_enabled();
-    while let Some(event) = events.next().await {
+    while let Some(event) = idle::<W, _>(client.idle_timeout, &url, events.next()).await? {
         let event = event.map_err(|e| match e {
-            EventStreamError::Transport(e) => transport_error(W::PROVIDER, e),
-            other => Error::new(
-                ErrorKind::Server,
-                format!("{}: the event stream is not valid: {other}", W::PROVIDER),
-            ),
+            EventStreamError::Transport(e) => transport_error(W::PROVIDER, &url, e),
+            other => invalid(W::PROVIDER, "the event stream", other),
         })?;
         decoder.feed(&event.event, &event.data, &mut deltas)?;
         for delta in deltas.drain(..) {
@@ -208,14 +270,81 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
             req.ctx.emit(event).await?;
         }
         if decoder.is_done() {
+            // Read the body to its end, so the connection can serve the next call.
+            let rest = events.by_ref().take(DRAIN_EVENTS).for_each(|_| async {});
+            let _ = tokio::time::timeout(DRAIN_WAIT, rest).await;
             break;
         }
     }
     decoder.finish()
 }
 
-/// A failure to talk to the server at all, without the URL (a key may hide in a URL).
-pub(crate) fn transport_error(provider: &'static str, error: reqwest::Error) -> Error {
+/// The events of a server-sent event stream, its reads cut in pieces of at most [`PIECE`]
+/// bytes (no copy: each piece shares the read's buffer).
+fn events<S, E>(
+    body: S,
+) -> impl Stream<Item = Result<eventsource_stream::Event, EventStreamError<E>>>
+where
+    S: Stream<Item = Result<Bytes, E>>,
+{
+    body.flat_map(|read| {
+        let pieces: Vec<Result<Bytes, E>> = match read {
+            Ok(bytes) => (0..bytes.len())
+                .step_by(PIECE)
+                .map(|at| Ok(bytes.slice(at..bytes.len().min(at + PIECE))))
+                .collect(),
+            Err(error) => vec![Err(error)],
+        };
+        futures_util::stream::iter(pieces)
+    })
+    .eventsource()
+}
+
+/// `future`, or a [`ErrorKind::Timeout`] when nothing came for `limit`.
+async fn idle<W: Wire, F: std::future::Future>(
+    limit: Duration,
+    url: &str,
+    future: F,
+) -> Result<F::Output, Error> {
+    tokio::time::timeout(limit, future).await.map_err(|_| {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{}: no byte from {} for {limit:?} (the idle timeout)",
+                W::PROVIDER,
+                safe_url(url)
+            ),
+        )
+    })
+}
+
+/// `url` without a trailing `/`, and the path after its host (empty when it has none).
+pub(crate) fn split_base(url: &str) -> (&str, &str) {
+    let url = url.trim().trim_end_matches('/');
+    let host_start = url.find("://").map_or(0, |at| at + 3);
+    let path = url[host_start..]
+        .find('/')
+        .map_or("", |at| &url[host_start + at..]);
+    (url, path)
+}
+
+/// `url` without what may hide a secret: its query and its user and password.
+pub(crate) fn safe_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        Err(_) => "(an invalid URL)".to_owned(),
+    }
+}
+
+/// A failure to talk to the server at all, naming the URL (without its query and user), with
+/// the cause as its source.
+pub(crate) fn transport_error(provider: &'static str, url: &str, error: reqwest::Error) -> Error {
     let kind = if error.is_timeout() {
         ErrorKind::Timeout
     } else if error.is_builder() {
@@ -224,26 +353,27 @@ pub(crate) fn transport_error(provider: &'static str, error: reqwest::Error) -> 
         ErrorKind::Server
     };
     let what = if error.is_connect() {
-        "cannot connect"
+        "cannot connect to"
     } else if error.is_body() || error.is_decode() {
-        "the response broke off"
+        "the response broke off from"
     } else {
-        "the request failed"
+        "the request failed to"
     };
     let error = error.without_url();
-    let mut message = format!("{provider}: {what}: {error}");
+    let mut message = format!("{provider}: {what} {}: {error}", safe_url(url));
     let mut source = std::error::Error::source(&error);
     while let Some(cause) = source {
         message.push_str(&format!(": {cause}"));
         source = cause.source();
     }
-    Error::new(kind, message)
+    Error::new(kind, message).with_source(error)
 }
 
-/// The error of a body that is not what the provider sends.
+/// The error of a body that is not what the provider sends: not transient (the same request
+/// would be paid for again, and read the same way).
 pub(crate) fn invalid(provider: &'static str, what: &str, error: impl std::fmt::Display) -> Error {
     Error::new(
-        ErrorKind::Server,
+        ErrorKind::InvalidResponse,
         format!("{provider}: {what} is not valid: {error}"),
     )
 }
@@ -268,10 +398,10 @@ pub(crate) fn finish_reason_name(reason: &FinishReason) -> &str {
 }
 
 /// The HTTP client every provider builds by default: rustls, a connect timeout, no overall
-/// timeout (a stream may run for minutes: put tower's `Timeout` around the service instead).
+/// timeout (a stream may run for minutes; the provider's idle timeout bounds a stall).
 pub(crate) fn default_http() -> reqwest::Client {
     reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(10))
+        .connect_timeout(DEFAULT_CONNECT_TIMEOUT)
         .build()
         .unwrap_or_default()
 }
@@ -336,13 +466,10 @@ pub(crate) fn parse_recorded<W: Wire>(
     if !client.stream {
         return client.wire.decode(body);
     }
-    // In pieces, as a network delivers them: the SSE parser keeps what it has not parsed yet,
-    // and one huge piece would make it copy the rest after every event.
-    let chunks = futures_util::stream::iter(
-        body.chunks(8 * 1024)
-            .map(|piece| Ok::<_, std::convert::Infallible>(piece.to_vec())),
-    );
-    let mut events = chunks.eventsource();
+    let read = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(
+        Bytes::copy_from_slice(body),
+    )]);
+    let mut events = std::pin::pin!(events(read));
     let mut decoder = client.wire.decoder();
     let mut deltas = Vec::new();
     while let Some(Some(event)) = events.next().now_or_never() {
@@ -371,9 +498,21 @@ macro_rules! provider_methods {
             self.edit(|c| c.stream = stream)
         }
 
-        /// The reqwest client to use (proxies, timeouts, TLS roots).
+        /// The reqwest client to use (proxies, timeouts, TLS roots). The default one has a
+        /// connect timeout of 10 s; a client of your own brings its own.
         pub fn http_client(self, http: reqwest::Client) -> Self {
             self.edit(|c| c.http = http)
+        }
+
+        /// The longest wait for the next byte of a streamed answer, its head included (120 s
+        /// by default): a stalled server fails the call with
+        /// [`ErrorKind::Timeout`](tower_agent_core::ErrorKind::Timeout), which the retry
+        /// policy retries. A whole answer (not streamed) is not bounded while it is generated;
+        /// a model that thinks for minutes before its first token needs a longer wait. There
+        /// is no whole-request timeout by default (it would cut long streams): put tower's
+        /// `Timeout` around the service for one.
+        pub fn idle_timeout(self, timeout: std::time::Duration) -> Self {
+            self.edit(|c| c.idle_timeout = timeout)
         }
 
         /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).

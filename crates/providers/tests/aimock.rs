@@ -48,7 +48,7 @@ where
     let model = ServiceBuilder::new()
         .instructions("Answer in one sentence.")
         .patch_dangling()
-        .retry(
+        .retry_calls(
             RetryPolicy::new()
                 .budget(None)
                 .jitter(Duration::ZERO)
@@ -136,7 +136,7 @@ async fn a_server_error_is_retried_then_returned_typed() {
         .header("x-test-id", &new_id())
         .expect("a valid header");
     let mut model = ServiceBuilder::new()
-        .retry(
+        .retry_calls(
             RetryPolicy::new()
                 .budget(None)
                 .max_attempts(2)

@@ -135,10 +135,12 @@ async fn a_truncated_stream_is_an_error_not_half_a_message() {
     assert_eq!(err.kind(), ErrorKind::Server);
     assert!(err.message().contains("ended before"), "{err}");
 
+    // A chunk that arrived whole but is not JSON: not worth paying for the answer again.
     let server = Server::start([Canned::sse("data: {\"choices\": [\n\n")]).await;
     let model = OpenAi::new("m").base_url(format!("{}/v1", server.url));
     let err = call(model, request()).await.expect_err("invalid JSON");
-    assert_eq!(err.kind(), ErrorKind::Server);
+    assert_eq!(err.kind(), ErrorKind::InvalidResponse);
+    assert!(!err.is_transient(), "{err}");
 }
 
 #[tokio::test]
@@ -284,7 +286,7 @@ async fn gemini_streams_and_calls_with_signatures() {
     ])
     .await;
     let model = Gemini::new("gemini-2.5-flash")
-        .base_url(&server.url)
+        .base_url(format!("{}/v1beta", server.url))
         .api_key(KEY);
     let (req, recorder) = observed();
     let res = call(model.clone(), req).await.expect("streamed");
@@ -294,7 +296,7 @@ async fn gemini_streams_and_calls_with_signatures() {
     let sent = &server.received()[0];
     assert_eq!(
         sent.path,
-        "/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     );
     assert_eq!(sent.header("x-goog-api-key"), Some(KEY));
     assert!(!sent.path.contains(KEY));
@@ -308,7 +310,7 @@ async fn gemini_streams_and_calls_with_signatures() {
     );
     assert_eq!(
         server.received()[1].path,
-        "/models/gemini-2.5-flash:generateContent"
+        "/v1beta/models/gemini-2.5-flash:generateContent"
     );
 
     let err = call(model, request()).await.expect_err("empty candidates");
@@ -355,7 +357,7 @@ async fn gemini_thought_summaries_and_signatures_round_trip() {
         Canned::fixture("gemini/text.sse"),
     ])
     .await;
-    let model = Gemini::new("gemini-2.5-pro").base_url(&server.url);
+    let model = Gemini::new("gemini-2.5-pro").base_url(format!("{}/v1beta", server.url));
     let (req, recorder) = observed();
     let res = call(model.clone(), req).await.expect("streamed");
     assert!(

@@ -48,7 +48,7 @@ async fn stack(
                 .trigger(Trigger::messages(100))
                 .keep(Keep::messages(4)),
         )
-        .retry(RetryPolicy::new())
+        .retry_calls(RetryPolicy::new())
         .service(
             OpenAi::new("m")
                 .base_url(format!("{}/v1", server.url))

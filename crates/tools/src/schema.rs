@@ -12,6 +12,11 @@ pub struct NoArgs {}
 /// The JSON Schema of `T` as tool parameters: subschemas inlined (no `$ref`), no `$schema` or
 /// `title` keys, always an object schema — the shape every provider accepts.
 ///
+/// Written for a model, not for rustdoc: descriptions (from doc comments) lose their link
+/// markup (`` [`Item`] `` becomes `` `Item` ``, `[text](target)` becomes `text`), and the
+/// `format` schemars gives Rust's number types (`uint`, `int32`, `double`, ...) is left out
+/// (an unsigned type keeps its `"minimum": 0`).
+///
 /// A struct gives an object schema. An enum whose variants are all objects (internally or
 /// adjacently tagged) gets `"type": "object"` added. The unit type `()` gives an empty object
 /// (prefer [`NoArgs`]).
@@ -50,6 +55,7 @@ pub fn parameters_schema<T: JsonSchema>() -> Value {
         .into_generator()
         .into_root_schema_for::<T>()
         .to_value();
+    for_a_model(&mut value);
     let Value::Object(map) = &mut value else {
         return empty_object();
     };
@@ -69,6 +75,76 @@ pub fn parameters_schema<T: JsonSchema>() -> Value {
         ),
     }
     value
+}
+
+/// The `format`s schemars gives Rust's number types: meaningless to a model, and refused by
+/// some providers' schema checks.
+const RUST_FORMATS: &[&str] = &[
+    "int", "int8", "int16", "int32", "int64", "int128", "uint", "uint8", "uint16", "uint32",
+    "uint64", "uint128", "float", "double",
+];
+
+/// Every description without rustdoc link markup, no Rust number format, all the way down.
+fn for_a_model(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(text)) = map.get_mut("description") {
+                *text = without_links(text);
+            }
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|format| RUST_FORMATS.contains(&format))
+            {
+                map.remove("format");
+            }
+            map.values_mut().for_each(for_a_model);
+        }
+        Value::Array(items) => items.iter_mut().for_each(for_a_model),
+        _ => {}
+    }
+}
+
+/// `text` with rustdoc's link markup taken out: `` [`Item`] `` → `` `Item` ``,
+/// `[text](target)` and `[text][target]` → `text`. Other brackets stay.
+fn without_links(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(']') else {
+            out.push_str(&rest[open..]);
+            return out;
+        };
+        let label = &after[..close];
+        let tail = &after[close + 1..];
+        // `[label](target)` or `[label][target]`: the label alone.
+        let target = match tail.chars().next() {
+            Some('(') => tail.find(')').map(|end| end + 1),
+            Some('[') => tail.find(']').map(|end| end + 1),
+            _ => None,
+        };
+        let is_code = label.len() > 1 && label.starts_with('`') && label.ends_with('`');
+        match target {
+            Some(end) => {
+                out.push_str(label);
+                rest = &tail[end..];
+            }
+            // An intra-doc link to an item: `[`Item`]`.
+            None if is_code => {
+                out.push_str(label);
+                rest = tail;
+            }
+            // Brackets that are text: `[1, 200]`.
+            None => {
+                out.push('[');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Whether the schema is a `oneOf`/`anyOf` whose branches all describe objects.
@@ -141,6 +217,44 @@ mod tests {
     )]
     fn scalars_are_refused_when_the_tool_is_built() {
         let _ = parameters_schema::<String>();
+    }
+
+    /// The path ([`PATH`], see [the guide](crate::guide)).
+    #[derive(JsonSchema)]
+    #[allow(dead_code)]
+    struct Documented {
+        /// Lines to show ([`LIMIT`][crate::LIMIT]), e.g. [1, 200], or [`usize::MAX`].
+        limit: usize,
+        /// A ratio.
+        ratio: f64,
+        /// When, [as text].
+        #[schemars(extend("format" = "date-time"))]
+        when: String,
+    }
+
+    #[test]
+    fn a_schema_is_written_for_a_model() {
+        let schema = parameters_schema::<Documented>();
+        assert_eq!(schema["description"], "The path (`PATH`, see the guide).");
+        let limit = &schema["properties"]["limit"];
+        assert_eq!(
+            limit["description"],
+            "Lines to show (`LIMIT`), e.g. [1, 200], or `usize::MAX`."
+        );
+        assert_eq!(limit.get("format"), None, "{limit}");
+        assert_eq!(limit["minimum"], 0);
+        assert_eq!(schema["properties"]["ratio"].get("format"), None);
+        // Formats that mean something to a model stay, and so do plain brackets.
+        assert_eq!(schema["properties"]["when"]["format"], "date-time");
+        assert_eq!(
+            schema["properties"]["when"]["description"],
+            "When, [as text]."
+        );
+        assert_eq!(without_links("a [b"), "a [b");
+        assert_eq!(
+            without_links("[`x`] and [y](z) and [w][v]"),
+            "`x` and y and w"
+        );
     }
 
     #[test]

@@ -248,15 +248,27 @@ pub(super) struct Config {
     pub(super) mode: Mode,
 }
 
-/// A gate names a decision that does not exist.
+/// A gate that cannot work, refused when the layer is built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the approval gate of tool `{tool}`: {error}")]
+#[error("the approval gate of tool `{tool}`: {problem}")]
 pub struct ConfigError {
     /// The gate's tool.
     pub tool: String,
-    /// The name that is not a decision.
+    /// What is wrong with it.
     #[source]
-    pub error: UnknownDecision,
+    pub problem: GateProblem,
+}
+
+/// What is wrong with a gate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GateProblem {
+    /// It names a decision that does not exist.
+    #[error(transparent)]
+    UnknownDecision(#[from] UnknownDecision),
+    /// It allows no decision: its calls would wait for one forever.
+    #[error("it allows no decision, so its calls could never run nor be refused")]
+    NoDecision,
 }
 
 /// Builds an [`ApprovalLayer`].
@@ -298,7 +310,7 @@ impl ApprovalBuilder {
         self
     }
 
-    /// The layer; fails when a gate allows a decision that does not exist.
+    /// The layer; fails when a gate allows a decision that does not exist, or none.
     pub fn build(self) -> Result<ApprovalLayer, ConfigError> {
         let mut gates = ByName::default();
         for (tool, gate) in self.gates {
@@ -306,11 +318,17 @@ impl ApprovalBuilder {
             for name in &gate.allowed {
                 let kind = name.parse::<DecisionKind>().map_err(|error| ConfigError {
                     tool: tool.clone(),
-                    error,
+                    problem: error.into(),
                 })?;
                 if !allowed.contains(&kind) {
                     allowed.push(kind);
                 }
+            }
+            if allowed.is_empty() {
+                return Err(ConfigError {
+                    tool,
+                    problem: GateProblem::NoDecision,
+                });
             }
             let checked = Checked {
                 allowed,

@@ -73,8 +73,8 @@ mod gate;
 
 pub use future::{ResponseFuture, STATE_KEY};
 pub use gate::{
-    ApprovalBuilder, Approver, ApproverFn, ConfigError, DEFAULT_TIMEOUT, Gate, ReviewRequest,
-    approver_fn,
+    ApprovalBuilder, Approver, ApproverFn, ConfigError, DEFAULT_TIMEOUT, Gate, GateProblem,
+    ReviewRequest, approver_fn,
 };
 
 use std::fmt;

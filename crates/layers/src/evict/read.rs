@@ -19,8 +19,10 @@ use super::preview::push_line;
 use super::{Config, READ_TOOL};
 use crate::text::clip_chars;
 
-/// The arguments of the read tool ([`READ_TOOL`]).
+// The doc comments of the fields are what the model reads (the tool's JSON schema).
+/// The arguments of the read tool: which stored result, and which lines of it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[schemars(description = "Which stored tool result to read, and which lines of it.")]
 pub struct ReadArgs {
     /// The path the preview of the result named, e.g. `/large_tool_results/search_call_1`.
     pub path: String,

@@ -86,24 +86,21 @@ impl Anthropic {
             .filter(|url| !url.trim().is_empty())
             .unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
         Self {
-            client: Arc::new(Client {
-                wire: AnthropicWire {
-                    model: model.into(),
-                    base_url: base_url.trim_end_matches('/').to_owned(),
-                    key: ApiKey::from_env("ANTHROPIC_API_KEY"),
-                    max_tokens: 4096,
-                },
-                http: http::default_http(),
-                stream: true,
-                extra: HeaderMap::new(),
-            }),
+            client: Arc::new(Client::new(AnthropicWire {
+                model: model.into(),
+                base_url: base_url_of(&base_url),
+                key: ApiKey::from_env("ANTHROPIC_API_KEY"),
+                max_tokens: 4096,
+            })),
         }
     }
 
-    /// The server's base URL (without `/v1`).
+    /// The server's base URL, `https://api.anthropic.com` or `http://127.0.0.1:8080`; the
+    /// requests go to `{base}/v1/messages`. A URL ending in `/v1` (the form OpenAI's base
+    /// URLs take) is accepted too.
     pub fn base_url(self, url: impl Into<String>) -> Self {
-        let url = url.into();
-        self.edit(|c| c.wire.base_url = url.trim_end_matches('/').to_owned())
+        let url = base_url_of(&url.into());
+        self.edit(|c| c.wire.base_url = url)
     }
 
     /// The API key (instead of `ANTHROPIC_API_KEY`).
@@ -128,8 +125,16 @@ impl std::fmt::Debug for AnthropicWire {
     }
 }
 
+/// A base URL as the requests need it: without a trailing `/v1`.
+fn base_url_of(url: &str) -> String {
+    let (url, _) = http::split_base(url);
+    url.strip_suffix("/v1").unwrap_or(url).to_owned()
+}
+
 impl Wire for AnthropicWire {
     const PROVIDER: &'static str = PROVIDER;
+    const BASE_URL_HINT: &'static str =
+        "Anthropic's is https://api.anthropic.com; the requests go to {base}/v1/messages";
 
     fn model(&self) -> &str {
         &self.model

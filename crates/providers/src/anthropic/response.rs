@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tower_agent_core::{ContentPart, Error, FinishReason, ModelResponse, ToolCall, Usage};
 
-use crate::http::invalid;
+use crate::http::{invalid, nullable};
 
 use super::{PROVIDER, REDACTED};
 
@@ -24,10 +24,10 @@ pub(super) fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
 
 #[derive(Deserialize)]
 struct WireResponse {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     content: Vec<WireBlock>,
     stop_reason: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     usage: WireUsage,
 }
 
@@ -35,25 +35,25 @@ struct WireResponse {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(super) enum WireBlock {
     Text {
-        #[serde(default)]
+        #[serde(default, deserialize_with = "nullable")]
         text: String,
     },
     Thinking {
-        #[serde(default)]
+        #[serde(default, deserialize_with = "nullable")]
         thinking: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "nullable")]
         signature: String,
     },
     RedactedThinking {
-        #[serde(default)]
+        #[serde(default, deserialize_with = "nullable")]
         data: String,
     },
     ToolUse {
-        #[serde(default)]
+        #[serde(default, deserialize_with = "nullable")]
         id: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "nullable")]
         name: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "nullable")]
         input: Value,
     },
     #[serde(other)]
@@ -62,14 +62,34 @@ pub(super) enum WireBlock {
 
 #[derive(Deserialize, Default, Clone, Copy)]
 pub(super) struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     input_tokens: u64,
-    #[serde(default)]
-    pub(super) output_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
+    output_tokens: u64,
+    #[serde(default, deserialize_with = "nullable")]
     cache_read_input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     cache_creation_input_tokens: u64,
+}
+
+impl WireUsage {
+    /// Take the counts `usage` holds (the cumulative counts of a `message_delta`).
+    pub(super) fn update(&mut self, usage: &Value) {
+        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+        for (key, field) in [
+            ("input_tokens", &mut self.input_tokens),
+            ("output_tokens", &mut self.output_tokens),
+            ("cache_read_input_tokens", &mut self.cache_read_input_tokens),
+            (
+                "cache_creation_input_tokens",
+                &mut self.cache_creation_input_tokens,
+            ),
+        ] {
+            if let Some(n) = count(key) {
+                *field = n;
+            }
+        }
+    }
 }
 
 impl From<WireUsage> for Usage {

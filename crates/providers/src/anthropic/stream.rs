@@ -127,11 +127,10 @@ impl StreamDecoder for Decoder {
                 if let Some(reason) = value.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.stop_reason = Some(reason.to_owned());
                 }
-                if let Some(output) = value
-                    .pointer("/usage/output_tokens")
-                    .and_then(Value::as_u64)
-                {
-                    self.usage.output_tokens = output;
+                // Cumulative counts: they replace those of `message_start` (which differ when
+                // server tools ran).
+                if let Some(usage) = value.get("usage") {
+                    self.usage.update(usage);
                 }
             }
             "message_stop" => self.done = true,

@@ -79,23 +79,20 @@ impl Gemini {
             .filter(|url| !url.trim().is_empty())
             .unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
         Self {
-            client: Arc::new(Client {
-                wire: GeminiWire {
-                    model: model.into(),
-                    base_url: base_url.trim_end_matches('/').to_owned(),
-                    key: ApiKey::from_env("GEMINI_API_KEY"),
-                },
-                http: http::default_http(),
-                stream: true,
-                extra: HeaderMap::new(),
-            }),
+            client: Arc::new(Client::new(GeminiWire {
+                model: model.into(),
+                base_url: base_url_of(&base_url),
+                key: ApiKey::from_env("GEMINI_API_KEY"),
+            })),
         }
     }
 
-    /// The server's base URL, up to the API version (`.../v1beta`).
+    /// The server's base URL, up to the API version
+    /// (`https://generativelanguage.googleapis.com/v1beta`). A URL with no path gets
+    /// `/v1beta`; any other path is kept as it is.
     pub fn base_url(self, url: impl Into<String>) -> Self {
-        let url = url.into();
-        self.edit(|c| c.wire.base_url = url.trim_end_matches('/').to_owned())
+        let url = base_url_of(&url.into());
+        self.edit(|c| c.wire.base_url = url)
     }
 
     /// The API key (instead of `GEMINI_API_KEY`). Sent in the `x-goog-api-key` header, never
@@ -116,8 +113,18 @@ impl std::fmt::Debug for GeminiWire {
     }
 }
 
+/// A base URL as the requests need it: `/v1beta` added to a URL with no path.
+fn base_url_of(url: &str) -> String {
+    match http::split_base(url) {
+        (url, "") => format!("{url}/v1beta"),
+        (url, _) => url.to_owned(),
+    }
+}
+
 impl Wire for GeminiWire {
     const PROVIDER: &'static str = PROVIDER;
+    const BASE_URL_HINT: &'static str = "Gemini's ends in the API version \
+        (https://generativelanguage.googleapis.com/v1beta)";
 
     fn model(&self) -> &str {
         &self.model

@@ -8,7 +8,7 @@ use tower_agent_core::{
 };
 
 use crate::classify::stream_error;
-use crate::http::{Delta, StreamDecoder, invalid, truncated};
+use crate::http::{Delta, StreamDecoder, invalid, nullable, truncated};
 
 use super::PROVIDER;
 
@@ -24,7 +24,7 @@ pub(super) fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct Chunk {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     candidates: Vec<Candidate>,
     usage_metadata: Option<WireUsage>,
     prompt_feedback: Option<Value>,
@@ -40,7 +40,7 @@ struct Candidate {
 
 #[derive(Deserialize, Default)]
 struct WireContent {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     parts: Vec<WirePart>,
 }
 
@@ -48,7 +48,7 @@ struct WireContent {
 #[serde(rename_all = "camelCase")]
 struct WirePart {
     text: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     thought: bool,
     thought_signature: Option<String>,
     function_call: Option<WireCall>,
@@ -56,24 +56,24 @@ struct WirePart {
 
 #[derive(Deserialize)]
 struct WireCall {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     id: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     args: Value,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
 #[serde(rename_all = "camelCase")]
 struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     prompt_token_count: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     candidates_token_count: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     thoughts_token_count: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     cached_content_token_count: u64,
 }
 

@@ -82,23 +82,21 @@ impl OpenAi {
             .filter(|url| !url.trim().is_empty())
             .unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
         Self {
-            client: Arc::new(Client {
-                wire: OpenAiWire {
-                    model: model.into(),
-                    base_url: base_url.trim_end_matches('/').to_owned(),
-                    key: ApiKey::from_env("OPENAI_API_KEY"),
-                },
-                http: http::default_http(),
-                stream: true,
-                extra: HeaderMap::new(),
-            }),
+            client: Arc::new(Client::new(OpenAiWire {
+                model: model.into(),
+                base_url: base_url_of(&base_url),
+                key: ApiKey::from_env("OPENAI_API_KEY"),
+            })),
         }
     }
 
-    /// The server's base URL, up to and including `/v1`.
+    /// The server's base URL, up to and including `/v1` (`http://127.0.0.1:8080/v1`). A URL
+    /// with no path gets `/v1` (`http://127.0.0.1:11434` is Ollama's
+    /// `http://127.0.0.1:11434/v1`); any other path is kept as it is (OpenRouter's
+    /// `https://openrouter.ai/api/v1`).
     pub fn base_url(self, url: impl Into<String>) -> Self {
-        let url = url.into();
-        self.edit(|c| c.wire.base_url = url.trim_end_matches('/').to_owned())
+        let url = base_url_of(&url.into());
+        self.edit(|c| c.wire.base_url = url)
     }
 
     /// The API key (instead of `OPENAI_API_KEY`).
@@ -118,8 +116,18 @@ impl std::fmt::Debug for OpenAiWire {
     }
 }
 
+/// A base URL as the requests need it: `/v1` added to a URL with no path.
+fn base_url_of(url: &str) -> String {
+    match http::split_base(url) {
+        (url, "") => format!("{url}/v1"),
+        (url, _) => url.to_owned(),
+    }
+}
+
 impl Wire for OpenAiWire {
     const PROVIDER: &'static str = PROVIDER;
+    const BASE_URL_HINT: &'static str = "OpenAI's ends in /v1 (https://api.openai.com/v1), and \
+        so does a server's of its own (http://127.0.0.1:8080/v1)";
 
     fn model(&self) -> &str {
         &self.model

@@ -5,7 +5,7 @@ use tower_agent_core::{
     ContentPart, Error, ErrorKind, FinishReason, ModelResponse, ToolCall, Usage,
 };
 
-use crate::http::invalid;
+use crate::http::{invalid, nullable};
 
 use super::PROVIDER;
 
@@ -37,21 +37,22 @@ pub(super) fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
 
 #[derive(Deserialize)]
 struct WireResponse {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     choices: Vec<WireChoice>,
     usage: Option<WireUsage>,
 }
 
 #[derive(Deserialize)]
 struct WireChoice {
+    #[serde(default, deserialize_with = "nullable")]
     message: WireResponseMessage,
     finish_reason: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct WireResponseMessage {
     content: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     tool_calls: Vec<WireResponseCall>,
     reasoning_content: Option<String>,
     reasoning: Option<String>,
@@ -59,31 +60,32 @@ struct WireResponseMessage {
 
 #[derive(Deserialize)]
 struct WireResponseCall {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     id: String,
+    #[serde(default, deserialize_with = "nullable")]
     function: WireResponseFunction,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct WireResponseFunction {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     arguments: String,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
 pub(super) struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     prompt_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     completion_tokens: u64,
     prompt_tokens_details: Option<WireUsageDetails>,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
 struct WireUsageDetails {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     cached_tokens: u64,
 }
 

@@ -5,7 +5,7 @@ use serde_json::Value;
 use tower_agent_core::{Error, ModelResponse, ToolCall};
 
 use crate::classify::stream_error;
-use crate::http::{Delta, StreamDecoder, invalid, truncated};
+use crate::http::{Delta, StreamDecoder, invalid, nullable, truncated};
 
 use super::PROVIDER;
 use super::response::{WireUsage, response_of};
@@ -14,8 +14,9 @@ use super::response::{WireUsage, response_of};
 pub(super) struct Decoder {
     text: String,
     reasoning: String,
-    /// Calls by their stream index: id, name, argument fragments joined.
-    calls: Vec<(usize, ToolCall)>,
+    /// Calls by their stream index (none when the server sends none): id, name, argument
+    /// fragments joined.
+    calls: Vec<(Option<usize>, ToolCall)>,
     finish: Option<String>,
     usage: Option<WireUsage>,
     done: bool,
@@ -23,7 +24,7 @@ pub(super) struct Decoder {
 
 #[derive(Deserialize)]
 struct Chunk {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     choices: Vec<ChunkChoice>,
     usage: Option<WireUsage>,
     error: Option<Value>,
@@ -31,7 +32,7 @@ struct Chunk {
 
 #[derive(Deserialize)]
 struct ChunkChoice {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     delta: ChunkDelta,
     finish_reason: Option<String>,
 }
@@ -41,14 +42,15 @@ struct ChunkDelta {
     content: Option<String>,
     reasoning_content: Option<String>,
     reasoning: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     tool_calls: Vec<ChunkCall>,
 }
 
 #[derive(Deserialize)]
 struct ChunkCall {
-    #[serde(default)]
-    index: usize,
+    /// Absent from some servers (Gemini's OpenAI-compatible endpoint): then calls are told
+    /// apart by their ids.
+    index: Option<usize>,
     id: Option<String>,
     function: Option<ChunkFunction>,
 }
@@ -57,6 +59,23 @@ struct ChunkCall {
 struct ChunkFunction {
     name: Option<String>,
     arguments: Option<String>,
+}
+
+impl Decoder {
+    /// Where the call a fragment belongs to is: by its index; without one, by its id (a new
+    /// id is a new call); with neither, the call before.
+    fn call_for(&mut self, fragment: &ChunkCall) -> usize {
+        let id = fragment.id.as_deref().filter(|id| !id.is_empty());
+        let found = match (fragment.index, id) {
+            (Some(index), _) => self.calls.iter().position(|(i, _)| *i == Some(index)),
+            (None, Some(id)) => self.calls.iter().position(|(_, call)| call.id == id),
+            (None, None) => self.calls.len().checked_sub(1),
+        };
+        found.unwrap_or_else(|| {
+            self.calls.push((fragment.index, ToolCall::raw("", "", "")));
+            self.calls.len() - 1
+        })
+    }
 }
 
 impl StreamDecoder for Decoder {
@@ -92,13 +111,7 @@ impl StreamDecoder for Decoder {
                 deltas.push(Delta::Text(text));
             }
             for fragment in delta.tool_calls {
-                let at = match self.calls.iter().position(|(i, _)| *i == fragment.index) {
-                    Some(at) => at,
-                    None => {
-                        self.calls.push((fragment.index, ToolCall::raw("", "", "")));
-                        self.calls.len() - 1
-                    }
-                };
+                let at = self.call_for(&fragment);
                 let call = &mut self.calls[at].1;
                 if let Some(id) = fragment.id.filter(|id| !id.is_empty()) {
                     call.id = id;

@@ -85,6 +85,7 @@ pub struct Server {
     pub url: String,
     received: Arc<Mutex<Vec<Received>>>,
     canned: Arc<Mutex<VecDeque<Canned>>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Server {
@@ -129,11 +130,107 @@ impl Server {
             url,
             received,
             canned,
+            connections: Arc::default(),
+        }
+    }
+
+    /// A server that keeps its connections open, as real ones do: each response body goes
+    /// chunked, its last chunk a moment after the data (so a client that stops reading at the
+    /// end of the data drops the connection); it counts the connections it accepted.
+    pub async fn keep_alive(canned: impl IntoIterator<Item = Canned>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let canned = Arc::new(Mutex::new(canned.into_iter().collect::<VecDeque<_>>()));
+        let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let (r, c, n) = (received.clone(), canned.clone(), connections.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (r, c) = (r.clone(), c.clone());
+                tokio::spawn(async move {
+                    while let Some(request) = read_request(&mut socket).await {
+                        r.lock().expect("lock").push(request);
+                        let response = c.lock().expect("lock").pop_front().unwrap_or_else(|| {
+                            Canned::json(500, "{\"error\":{\"message\":\"no more\"}}")
+                        });
+                        let mut head = format!(
+                            "HTTP/1.1 {} Canned\r\ntransfer-encoding: chunked\r\n",
+                            response.status
+                        );
+                        for (name, value) in &response.headers {
+                            head.push_str(&format!("{name}: {value}\r\n"));
+                        }
+                        head.push_str("\r\n");
+                        let chunk = format!("{:x}\r\n", response.body.len());
+                        let written = async {
+                            socket.write_all(head.as_bytes()).await?;
+                            socket.write_all(chunk.as_bytes()).await?;
+                            socket.write_all(&response.body).await?;
+                            socket.write_all(b"\r\n").await?;
+                            socket.flush().await?;
+                            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                            socket.write_all(b"0\r\n\r\n").await?;
+                            socket.flush().await
+                        };
+                        if written.await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self {
+            url,
+            received,
+            canned,
+            connections,
+        }
+    }
+
+    /// A server that accepts connections and reads requests, then sends `first` (a head and
+    /// part of a body, or nothing) and nothing more, as a stopped process does.
+    pub async fn stalling(first: &'static [u8]) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let (r, n) = (received.clone(), connections.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let r = r.clone();
+                tokio::spawn(async move {
+                    if let Some(request) = read_request(&mut socket).await {
+                        r.lock().expect("lock").push(request);
+                        let _ = socket.write_all(first).await;
+                        let _ = socket.flush().await;
+                        // Held open, silent, until the client gives up.
+                        let mut sink = [0_u8; 64];
+                        while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+                    }
+                });
+            }
+        });
+        Self {
+            url,
+            received,
+            canned: Arc::default(),
+            connections,
         }
     }
 
     pub fn received(&self) -> Vec<Received> {
         self.received.lock().expect("lock").clone()
+    }
+
+    /// The connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

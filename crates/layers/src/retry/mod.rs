@@ -1,0 +1,204 @@
+//! Retry for model (and tool) calls: tower's own `Retry` middleware with [`RetryPolicy`],
+//! guarded so that nothing is called once the run is cancelled
+//! (`ServiceBuilder::new().retry_calls(RetryPolicy::new())`, or [`RetryLayer`]).
+//!
+//! What is retried, and how long it waits:
+//!
+//! | error kind | retried | wait |
+//! |---|---|---|
+//! | `RateLimited { .. }`, `Overloaded { .. }` | yes | the provider's wait when it gave one, else the backoff |
+//! | `Server`, `Timeout` | yes | the backoff |
+//! | `EmptyResponse` (Gemini's empty candidates) | yes, with the last message nudged (a `.` appended) | the backoff |
+//! | `ContextTooLong` | no: returned, for a summarize-and-retry layer outside | — |
+//! | `InvalidResponse` (an answer that arrived but cannot be read) | no: it would be paid for again | — |
+//! | `Auth`, `BadRequest`, `QuotaExhausted`, `Cancelled`, anything else | no | — |
+//!
+//! The backoff doubles from [`RetryPolicy::base`] (1 s), plus a random jitter of up to
+//! [`RetryPolicy::jitter`] (2 s), and never passes [`RetryPolicy::max_delay`] (60 s); at
+//! most [`RetryPolicy::max_attempts`] (10) calls in all. The jitter is drawn anew for every
+//! wait of every request, so requests that failed together do not retry in lockstep. A
+//! [`TpsBudget`] shared by every clone ([`RetryPolicy::budget`]) bounds retries to a share of
+//! successful calls, so a fleet of agents does not multiply an outage. Before each wait, a
+//! [`Event::Retrying`] tells stream readers to discard the deltas of the failed attempt.
+//!
+//! A cancelled run ends the wait at once, and nothing is called after it: the inner service
+//! is not called again once the request's cancellation token fired, and the call fails with
+//! a `Cancelled` error (in an agent, the run ends `Cancelled`).
+//!
+//! An interrupt is an outcome (a tool's `Ok` response), never an error: the policy never sees
+//! one, so a tool that asks a human is never run twice by a retry.
+//!
+//! Place it innermost, right around the provider (see the canonical stack in
+//! `docs/ordering.md`): everything inside a retry runs again on each attempt.
+//!
+//! # Timeouts
+//!
+//! The providers time out a stalled stream on their own (`idle_timeout`). For a bound on a
+//! whole call, put tower's `Timeout` inside the retry: the retry layer turns any error of the
+//! service inside into an [`Error`] (tower's `Elapsed` into a [`ErrorKind::Timeout`]), so a
+//! timed-out attempt is retried like any other timeout:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//! use tower_agent_core::{Error, ErrorKind, ModelRequest, ModelResponse};
+//! use tower_agent_layers::ServiceBuilderExt;
+//! use tower_agent_layers::retry::RetryPolicy;
+//! use tower_agent_test::ScriptedModel;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Error> {
+//! let model = ScriptedModel::with_results([
+//!     Err(Error::rate_limited(Some(Duration::from_secs(3)), "slow down")),
+//!     Ok(ModelResponse::text("ok")),
+//! ]);
+//! let mut service = ServiceBuilder::new()
+//!     .retry_calls(RetryPolicy::new())
+//!     .timeout(Duration::from_secs(300)) // each attempt at most 5 minutes
+//!     .service(model.clone());
+//! let res = service.ready().await?.call(ModelRequest::new(vec![])).await?;
+//! assert_eq!(res.message.text(), "ok");
+//! assert_eq!(model.request_count(), 2);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Event::Retrying`]: tower_agent_core::Event::Retrying
+
+mod policy;
+mod service;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use tower::retry::budget::TpsBudget;
+use tower_agent_core::{ContentPart, Message, ModelRequest, Role, RunContext, ToolRequest};
+
+#[cfg(doc)]
+use tower_agent_core::{Error, ErrorKind};
+
+pub use service::{ResponseFuture, Retry, RetryLayer};
+
+/// A request the policy can retry: it has a run context, and may be changed before an attempt.
+pub trait Retryable: Clone {
+    /// The run the request belongs to (for events and cancellation).
+    fn ctx(&self) -> &RunContext;
+
+    /// Change the request after the provider answered with nothing
+    /// ([`ErrorKind::EmptyResponse`]); by default nothing changes.
+    fn nudge(&mut self) {}
+}
+
+impl Retryable for ModelRequest {
+    fn ctx(&self) -> &RunContext {
+        &self.ctx
+    }
+
+    /// Append a `.` to the text of the last message (a known cure for Gemini's empty
+    /// candidates); the session is not changed.
+    fn nudge(&mut self) {
+        let Some(last) = self.messages.make_mut().last_mut() else {
+            return;
+        };
+        match last.content.iter_mut().rev().find_map(|p| match p {
+            ContentPart::Text { text } => Some(text),
+            _ => None,
+        }) {
+            Some(text) => text.push('.'),
+            None if last.role == Role::User => {
+                last.content.push(ContentPart::Text { text: ".".into() })
+            }
+            None => self.messages.push(Message::user(".")),
+        }
+    }
+}
+
+impl Retryable for ToolRequest {
+    fn ctx(&self) -> &RunContext {
+        &self.ctx
+    }
+}
+
+/// How to retry: attempts, backoff, jitter, budget; see the [module docs](self). Apply it with
+/// [`RetryLayer`] (`ServiceBuilder::retry_calls`).
+///
+/// Cloning is cheap; clones share the budget and the source of the jitter.
+#[derive(Clone)]
+pub struct RetryPolicy {
+    max_attempts: u32,
+    base: Duration,
+    max_delay: Duration,
+    jitter: Duration,
+    budget: Option<Arc<TpsBudget>>,
+    /// The state of the jitter's random numbers, advanced by every draw of every clone.
+    random: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for RetryPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryPolicy")
+            .field("max_attempts", &self.max_attempts)
+            .field("base", &self.base)
+            .field("max_delay", &self.max_delay)
+            .field("jitter", &self.jitter)
+            .field("budget", &self.budget.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RetryPolicy {
+    /// At most 10 calls, backoff from 1 s doubling, jitter up to 2 s, every wait at most 60 s,
+    /// a budget of 20% of the successful calls over 10 s (at least one retry per second).
+    pub fn new() -> Self {
+        Self {
+            max_attempts: 10,
+            base: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
+            jitter: Duration::from_secs(2),
+            budget: Some(Arc::new(TpsBudget::new(Duration::from_secs(10), 1, 0.2))),
+            random: Arc::new(AtomicU64::new(std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                0_u8,
+            ))),
+        }
+    }
+
+    /// The most calls for one request, the first included (at least 1).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts.max(1);
+        self
+    }
+
+    /// The first backoff.
+    pub fn base(mut self, base: Duration) -> Self {
+        self.base = base;
+        self
+    }
+
+    /// The longest backoff, jitter included (the provider's own wait is not capped: it knows
+    /// when it will answer again).
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = max_delay;
+        self
+    }
+
+    /// The most random time added to a backoff; zero for exact waits.
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The budget shared by every clone of this policy; `None` for no budget.
+    pub fn budget(mut self, budget: Option<TpsBudget>) -> Self {
+        self.budget = budget.map(Arc::new);
+        self
+    }
+}
