@@ -33,6 +33,7 @@ use tokio::sync::{Mutex, mpsc};
 use tower::util::BoxCloneService;
 use tower_agent::layers::approval::{ApprovalLayer, Gate, ReviewRequest, approver_fn};
 use tower_agent::layers::retry::RetryPolicy;
+use tower_agent::layers::summarize::{SummarizeLayer, Trigger};
 use tower_agent::prelude::*;
 use tower_agent::providers::{Anthropic, Gemini, OpenAi};
 use tower_agent_test::ScriptedModel;
@@ -247,10 +248,17 @@ async fn main() -> Result<(), Error> {
         .approval(approval.build().expect("a valid gate"))
         .service(tools);
 
+    // Long chats are summarized by the same model, with the same retry, past three quarters
+    // of a 32k window (the boxed model need not be `Sync`).
+    let retry = RetryPolicy::new().max_delay(Duration::from_secs(20));
+    let summarizer = ServiceBuilder::new()
+        .retry_calls(retry.clone())
+        .service(model.clone());
     let model = ServiceBuilder::new()
         .instructions("You are a helpful assistant in a terminal. Use the tools for files.")
+        .summarize(SummarizeLayer::new(summarizer).trigger(Trigger::fraction(0.75, 32_000)))
         .patch_dangling()
-        .retry_calls(RetryPolicy::new().max_delay(Duration::from_secs(20)))
+        .retry_calls(retry)
         .service(model);
     let agent = ServiceBuilder::new()
         .patch_dangling()

@@ -20,6 +20,9 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// What went wrong, in terms a retry policy can act on.
 ///
+/// `RateLimited` and `Overloaded` carry the provider's wait: match them as
+/// `ErrorKind::RateLimited { retry_after }` (or `{ .. }`).
+///
 /// # Example
 ///
 /// ```
@@ -30,6 +33,12 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// assert!(err.kind().is_transient());
 /// assert_eq!(err.retry_after(), Some(Duration::from_secs(2)));
 /// assert!(!Error::new(ErrorKind::Auth, "bad key").kind().is_transient());
+///
+/// let wait = match err.kind() {
+///     ErrorKind::RateLimited { retry_after } | ErrorKind::Overloaded { retry_after } => retry_after,
+///     _ => None,
+/// };
+/// assert_eq!(wait, Some(Duration::from_secs(2)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

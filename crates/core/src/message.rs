@@ -131,8 +131,8 @@ impl ToolResult {
 
     /// The content of the result of a call a previous run left without a result (it stopped
     /// or crashed while the call ran).
-    pub const DANGLING: &'static str = "cancelled: the previous run ended before this tool \
-         call completed (resumed from a checkpoint)";
+    pub const DANGLING: &'static str =
+        "cancelled: the previous run ended before this tool call completed";
 
     /// The same result with `content` instead: for an `after_tool` callback that rewrites what
     /// the model sees. The call id, the tool name and the error flag are kept.

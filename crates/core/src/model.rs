@@ -48,6 +48,20 @@ pub enum ToolChoice {
 }
 
 /// Sampling and length settings. Providers map what they support and ignore the rest.
+///
+/// Built with its setters (the type is `non_exhaustive`: fields may be added):
+///
+/// ```
+/// use tower_agent_core::{GenerationOptions, ToolChoice};
+///
+/// let options = GenerationOptions::new()
+///     .temperature(0.2)
+///     .max_tokens(1_024)
+///     .stop(["\n\nUser:"])
+///     .tool_choice(ToolChoice::Required);
+/// assert_eq!(options.max_tokens, Some(1_024));
+/// assert_eq!(options.tool_choice, Some(ToolChoice::Required));
+/// ```
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct GenerationOptions {
@@ -61,6 +75,43 @@ pub struct GenerationOptions {
     pub stop: Vec<String>,
     /// Tool use policy; `None` leaves the provider's default.
     pub tool_choice: Option<ToolChoice>,
+}
+
+impl GenerationOptions {
+    /// No setting: every provider's default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The sampling temperature.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// Nucleus sampling.
+    pub fn top_p(mut self, top_p: f32) -> Self {
+        self.top_p = Some(top_p);
+        self
+    }
+
+    /// The most tokens to generate.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Stop sequences.
+    pub fn stop<I: IntoIterator<Item = S>, S: Into<String>>(mut self, stop: I) -> Self {
+        self.stop = stop.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// How the model may use tools.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
 }
 
 /// What the model service receives: system instructions, the history, the tools, options and

@@ -386,16 +386,7 @@ fn warn(
     if report.is_empty() {
         return None;
     }
-    let message = format!(
-        "repaired {what}: {} calls answered, {} calls dropped, {} orphan results dropped, \
-         {} results moved to their call, {} call ids renamed, {} empty messages removed",
-        report.answered,
-        report.dropped_calls,
-        report.orphans,
-        report.moved,
-        report.renamed,
-        report.removed_messages
-    );
+    let message = format!("repaired {what}: {report}");
     tracing::warn!(target: "tower_agent::patch_dangling", "{message}");
     let ctx = ctx.clone();
     Some(Box::pin(async move {

@@ -49,6 +49,43 @@ pub struct PatchReport {
     pub removed_messages: usize,
 }
 
+/// What was repaired, the counts that are not zero: `1 call answered, 2 orphan results
+/// dropped`.
+impl std::fmt::Display for PatchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let counts = [
+            (self.answered, "call", "calls", "answered"),
+            (self.dropped_calls, "call", "calls", "dropped"),
+            (self.orphans, "orphan result", "orphan results", "dropped"),
+            (self.moved, "result", "results", "moved to its call"),
+            (self.renamed, "call id", "call ids", "renamed"),
+            (
+                self.removed_messages,
+                "empty message",
+                "empty messages",
+                "removed",
+            ),
+        ];
+        let mut first = true;
+        for (n, one, many, what) in counts {
+            if n == 0 {
+                continue;
+            }
+            let (noun, what) = match (n, what) {
+                (1, what) => (one, what),
+                (_, "moved to its call") => (many, "moved to their call"),
+                (_, what) => (many, what),
+            };
+            write!(f, "{}{n} {noun} {what}", if first { "" } else { ", " })?;
+            first = false;
+        }
+        if first {
+            f.write_str("nothing")?;
+        }
+        Ok(())
+    }
+}
+
 impl PatchReport {
     /// Whether the repair changed nothing.
     pub fn is_empty(&self) -> bool {
@@ -447,6 +484,30 @@ fn fresh_id(id: &str, taken: &HashSet<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_names_what_changed_in_singular_or_plural() {
+        let report = PatchReport {
+            answered: 1,
+            moved: 3,
+            renamed: 2,
+            ..PatchReport::default()
+        };
+        assert_eq!(
+            report.to_string(),
+            "1 call answered, 3 results moved to their call, 2 call ids renamed"
+        );
+        let one = PatchReport {
+            moved: 1,
+            orphans: 2,
+            ..PatchReport::default()
+        };
+        assert_eq!(
+            one.to_string(),
+            "2 orphan results dropped, 1 result moved to its call"
+        );
+        assert_eq!(PatchReport::default().to_string(), "nothing");
+    }
     use serde_json::json;
 
     fn call(id: &str) -> ToolCall {
