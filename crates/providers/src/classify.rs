@@ -149,7 +149,11 @@ impl Detail {
 
     fn is_context_overflow(&self, provider: &str) -> bool {
         let message = self.lower();
-        match provider {
+        // Servers that speak every provider's API (llama.cpp's llama-server answers
+        // `/v1/messages` as it answers `/v1/chat/completions`).
+        let any = self.kind == "exceed_context_size_error"
+            || message.contains("exceeds the available context size");
+        any || match provider {
             "anthropic" => {
                 message.contains("prompt is too long") || message.contains("too many total tokens")
             }
@@ -161,8 +165,6 @@ impl Detail {
                 self.code == "context_length_exceeded"
                     || message.contains("maximum context length")
                     || message.contains("context length exceeded")
-                    // llama.cpp's llama-server
-                    || message.contains("exceeds the available context size")
                     // Ollama
                     || message.contains("context window")
             }
@@ -403,6 +405,13 @@ mod tests {
         );
         let llama = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
         assert_eq!(kind("openai", 400, &[], llama), ErrorKind::ContextTooLong);
+        // The same server's Anthropic endpoint answers the same (a newer build names sizes).
+        let llama = r#"{"error":{"code":400,"message":"request (631 tokens) exceeds the available context size (512 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":631,"n_ctx":512}}"#;
+        assert_eq!(
+            kind("anthropic", 400, &[], llama),
+            ErrorKind::ContextTooLong
+        );
+        assert_eq!(kind("gemini", 400, &[], llama), ErrorKind::ContextTooLong);
         let anthropic_long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
         assert_eq!(
             kind("anthropic", 400, &[], anthropic_long),

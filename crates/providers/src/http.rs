@@ -199,21 +199,31 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
     }
     let wire = &client.wire;
     let url = wire.url(client.stream);
-    let body = encode::body(wire, req, client.stream, true)?;
-    let sent = client
-        .http
-        .post(&url)
-        .headers(client.extra.clone())
-        .headers(wire.headers())
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send();
-    // A whole answer arrives once it is generated, however long that takes: only a streamed
-    // one is bounded while it waits for its head.
-    let response = if client.stream {
-        idle::<W, _>(client.idle_timeout, &url, sent).await?
-    } else {
-        sent.await
+    let body = Bytes::from(encode::body(wire, req, client.stream, true)?);
+    let post = || {
+        let sent = client
+            .http
+            .post(&url)
+            .headers(client.extra.clone())
+            .headers(wire.headers())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send();
+        // A whole answer arrives once it is generated, however long that takes: only a
+        // streamed one is bounded while it waits for its head.
+        async {
+            if client.stream {
+                idle::<W, _>(client.idle_timeout, &url, sent).await
+            } else {
+                Ok(sent.await)
+            }
+        }
+    };
+    let response = match post().await? {
+        // A kept connection the server closed while it waited in the pool (llama-server and
+        // Node servers close after 5 s): once more at once, on a new one.
+        Err(error) if closed_under_us(&error) => post().await?,
+        other => other,
     }
     .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
     let status = response.status();
@@ -298,6 +308,31 @@ where
         futures_util::stream::iter(pieces)
     })
     .eventsource()
+}
+
+/// Whether the connection closed before any answer: the server closed a kept connection as
+/// the request went out on it (or reset it). Nothing was answered, so the request is sent
+/// again at once.
+fn closed_under_us(error: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(|e| e.is_incomplete_message() || e.is_canceled())
+        {
+            return true;
+        }
+        if cause.downcast_ref::<std::io::Error>().is_some_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            )
+        }) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// `future`, or a [`ErrorKind::Timeout`] when nothing came for `limit`.

@@ -185,6 +185,26 @@ async fn connections_are_kept_for_the_next_call() {
 }
 
 #[tokio::test]
+async fn a_kept_connection_the_server_closed_is_replaced_at_once() {
+    let server = Server::one_answer_per_connection([
+        Canned::fixture("openai/text.json"),
+        Canned::fixture("openai/text.json"),
+    ])
+    .await;
+    let model = OpenAi::new("m").base_url(&server.url).streaming(false);
+    call(model.clone(), request()).await.expect("first");
+    // Sent on the kept connection, which closes without an answer; sent again on a new one.
+    let started = Instant::now();
+    let res = call(model, request())
+        .await
+        .expect("second, on a new connection");
+    assert_eq!(res.message.text(), "Paris is the capital of France.");
+    assert_eq!(server.received().len(), 3);
+    assert_eq!(server.connections(), 2);
+    assert!(started.elapsed() < Duration::from_secs(1), "no backoff");
+}
+
+#[tokio::test]
 async fn a_stalled_server_times_out_and_the_policy_tries_again() {
     // Nothing at all after the request.
     let server = Server::stalling(b"").await;

@@ -190,6 +190,56 @@ impl Server {
         }
     }
 
+    /// A server that keeps each connection for one answer: the next request on it is read
+    /// and the connection closed without an answer, as a server that closes an idle kept
+    /// connection just as the request goes out on it.
+    pub async fn one_answer_per_connection(canned: impl IntoIterator<Item = Canned>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let canned = Arc::new(Mutex::new(canned.into_iter().collect::<VecDeque<_>>()));
+        let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let (r, c, n) = (received.clone(), canned.clone(), connections.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (r, c) = (r.clone(), c.clone());
+                tokio::spawn(async move {
+                    let Some(request) = read_request(&mut socket).await else {
+                        return;
+                    };
+                    r.lock().expect("lock").push(request);
+                    let response = c.lock().expect("lock").pop_front().unwrap_or_else(|| {
+                        Canned::json(500, "{\"error\":{\"message\":\"no more\"}}")
+                    });
+                    let mut head = format!(
+                        "HTTP/1.1 {} Canned\r\ncontent-length: {}\r\n",
+                        response.status,
+                        response.body.len()
+                    );
+                    for (name, value) in &response.headers {
+                        head.push_str(&format!("{name}: {value}\r\n"));
+                    }
+                    head.push_str("\r\n");
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(&response.body).await;
+                    // The next request on this connection is read, and not answered.
+                    if let Some(request) = read_request(&mut socket).await {
+                        r.lock().expect("lock").push(request);
+                    }
+                });
+            }
+        });
+        Self {
+            url,
+            received,
+            canned,
+            connections,
+        }
+    }
+
     /// A server that accepts connections and reads requests, then sends `first` (a head and
     /// part of a body, or nothing) and nothing more, as a stopped process does.
     pub async fn stalling(first: &'static [u8]) -> Self {
