@@ -55,11 +55,11 @@
 //!
 //! The layer counts with its [`TokenCounter`] ([`CharEstimate`] by default: a quarter token
 //! per ASCII character, one per other character). That estimate can be far off a real
-//! tokenizer: against SmolLM2's it counted 29% low on English chat (3,727 estimated, 5,213
-//! reported). So when the provider reported the usage of the previous call of the run, the
-//! layer counts that call's request and answer as the provider did (`input_tokens +
-//! output_tokens`) and estimates only the messages added since. The first call of a run, and a
-//! history a layer rewrote, are estimated.
+//! tokenizer: against SmolLM2's it counts 17% low on English prose, 53% low on JSON, 38% low on
+//! Chinese (the table in [`tokens`](crate::tokens)). So when the provider reported the usage of
+//! the previous call of the run, the layer counts that call's request and answer as the
+//! provider did (`input_tokens + output_tokens`) and estimates only the messages added since.
+//! The first call of a run, and a history a layer rewrote, are estimated.
 //!
 //! # Retrying the summarizer
 //!

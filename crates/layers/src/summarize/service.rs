@@ -136,10 +136,11 @@ where
     let fires = config
         .triggers
         .iter()
-        .any(|t| t.fires(tokens, req.messages.len()))
-        || record.overflow_at_tokens.is_some_and(|at| tokens >= at);
+        .any(|t| t.fires(tokens, req.messages.len()));
     let rested = record.wait_until_tokens.is_none_or(|at| tokens >= at);
-    if fires && rested {
+    // As large as a request that overflowed: sending it would fail.
+    let too_large = record.overflow_at_tokens.is_some_and(|at| tokens >= at);
+    if (fires && rested) || too_large {
         let keep = config.keep_count(&req.messages);
         if let Some(history) = shorten(&config, owner, &req, tokens, keep, false).await? {
             req.messages = history;
