@@ -8,17 +8,17 @@ mod common;
 use std::time::Duration;
 
 use serde_json::json;
-use tower::{Service, ServiceExt};
+use tower::ServiceExt;
 use tower_agent_core::{
-    AgentRequest, ContentPart, Error, ErrorKind, Event, FinishReason, Message, ModelRequest,
-    ModelResponse, RunContext, Session, ToolSpec, Usage,
+    AgentRequest, ContentPart, ErrorKind, FinishReason, Message, ModelRequest, RunContext, Session,
+    ToolSpec, Usage,
 };
 use tower_agent_loop::Agent;
 use tower_agent_providers::{Anthropic, Gemini, OpenAi};
 use tower_agent_test::{EventRecorder, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
 
-use common::{Canned, Server};
+use common::{Canned, Server, call, text_deltas};
 
 const KEY: &str = "sk-test-SECRET-0123456789";
 
@@ -39,24 +39,6 @@ fn observed() -> (ModelRequest, EventRecorder) {
     let mut req = request();
     req.ctx = RunContext::new().with_observer(recorder.clone());
     (req, recorder)
-}
-
-fn text_deltas(recorder: &EventRecorder) -> Vec<String> {
-    recorder
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::TextDelta { delta, .. } => Some(delta),
-            _ => None,
-        })
-        .collect()
-}
-
-async fn call(
-    mut model: impl Service<ModelRequest, Response = ModelResponse, Error = Error>,
-    req: ModelRequest,
-) -> Result<ModelResponse, Error> {
-    model.ready().await?.call(req).await
 }
 
 #[tokio::test]

@@ -11,6 +11,8 @@
 
 #![cfg(all(feature = "openai", feature = "anthropic"))]
 
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -114,17 +116,6 @@ fn brief() -> GenerationOptions {
     GenerationOptions::new().temperature(0.0).max_tokens(48)
 }
 
-fn deltas(recorder: &EventRecorder) -> String {
-    recorder
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::TextDelta { delta, .. } => Some(delta),
-            _ => None,
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn streaming_with_usage_through_the_openai_and_the_anthropic_endpoints() {
     let Some(llama) = Llama::start(4096).await else {
@@ -156,7 +147,7 @@ async fn streaming_with_usage_through_the_openai_and_the_anthropic_endpoints() {
         let text = res.message.text();
         assert!(!text.trim().is_empty(), "{name}: no text");
         // The message is exactly what streamed.
-        assert_eq!(deltas(&recorder), text, "{name}");
+        assert_eq!(common::text_deltas(&recorder).concat(), text, "{name}");
         assert!(recorder.events().len() > 1, "{name}: streamed in pieces");
         assert!(res.usage.input_tokens > 10, "{name}: {:?}", res.usage);
         assert!(

@@ -6,20 +6,12 @@
 
 mod common;
 
-use tower::{Service, ServiceExt};
-use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
+use tower_agent_core::{Message, ModelRequest};
 use tower_agent_providers::OpenAi;
 
-use common::{Canned, Server};
+use common::{Canned, Server, call};
 
 const KEY: &str = "sk-test-SECRET-0123456789";
-
-async fn call(
-    mut model: impl Service<ModelRequest, Response = ModelResponse, Error = Error>,
-    req: ModelRequest,
-) -> Result<ModelResponse, Error> {
-    model.ready().await?.call(req).await
-}
 
 fn request() -> ModelRequest {
     ModelRequest::new(vec![Message::user("What is the capital of France?")])

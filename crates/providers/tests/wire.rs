@@ -10,27 +10,18 @@ mod common;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_agent_core::{
-    Error, ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, RunContext, Usage,
-};
+use tower::ServiceBuilder;
+use tower_agent_core::{ErrorKind, FinishReason, Message, ModelRequest, RunContext, Usage};
 use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::retry::RetryPolicy;
 use tower_agent_providers::{Anthropic, Gemini, OpenAi};
 
-use common::{Canned, Server};
+use common::{Canned, Server, call};
 
 fn request() -> ModelRequest {
     let mut req = ModelRequest::new(vec![Message::user("What is the capital of France?")]);
     req.ctx = RunContext::new();
     req
-}
-
-async fn call(
-    mut model: impl Service<ModelRequest, Response = ModelResponse, Error = Error>,
-    req: ModelRequest,
-) -> Result<ModelResponse, Error> {
-    model.ready().await?.call(req).await
 }
 
 #[tokio::test]

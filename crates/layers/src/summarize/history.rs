@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use std::borrow::Cow;
 
 use serde_json::Value;
-use tower_agent_core::{ContentPart, History, Message, ModelRequest, Role, RunContext, Usage};
+use tower_agent_core::{
+    ContentPart, History, Message, ModelRequest, Role, RunContext, ToolSpec, Usage,
+};
 
 use crate::text::clip_chars;
 use crate::tokens::TokenCounter;
@@ -366,15 +368,7 @@ impl Tally {
         let tools_at = req.tools.as_ptr() as usize;
         let tools = match previous {
             Some(tally) if tally.tools.0 == tools_at => tally.tools.1,
-            _ => req
-                .tools
-                .iter()
-                .map(|spec| {
-                    counter.count_text(&spec.name)
-                        + counter.count_text(&spec.description)
-                        + counter.count_text(&spec.parameters.to_string())
-                })
-                .sum(),
+            _ => tool_tokens(&req.tools, counter),
         };
         Self::store(&req.ctx, owner, messages, tokens, (tools_at, tools));
         tokens + tools + req.system.as_deref().map_or(0, |s| counter.count_text(s))
@@ -412,6 +406,25 @@ impl Tally {
                 .is_some_and(|message| Some(Mark::of(message)) == self.mark),
         }
     }
+}
+
+/// The estimated tokens of the tool specs offered: names, descriptions and schemas.
+pub(crate) fn tool_tokens(specs: &[ToolSpec], counter: &dyn TokenCounter) -> usize {
+    specs
+        .iter()
+        .map(|spec| {
+            counter.count_text(&spec.name)
+                + counter.count_text(&spec.description)
+                + counter.count_text(&spec.parameters.to_string())
+        })
+        .sum()
+}
+
+/// The tokens of `req`: as the provider counted the part it reported ([`Reported`]), the rest
+/// estimated ([`Tally`]).
+pub(crate) fn count_request(owner: usize, req: &ModelRequest, counter: &dyn TokenCounter) -> usize {
+    let estimate = Tally::count(owner, req, counter);
+    Reported::count(&req.ctx, owner, &req.messages, counter).unwrap_or(estimate)
 }
 
 /// What the provider counted for the last call of a run that reported its usage: the

@@ -12,7 +12,9 @@ use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{Error, ErrorKind, Event, History, ModelRequest, ModelResponse};
 use tower_service::Service;
 
-use super::history::{Reported, Tally, clip_kept, cut_summary, drop_summary, is_summary};
+use super::history::{
+    Reported, clip_kept, count_request, cut_summary, drop_summary, is_summary, tool_tokens,
+};
 use super::shorten::{Record, shorten};
 use super::{Config, SummarizeLayer};
 
@@ -130,8 +132,7 @@ where
     S::Future: Send,
 {
     let counter = &*config.counter;
-    let estimate = Tally::count(owner, &req, counter);
-    let tokens = Reported::count(&req.ctx, owner, &req.messages, counter).unwrap_or(estimate);
+    let tokens = count_request(owner, &req, counter);
     let record = Record::load(&req.ctx);
     let fires = config
         .triggers
@@ -206,8 +207,7 @@ where
     let mut summary_cuts = 0;
     let mut dropped = false;
     loop {
-        let estimate = Tally::count(owner, &req, counter);
-        let tokens = Reported::count(&req.ctx, owner, &req.messages, counter).unwrap_or(estimate);
+        let tokens = count_request(owner, &req, counter);
         Record::overflowed(&req.ctx, tokens);
         let shorter = if let Some(more) = keep {
             let less = (more / 2).max(1);
@@ -265,15 +265,7 @@ fn does_not_fit(config: &Config, req: &ModelRequest, error: Error) -> Error {
         parts.push(format!("the system prompt (~{tokens} tokens)"));
     }
     if !req.tools.is_empty() {
-        let tokens: usize = req
-            .tools
-            .iter()
-            .map(|spec| {
-                counter.count_text(&spec.name)
-                    + counter.count_text(&spec.description)
-                    + counter.count_text(&spec.parameters.to_string())
-            })
-            .sum();
+        let tokens = tool_tokens(&req.tools, counter);
         parts.push(format!("{} tool specs (~{tokens} tokens)", req.tools.len()));
     }
     let messages = req.messages.as_slice();

@@ -88,190 +88,67 @@ pub struct Server {
     connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
+/// How a server treats its connections.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// One answer, then the connection is closed.
+    Close,
+    /// Answers go chunked, the last chunk a moment after the data; the connection is kept.
+    KeepAlive,
+    /// One answer; the next request on the connection is read and not answered.
+    OneAnswer,
+    /// These bytes after the first request, then silence.
+    Stall(&'static [u8]),
+}
+
 impl Server {
-    /// Start a server answering with `canned`, in order (then 500).
+    /// Start a server answering with `canned`, in order (then 500), one answer a connection.
     pub async fn start(canned: impl IntoIterator<Item = Canned>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
-        let canned = Arc::new(Mutex::new(canned.into_iter().collect::<VecDeque<_>>()));
-        let (r, c) = (received.clone(), canned.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let (r, c) = (r.clone(), c.clone());
-                tokio::spawn(async move {
-                    let Some(request) = read_request(&mut socket).await else {
-                        return;
-                    };
-                    r.lock().expect("lock").push(request);
-                    let response = c.lock().expect("lock").pop_front().unwrap_or_else(|| {
-                        Canned::json(
-                            500,
-                            "{\"error\":{\"message\":\"no more canned responses\"}}",
-                        )
-                    });
-                    let mut head = format!(
-                        "HTTP/1.1 {} Canned\r\nconnection: close\r\n",
-                        response.status
-                    );
-                    for (name, value) in &response.headers {
-                        head.push_str(&format!("{name}: {value}\r\n"));
-                    }
-                    head.push_str("\r\n");
-                    let _ = socket.write_all(head.as_bytes()).await;
-                    let _ = socket.write_all(&response.body).await;
-                    let _ = socket.shutdown().await;
-                });
-            }
-        });
-        Self {
-            url,
-            received,
-            canned,
-            connections: Arc::default(),
-        }
+        Self::serve(Mode::Close, canned).await
     }
 
     /// A server that keeps its connections open, as real ones do: each response body goes
     /// chunked, its last chunk a moment after the data (so a client that stops reading at the
-    /// end of the data drops the connection); it counts the connections it accepted.
+    /// end of the data drops the connection).
     pub async fn keep_alive(canned: impl IntoIterator<Item = Canned>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
-        let canned = Arc::new(Mutex::new(canned.into_iter().collect::<VecDeque<_>>()));
-        let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
-        let (r, c, n) = (received.clone(), canned.clone(), connections.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let (r, c) = (r.clone(), c.clone());
-                tokio::spawn(async move {
-                    while let Some(request) = read_request(&mut socket).await {
-                        r.lock().expect("lock").push(request);
-                        let response = c.lock().expect("lock").pop_front().unwrap_or_else(|| {
-                            Canned::json(500, "{\"error\":{\"message\":\"no more\"}}")
-                        });
-                        let mut head = format!(
-                            "HTTP/1.1 {} Canned\r\ntransfer-encoding: chunked\r\n",
-                            response.status
-                        );
-                        for (name, value) in &response.headers {
-                            head.push_str(&format!("{name}: {value}\r\n"));
-                        }
-                        head.push_str("\r\n");
-                        let chunk = format!("{:x}\r\n", response.body.len());
-                        let written = async {
-                            socket.write_all(head.as_bytes()).await?;
-                            socket.write_all(chunk.as_bytes()).await?;
-                            socket.write_all(&response.body).await?;
-                            socket.write_all(b"\r\n").await?;
-                            socket.flush().await?;
-                            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                            socket.write_all(b"0\r\n\r\n").await?;
-                            socket.flush().await
-                        };
-                        if written.await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        Self {
-            url,
-            received,
-            canned,
-            connections,
-        }
+        Self::serve(Mode::KeepAlive, canned).await
     }
 
     /// A server that keeps each connection for one answer: the next request on it is read
     /// and the connection closed without an answer, as a server that closes an idle kept
     /// connection just as the request goes out on it.
     pub async fn one_answer_per_connection(canned: impl IntoIterator<Item = Canned>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
-        let canned = Arc::new(Mutex::new(canned.into_iter().collect::<VecDeque<_>>()));
-        let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
-        let (r, c, n) = (received.clone(), canned.clone(), connections.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let (r, c) = (r.clone(), c.clone());
-                tokio::spawn(async move {
-                    let Some(request) = read_request(&mut socket).await else {
-                        return;
-                    };
-                    r.lock().expect("lock").push(request);
-                    let response = c.lock().expect("lock").pop_front().unwrap_or_else(|| {
-                        Canned::json(500, "{\"error\":{\"message\":\"no more\"}}")
-                    });
-                    let mut head = format!(
-                        "HTTP/1.1 {} Canned\r\ncontent-length: {}\r\n",
-                        response.status,
-                        response.body.len()
-                    );
-                    for (name, value) in &response.headers {
-                        head.push_str(&format!("{name}: {value}\r\n"));
-                    }
-                    head.push_str("\r\n");
-                    let _ = socket.write_all(head.as_bytes()).await;
-                    let _ = socket.write_all(&response.body).await;
-                    // The next request on this connection is read, and not answered.
-                    if let Some(request) = read_request(&mut socket).await {
-                        r.lock().expect("lock").push(request);
-                    }
-                });
-            }
-        });
-        Self {
-            url,
-            received,
-            canned,
-            connections,
-        }
+        Self::serve(Mode::OneAnswer, canned).await
     }
 
-    /// A server that accepts connections and reads requests, then sends `first` (a head and
-    /// part of a body, or nothing) and nothing more, as a stopped process does.
+    /// A server that reads a request, sends `first` (a head and part of a body, or nothing)
+    /// and nothing more, as a stopped process does.
     pub async fn stalling(first: &'static [u8]) -> Self {
+        Self::serve(Mode::Stall(first), []).await
+    }
+
+    async fn serve(mode: Mode, canned: impl IntoIterator<Item = Canned>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
-        let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
-        let (r, n) = (received.clone(), connections.clone());
+        let server = Self {
+            url: format!("http://{}", listener.local_addr().expect("addr")),
+            received: Arc::default(),
+            canned: Arc::new(Mutex::new(canned.into_iter().collect())),
+            connections: Arc::default(),
+        };
+        let (r, c, n) = (
+            server.received.clone(),
+            server.canned.clone(),
+            server.connections.clone(),
+        );
         tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
+            while let Ok((socket, _)) = listener.accept().await {
                 n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let r = r.clone();
-                tokio::spawn(async move {
-                    if let Some(request) = read_request(&mut socket).await {
-                        r.lock().expect("lock").push(request);
-                        let _ = socket.write_all(first).await;
-                        let _ = socket.flush().await;
-                        // Held open, silent, until the client gives up.
-                        let mut sink = [0_u8; 64];
-                        while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
-                    }
-                });
+                tokio::spawn(connection(mode, socket, r.clone(), c.clone()));
             }
         });
-        Self {
-            url,
-            received,
-            canned: Arc::default(),
-            connections,
-        }
+        server
     }
 
     pub fn received(&self) -> Vec<Received> {
@@ -282,6 +159,95 @@ impl Server {
     pub fn connections(&self) -> usize {
         self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
+}
+
+/// Serve one connection in `mode`.
+async fn connection(
+    mode: Mode,
+    mut socket: tokio::net::TcpStream,
+    received: Arc<Mutex<Vec<Received>>>,
+    canned: Arc<Mutex<VecDeque<Canned>>>,
+) {
+    let mut answered = 0;
+    while let Some(request) = read_request(&mut socket).await {
+        received.lock().expect("lock").push(request);
+        let response = match mode {
+            Mode::Stall(first) => {
+                let _ = socket.write_all(first).await;
+                let _ = socket.flush().await;
+                // Held open, silent, until the client gives up.
+                let mut sink = [0_u8; 64];
+                while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+                return;
+            }
+            Mode::OneAnswer if answered == 1 => return,
+            _ => canned.lock().expect("lock").pop_front().unwrap_or_else(|| {
+                Canned::json(
+                    500,
+                    "{\"error\":{\"message\":\"no more canned responses\"}}",
+                )
+            }),
+        };
+        let framing = match mode {
+            Mode::Close => "connection: close".to_owned(),
+            Mode::KeepAlive => "transfer-encoding: chunked".to_owned(),
+            _ => format!("content-length: {}", response.body.len()),
+        };
+        let mut head = format!("HTTP/1.1 {} Canned\r\n{framing}\r\n", response.status);
+        for (name, value) in &response.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        let written = async {
+            socket.write_all(head.as_bytes()).await?;
+            if let Mode::KeepAlive = mode {
+                socket
+                    .write_all(format!("{:x}\r\n", response.body.len()).as_bytes())
+                    .await?;
+                socket.write_all(&response.body).await?;
+                socket.write_all(b"\r\n").await?;
+                socket.flush().await?;
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                socket.write_all(b"0\r\n\r\n").await?;
+            } else {
+                socket.write_all(&response.body).await?;
+            }
+            socket.flush().await
+        };
+        if written.await.is_err() {
+            return;
+        }
+        answered += 1;
+        if let Mode::Close = mode {
+            let _ = socket.shutdown().await;
+            return;
+        }
+    }
+}
+
+/// A model call: ready, then call.
+pub async fn call(
+    mut model: impl tower::Service<
+        tower_agent_core::ModelRequest,
+        Response = tower_agent_core::ModelResponse,
+        Error = tower_agent_core::Error,
+    >,
+    req: tower_agent_core::ModelRequest,
+) -> Result<tower_agent_core::ModelResponse, tower_agent_core::Error> {
+    use tower::ServiceExt;
+    model.ready().await?.call(req).await
+}
+
+/// The text deltas `recorder` saw, in order.
+pub fn text_deltas(recorder: &tower_agent_test::EventRecorder) -> Vec<String> {
+    recorder
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            tower_agent_core::Event::TextDelta { delta, .. } => Some(delta),
+            _ => None,
+        })
+        .collect()
 }
 
 async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
