@@ -7,9 +7,9 @@ use std::ops::{Add, AddAssign};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::decision::{Decision, DecisionKind, ResumeError};
+pub use crate::decision::Interrupt;
 use crate::history::History;
-use crate::message::{ContentPart, Message, Role, ToolCall, ToolResult};
+use crate::message::{ContentPart, Message, Role, ToolResult};
 
 /// A conversation that outlives a run: history, JSON state and pending interrupts.
 ///
@@ -114,87 +114,6 @@ impl Session {
             |call| pending.iter().any(|i| i.call.id == call.id),
             |call| ToolResult::error(call, ToolResult::DANGLING),
         )
-    }
-}
-
-/// A run paused at a tool call, waiting for the host (typically a human decision).
-///
-/// Stored in [`Session::interrupts`](crate::Session::interrupts) and reported in
-/// [`Outcome::Interrupted`]. The call stays unanswered in the history until the run is
-/// resumed with [`AgentInput::Resume`](crate::AgentInput::Resume), whose
-/// [`Decisions`](crate::Decisions) carry a value for its call id.
-///
-/// ```
-/// use serde_json::json;
-/// use tower_agent_core::{Decision, DecisionKind, Interrupt, ToolCall};
-///
-/// let call = ToolCall::new("c1", "shell", json!({"cmd": "rm -rf build"}));
-/// let review = Interrupt::new(call, json!("run it?")).with_allowed([DecisionKind::Approve, DecisionKind::Reject]);
-/// assert!(review.check(&Decision::reject("no").into()).is_ok());
-/// assert!(review.check(&Decision::respond("done").into()).is_err());
-/// assert!(review.check(&json!("yes")).is_err()); // not a decision
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Interrupt {
-    /// The call that waits.
-    pub call: ToolCall,
-    /// What the host needs to decide (for example the question to show a human).
-    pub payload: Value,
-    /// The decisions the call takes, when it waits for review. Empty: it takes any JSON
-    /// value (a tool's own question).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allowed: Vec<DecisionKind>,
-}
-
-impl Interrupt {
-    /// `call` waits with `payload` for the host, taking any value.
-    pub fn new(call: ToolCall, payload: Value) -> Self {
-        Self {
-            call,
-            payload,
-            allowed: Vec::new(),
-        }
-    }
-
-    /// The call takes only these decisions.
-    pub fn with_allowed(mut self, allowed: impl IntoIterator<Item = DecisionKind>) -> Self {
-        self.allowed = allowed.into_iter().collect();
-        self
-    }
-
-    /// Whether `value` may resume this call: anything when [`Interrupt::allowed`] is empty,
-    /// else a [`Decision`] of an allowed kind.
-    pub fn check(&self, value: &Value) -> Result<(), ResumeError> {
-        if self.allowed.is_empty() {
-            return Ok(());
-        }
-        let not_allowed = |got: String| ResumeError::NotAllowed {
-            call_id: self.call.id.clone(),
-            allowed: self
-                .allowed
-                .iter()
-                .map(|k| k.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            got,
-        };
-        match Decision::deserialize(value) {
-            Ok(decision) if self.allowed.contains(&decision.kind()) => {
-                if let Decision::Edit { arguments } = &decision {
-                    if !arguments.is_object() {
-                        return Err(not_allowed(format!(
-                            "edited arguments that are not a JSON object: {arguments}"
-                        )));
-                    }
-                }
-                Ok(())
-            }
-            Ok(decision) => Err(not_allowed(format!("`{}`", decision.kind()))),
-            Err(error) => Err(not_allowed(format!(
-                "a value that is not a decision ({error})"
-            ))),
-        }
     }
 }
 

@@ -13,76 +13,9 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde::Serialize;
 use tower_agent_core::{Error, Message, ModelRequest, RunContext};
 
-use crate::http::Wire;
-
-/// The body around the messages.
-#[derive(Debug, Default)]
-pub(crate) struct Frame {
-    /// Up to and including the opening `[` of the messages (and items already in it).
-    pub(crate) head: Vec<u8>,
-    /// Whether `head` already holds an item (OpenAI's system message).
-    pub(crate) head_has_items: bool,
-    /// From the closing `]` of the messages to the end.
-    pub(crate) tail: Vec<u8>,
-}
-
-impl Frame {
-    /// A frame from the fields before the messages, the key of the messages, and the fields
-    /// after them, each serialized as a JSON object (whose braces are dropped).
-    pub(crate) fn around(
-        before: &impl Serialize,
-        key: &str,
-        after: &impl Serialize,
-        provider: &'static str,
-    ) -> Result<Frame, Error> {
-        let before = to_vec(before, provider)?;
-        let after = to_vec(after, provider)?;
-        let mut head = Vec::with_capacity(before.len() + key.len() + 8);
-        head.extend_from_slice(&before[..before.len() - 1]);
-        if before.len() > 2 {
-            head.push(b',');
-        }
-        head.push(b'"');
-        head.extend_from_slice(key.as_bytes());
-        head.extend_from_slice(b"\":[");
-        let mut tail = Vec::with_capacity(after.len() + 2);
-        tail.push(b']');
-        if after.len() > 2 {
-            tail.push(b',');
-            tail.extend_from_slice(&after[1..]);
-        } else {
-            tail.push(b'}');
-        }
-        Ok(Frame {
-            head,
-            head_has_items: false,
-            tail,
-        })
-    }
-}
-
-/// `value` as JSON.
-pub(crate) fn to_vec(value: &impl Serialize, provider: &'static str) -> Result<Vec<u8>, Error> {
-    serde_json::to_vec(value)
-        .map_err(|e| Error::bad_request(format!("{provider}: cannot encode the request: {e}")))
-}
-
-/// Append `value` as JSON to `out`, after a comma unless it is the first item.
-pub(crate) fn item(
-    out: &mut Vec<u8>,
-    first: &mut bool,
-    value: &impl Serialize,
-    provider: &'static str,
-) -> Result<(), Error> {
-    if !std::mem::take(first) {
-        out.push(b',');
-    }
-    serde_json::to_writer(&mut *out, value)
-        .map_err(|e| Error::bad_request(format!("{provider}: cannot encode the request: {e}")))
-}
+use crate::wire::{Frame, Wire};
 
 /// One message's encoded items.
 #[derive(Debug)]

@@ -1,6 +1,5 @@
 //! The machinery every provider shares: one HTTP call, streamed or not, its span, its errors.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -8,100 +7,15 @@ use bytes::Bytes;
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use serde::{Deserialize, Deserializer};
 use tower_agent_core::event::BoxFuture;
 
-use tower_agent_core::{
-    ContentPart, Error, ErrorKind, Event, FinishReason, Message, ModelRequest, ModelResponse,
-};
+use tower_agent_core::{Error, ErrorKind, Event, FinishReason, ModelRequest, ModelResponse};
 use tracing::Instrument;
 
 use crate::classify::classify;
-use crate::encode::{self, Frame};
+use crate::encode;
 use crate::key::ApiKey;
-
-/// A piece of a streamed answer, for the run's event sink.
-#[derive(Debug)]
-pub(crate) enum Delta {
-    Text(String),
-    Reasoning(String),
-}
-
-/// Assembles one streamed answer from its server-sent events.
-pub(crate) trait StreamDecoder: Send {
-    /// Take one event (`event` is its `event:` name, empty when none); push what should reach
-    /// the event sink now to `deltas`.
-    ///
-    /// # Errors
-    ///
-    /// A chunk that is not what the provider sends (invalid JSON), or an error event.
-    fn feed(&mut self, event: &str, data: &str, deltas: &mut Vec<Delta>) -> Result<(), Error>;
-
-    /// Whether the provider said the answer is complete.
-    fn is_done(&self) -> bool;
-
-    /// The complete answer.
-    ///
-    /// # Errors
-    ///
-    /// The stream ended before the provider said the answer is complete.
-    fn finish(self: Box<Self>) -> Result<ModelResponse, Error>;
-}
-
-/// One provider's wire format.
-pub(crate) trait Wire: Send + Sync + 'static {
-    /// The provider's name, as in `gen_ai.provider.name`.
-    const PROVIDER: &'static str;
-
-    /// What a 404 error says about the base URL.
-    const BASE_URL_HINT: &'static str;
-
-    fn model(&self) -> &str;
-    fn key(&self) -> Option<&ApiKey>;
-    fn url(&self, stream: bool) -> String;
-    /// Headers beyond `content-type`, the key's among them (marked sensitive).
-    fn headers(&self) -> HeaderMap;
-
-    /// The key of a turn's item list, for providers whose messages are turns of items
-    /// (`content` for Anthropic, `parts` for Gemini).
-    const TURN_ITEMS: &'static str = "content";
-
-    /// The body around the messages (model, system prompt, tools, options).
-    ///
-    /// # Errors
-    ///
-    /// A request this provider cannot express.
-    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error>;
-
-    /// Append one message's items to `out` (comma-separated, nothing when it has none), and
-    /// say which turn they belong to (`None`: they stand alone in the array). Must depend on
-    /// the message only: the bytes are reused across rounds and requests of a run.
-    ///
-    /// # Errors
-    ///
-    /// A message this provider cannot express.
-    fn encode_message(
-        &self,
-        message: &Message,
-        out: &mut Vec<u8>,
-    ) -> Result<Option<&'static str>, Error>;
-
-    /// A whole (not streamed) response body.
-    ///
-    /// # Errors
-    ///
-    /// A body that is not what the provider sends.
-    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error>;
-
-    fn decoder(&self) -> Box<dyn StreamDecoder>;
-}
-
-/// A key header value the HTTP stack will not log.
-pub(crate) fn secret_header(name: &'static str, value: &str) -> Option<(HeaderName, HeaderValue)> {
-    let mut value = HeaderValue::from_str(value).ok()?;
-    value.set_sensitive(true);
-    Some((HeaderName::from_static(name), value))
-}
+use crate::wire::{Delta, Wire, invalid};
 
 /// A provider's client: its wire format, the HTTP client, and whether to stream.
 #[derive(Debug, Clone)]
@@ -143,16 +57,6 @@ const DRAIN_EVENTS: usize = 64;
 /// The most bytes handed to the event-stream parser at once: it copies what it has not parsed
 /// yet after every line, so one large network read would cost time quadratic in its size.
 const PIECE: usize = 1024;
-
-/// `null` and absent alike give the default: for every field a server may send as `null`
-/// (Inception's `"tool_calls": null` in a text delta, say).
-pub(crate) fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
-}
 
 /// One model call.
 pub(crate) fn call<W: Wire>(
@@ -404,23 +308,6 @@ pub(crate) fn transport_error(provider: &'static str, url: &str, error: reqwest:
     Error::new(kind, message).with_source(error)
 }
 
-/// The error of a body that is not what the provider sends: not transient (the same request
-/// would be paid for again, and read the same way).
-pub(crate) fn invalid(provider: &'static str, what: &str, error: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorKind::InvalidResponse,
-        format!("{provider}: {what} is not valid: {error}"),
-    )
-}
-
-/// The error of a stream that ended before the provider said the answer was complete.
-pub(crate) fn truncated(provider: &'static str) -> Error {
-    Error::new(
-        ErrorKind::Server,
-        format!("{provider}: the stream ended before the answer was complete"),
-    )
-}
-
 /// The OpenTelemetry name of a finish reason.
 pub(crate) fn finish_reason_name(reason: &FinishReason) -> &str {
     match reason {
@@ -439,23 +326,6 @@ pub(crate) fn default_http() -> reqwest::Client {
         .connect_timeout(DEFAULT_CONNECT_TIMEOUT)
         .build()
         .unwrap_or_default()
-}
-
-/// The text parts of `message`, borrowed when there is one.
-pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
-    let mut texts = message.content.iter().filter_map(|p| match p {
-        ContentPart::Text { text } => Some(text.as_str()),
-        _ => None,
-    });
-    match (texts.next(), texts.next()) {
-        (None, _) => Cow::Borrowed(""),
-        (Some(one), None) => Cow::Borrowed(one),
-        (Some(first), Some(second)) => {
-            let mut all = format!("{first}{second}");
-            all.extend(texts);
-            Cow::Owned(all)
-        }
-    }
 }
 
 /// A provider's configuration for `Debug`: the base URL without its query (a key may hide

@@ -39,6 +39,8 @@ pub mod classify;
 mod encode;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "http")]
+mod wire;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;

@@ -37,9 +37,9 @@ use std::sync::Arc;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
-use crate::encode::Frame;
-use crate::http::{self, Client, StreamDecoder, Wire, secret_header};
+use crate::http::{self, Client};
 use crate::key::ApiKey;
+use crate::wire::{Frame, StreamDecoder, Wire, secret_header};
 
 mod request;
 mod response;

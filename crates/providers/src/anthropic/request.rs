@@ -4,8 +4,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tower_agent_core::{ContentPart, Error, Message, ModelRequest, Role, ToolCall, ToolChoice};
 
-use crate::encode::{self, Frame};
-use crate::http::text_of;
+use crate::wire::{self, Frame, text_of};
 
 use super::{AnthropicWire, PROVIDER, REDACTED};
 
@@ -22,7 +21,7 @@ pub(super) fn encode_message(
     let (role, blocks) = blocks_of(message);
     let mut first = true;
     for block in &blocks {
-        encode::item(out, &mut first, block, PROVIDER)?;
+        wire::item(out, &mut first, block, PROVIDER)?;
     }
     Ok(Some(role))
 }

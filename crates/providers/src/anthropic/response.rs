@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tower_agent_core::{ContentPart, Error, FinishReason, ModelResponse, ToolCall, Usage};
 
-use crate::http::{invalid, nullable};
+use crate::wire::{invalid, nullable};
 
 use super::{PROVIDER, REDACTED};
 

@@ -5,7 +5,7 @@ use serde_json::Value;
 use tower_agent_core::{ContentPart, Error, ModelResponse, ToolCall};
 
 use crate::classify::stream_error;
-use crate::http::{Delta, StreamDecoder, invalid, truncated};
+use crate::wire::{Delta, StreamDecoder, invalid, truncated};
 
 use super::PROVIDER;
 use super::response::{WireBlock, WireUsage, block_part, finish_reason};

@@ -4,8 +4,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tower_agent_core::{ContentPart, Error, Message, ModelRequest, Role, ToolChoice};
 
-use crate::encode::{self, Frame};
-use crate::http::text_of;
+use crate::wire::{self, Frame, text_of};
 
 use super::PROVIDER;
 
@@ -22,7 +21,7 @@ pub(super) fn encode_message(
     let model = message.role == Role::Assistant;
     let mut first = true;
     for part in parts_of(message, model) {
-        encode::item(out, &mut first, &part, PROVIDER)?;
+        wire::item(out, &mut first, &part, PROVIDER)?;
     }
     Ok(Some(if model { "model" } else { "user" }))
 }

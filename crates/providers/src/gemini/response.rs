@@ -8,7 +8,7 @@ use tower_agent_core::{
 };
 
 use crate::classify::stream_error;
-use crate::http::{Delta, StreamDecoder, invalid, nullable, truncated};
+use crate::wire::{Delta, StreamDecoder, invalid, nullable, truncated};
 
 use super::PROVIDER;
 

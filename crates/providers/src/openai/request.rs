@@ -6,8 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tower_agent_core::{Error, Message, ModelRequest, Role, ToolChoice};
 
-use crate::encode::{self, Frame};
-use crate::http::text_of;
+use crate::wire::{self, Frame, text_of};
 
 use super::PROVIDER;
 
@@ -96,7 +95,7 @@ pub(super) fn frame(model: &str, req: &ModelRequest, stream: bool) -> Result<Fra
         let system = WireMessage::System {
             content: Cow::Borrowed(system),
         };
-        encode::item(&mut frame.head, &mut true, &system, PROVIDER)?;
+        wire::item(&mut frame.head, &mut true, &system, PROVIDER)?;
         frame.head_has_items = true;
     }
     Ok(frame)
@@ -145,7 +144,7 @@ pub(super) fn encode_message(
     wire_messages(message, &mut items);
     let mut first = true;
     for item in &items {
-        encode::item(out, &mut first, item, PROVIDER)?;
+        wire::item(out, &mut first, item, PROVIDER)?;
     }
     Ok(None)
 }

@@ -5,7 +5,7 @@ use tower_agent_core::{
     ContentPart, Error, ErrorKind, FinishReason, ModelResponse, ToolCall, Usage,
 };
 
-use crate::http::{invalid, nullable};
+use crate::wire::{invalid, nullable};
 
 use super::PROVIDER;
 

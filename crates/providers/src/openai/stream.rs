@@ -5,7 +5,7 @@ use serde_json::Value;
 use tower_agent_core::{Error, ModelResponse, ToolCall};
 
 use crate::classify::stream_error;
-use crate::http::{Delta, StreamDecoder, invalid, nullable, truncated};
+use crate::wire::{Delta, StreamDecoder, invalid, nullable, truncated};
 
 use super::PROVIDER;
 use super::response::{WireUsage, response_of};

@@ -1,0 +1,204 @@
+//! What a provider implements: its wire format ([`Wire`]), the decoder of its stream
+//! ([`StreamDecoder`]), the frame of its request body ([`Frame`]), and the helpers its
+//! request and response code share. A leaf: nothing else of the crate is imported here.
+
+use std::borrow::Cow;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::{Deserialize, Deserializer, Serialize};
+use tower_agent_core::{ContentPart, Error, ErrorKind, Message, ModelRequest, ModelResponse};
+
+use crate::key::ApiKey;
+
+/// A piece of a streamed answer, for the run's event sink.
+#[derive(Debug)]
+pub(crate) enum Delta {
+    Text(String),
+    Reasoning(String),
+}
+
+/// Assembles one streamed answer from its server-sent events.
+pub(crate) trait StreamDecoder: Send {
+    /// Take one event (`event` is its `event:` name, empty when none); push what should reach
+    /// the event sink now to `deltas`.
+    ///
+    /// # Errors
+    ///
+    /// A chunk that is not what the provider sends (invalid JSON), or an error event.
+    fn feed(&mut self, event: &str, data: &str, deltas: &mut Vec<Delta>) -> Result<(), Error>;
+
+    /// Whether the provider said the answer is complete.
+    fn is_done(&self) -> bool;
+
+    /// The complete answer.
+    ///
+    /// # Errors
+    ///
+    /// The stream ended before the provider said the answer is complete.
+    fn finish(self: Box<Self>) -> Result<ModelResponse, Error>;
+}
+
+/// One provider's wire format.
+pub(crate) trait Wire: Send + Sync + 'static {
+    /// The provider's name, as in `gen_ai.provider.name`.
+    const PROVIDER: &'static str;
+
+    /// What a 404 error says about the base URL.
+    const BASE_URL_HINT: &'static str;
+
+    fn model(&self) -> &str;
+    fn key(&self) -> Option<&ApiKey>;
+    fn url(&self, stream: bool) -> String;
+    /// Headers beyond `content-type`, the key's among them (marked sensitive).
+    fn headers(&self) -> HeaderMap;
+
+    /// The key of a turn's item list, for providers whose messages are turns of items
+    /// (`content` for Anthropic, `parts` for Gemini).
+    const TURN_ITEMS: &'static str = "content";
+
+    /// The body around the messages (model, system prompt, tools, options).
+    ///
+    /// # Errors
+    ///
+    /// A request this provider cannot express.
+    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error>;
+
+    /// Append one message's items to `out` (comma-separated, nothing when it has none), and
+    /// say which turn they belong to (`None`: they stand alone in the array). Must depend on
+    /// the message only: the bytes are reused across rounds and requests of a run.
+    ///
+    /// # Errors
+    ///
+    /// A message this provider cannot express.
+    fn encode_message(
+        &self,
+        message: &Message,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<&'static str>, Error>;
+
+    /// A whole (not streamed) response body.
+    ///
+    /// # Errors
+    ///
+    /// A body that is not what the provider sends.
+    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error>;
+
+    fn decoder(&self) -> Box<dyn StreamDecoder>;
+}
+
+/// A key header value the HTTP stack will not log.
+pub(crate) fn secret_header(name: &'static str, value: &str) -> Option<(HeaderName, HeaderValue)> {
+    let mut value = HeaderValue::from_str(value).ok()?;
+    value.set_sensitive(true);
+    Some((HeaderName::from_static(name), value))
+}
+
+/// The body around the messages.
+#[derive(Debug, Default)]
+pub(crate) struct Frame {
+    /// Up to and including the opening `[` of the messages (and items already in it).
+    pub(crate) head: Vec<u8>,
+    /// Whether `head` already holds an item (OpenAI's system message).
+    pub(crate) head_has_items: bool,
+    /// From the closing `]` of the messages to the end.
+    pub(crate) tail: Vec<u8>,
+}
+
+impl Frame {
+    /// A frame from the fields before the messages, the key of the messages, and the fields
+    /// after them, each serialized as a JSON object (whose braces are dropped).
+    pub(crate) fn around(
+        before: &impl Serialize,
+        key: &str,
+        after: &impl Serialize,
+        provider: &'static str,
+    ) -> Result<Frame, Error> {
+        let before = to_vec(before, provider)?;
+        let after = to_vec(after, provider)?;
+        let mut head = Vec::with_capacity(before.len() + key.len() + 8);
+        head.extend_from_slice(&before[..before.len() - 1]);
+        if before.len() > 2 {
+            head.push(b',');
+        }
+        head.push(b'"');
+        head.extend_from_slice(key.as_bytes());
+        head.extend_from_slice(b"\":[");
+        let mut tail = Vec::with_capacity(after.len() + 2);
+        tail.push(b']');
+        if after.len() > 2 {
+            tail.push(b',');
+            tail.extend_from_slice(&after[1..]);
+        } else {
+            tail.push(b'}');
+        }
+        Ok(Frame {
+            head,
+            head_has_items: false,
+            tail,
+        })
+    }
+}
+
+/// `value` as JSON.
+pub(crate) fn to_vec(value: &impl Serialize, provider: &'static str) -> Result<Vec<u8>, Error> {
+    serde_json::to_vec(value)
+        .map_err(|e| Error::bad_request(format!("{provider}: cannot encode the request: {e}")))
+}
+
+/// Append `value` as JSON to `out`, after a comma unless it is the first item.
+pub(crate) fn item(
+    out: &mut Vec<u8>,
+    first: &mut bool,
+    value: &impl Serialize,
+    provider: &'static str,
+) -> Result<(), Error> {
+    if !std::mem::take(first) {
+        out.push(b',');
+    }
+    serde_json::to_writer(&mut *out, value)
+        .map_err(|e| Error::bad_request(format!("{provider}: cannot encode the request: {e}")))
+}
+
+/// `null` and absent alike give the default: for every field a server may send as `null`
+/// (Inception's `"tool_calls": null` in a text delta, say).
+pub(crate) fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// The error of a body that is not what the provider sends: not transient (the same request
+/// would be paid for again, and read the same way).
+pub(crate) fn invalid(provider: &'static str, what: &str, error: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::InvalidResponse,
+        format!("{provider}: {what} is not valid: {error}"),
+    )
+}
+
+/// The error of a stream that ended before the provider said the answer was complete.
+pub(crate) fn truncated(provider: &'static str) -> Error {
+    Error::new(
+        ErrorKind::Server,
+        format!("{provider}: the stream ended before the answer was complete"),
+    )
+}
+
+/// The text parts of `message`, borrowed when there is one.
+pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
+    let mut texts = message.content.iter().filter_map(|p| match p {
+        ContentPart::Text { text } => Some(text.as_str()),
+        _ => None,
+    });
+    match (texts.next(), texts.next()) {
+        (None, _) => Cow::Borrowed(""),
+        (Some(one), None) => Cow::Borrowed(one),
+        (Some(first), Some(second)) => {
+            let mut all = format!("{first}{second}");
+            all.extend(texts);
+            Cow::Owned(all)
+        }
+    }
+}
