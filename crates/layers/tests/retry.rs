@@ -197,6 +197,23 @@ async fn a_timeout_inside_the_retry_is_retried() {
     assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_agent_spawns_on_a_model_with_a_timeout_inside_the_retry() {
+    // The form that did not compile with tower's own `.retry(..)`: an agent over it, spawned.
+    let (model, calls) = flaky(vec![Error::new(ErrorKind::Timeout, "slow")]);
+    let model = ServiceBuilder::new()
+        .retry_calls(exact())
+        .timeout(Duration::from_secs(30))
+        .service(model);
+    let run = tower_agent_loop::AgentServiceExt::spawn(
+        Agent::new(model, ToolSet::new()),
+        AgentRequest::new(Session::new(), "hi"),
+    );
+    let res = run.join().await.expect("completes");
+    assert_eq!(res.text().as_deref(), Some("ok"));
+    assert_eq!(calls.lock().expect("lock").len(), 2);
+}
+
 #[tokio::test]
 async fn the_layer_makes_a_retry_service() {
     let layer = Retry::<()>::layer(RetryPolicy::new());
