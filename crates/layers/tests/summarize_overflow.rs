@@ -120,7 +120,7 @@ async fn what_cannot_fit_is_the_error() {
     let source = std::error::Error::source(&error).expect("a source");
     assert!(source.to_string().contains("> 10"), "{source}");
     assert!(
-        message.contains("the provider said: context too long: "),
+        message.contains("the last refusal: context too long: "),
         "{message}"
     );
     // Tried after each step, never twice the same request, and a few times only.
@@ -196,6 +196,73 @@ async fn a_later_turn_on_a_session_that_overflowed_summarizes_before_sending() {
 }
 
 #[tokio::test]
+async fn with_the_default_keep_a_later_turn_that_large_is_not_sent_as_it_is() {
+    // The default keep (20 messages) holds the whole short history a recovery left: the later
+    // turn is shrunk as an overflow is, before it is sent.
+    let summarizer = summarizer("short");
+    let model = windowed(150);
+    let (req, ctx, _) = request(talk(8));
+    let layer = SummarizeLayer::new(summarizer.clone());
+    call(layer.clone(), &model, req).await.expect("recovered");
+    let history = ctx.take_committed_history().expect("committed");
+    assert!(history.len() < 8, "{}", history.len());
+
+    let mut messages = history.to_vec();
+    messages.extend(talk(3));
+    let mut req = ModelRequest::new(messages);
+    req.ctx = RunContext::new().with_session_id("s1");
+    req.ctx.absorb_state(ctx.state_snapshot());
+    let sent = model.request_count();
+    call(layer, &model, req).await.expect("fits");
+    let refused = model.requests()[sent..]
+        .iter()
+        .filter(|r| {
+            use tower_agent_layers::tokens::{CharEstimate, TokenCounter};
+            r.messages
+                .iter()
+                .map(|m| CharEstimate.count_message(m))
+                .sum::<usize>()
+                > 150
+        })
+        .count();
+    assert_eq!(refused, 0, "no request over the window was sent");
+    assert_eq!(model.request_count(), sent + 1);
+}
+
+#[tokio::test]
+async fn the_size_that_overflowed_is_kept_when_the_provider_counts_more_than_the_estimate() {
+    // A provider whose tokenizer counts three times the estimate: its reported usage of the
+    // request that fit is larger than the estimate of the last one that overflowed, in other
+    // units.
+    use tower_agent_layers::tokens::{CharEstimate, TokenCounter};
+    let model = ScriptedModel::from_fn(|req: &ModelRequest| {
+        let real: usize = 3 * req
+            .messages
+            .iter()
+            .map(|m| CharEstimate.count_message(m))
+            .sum::<usize>();
+        if real > 250 {
+            return Err(Error::new(
+                ErrorKind::ContextTooLong,
+                format!("{real} > 250"),
+            ));
+        }
+        Ok(ModelResponse::text("ok").with_usage(tower_agent_core::Usage::new(real as u64, 2)))
+    });
+    let (req, ctx, _) = request(talk(8));
+    let layer = SummarizeLayer::new(summarizer("short")).keep(Keep::messages(4));
+    call(layer, &model, req).await.expect("recovered");
+    assert_eq!(model.request_count(), 3, "overflowed twice, then fit");
+    let record = ctx
+        .state::<serde_json::Value>("tower_agent.summarization")
+        .expect("a record");
+    assert!(
+        record["overflow_at_tokens"].is_u64(),
+        "still known after the smaller request fit: {record}"
+    );
+}
+
+#[tokio::test]
 async fn an_overflow_with_nothing_to_cut_stands() {
     let summarizer = summarizer("short");
     let model = ScriptedModel::with_results([Err(Error::new(ErrorKind::ContextTooLong, "x"))]);
@@ -216,4 +283,41 @@ async fn other_errors_are_not_recovered() {
     let error = call(layer, &model, req).await.expect_err("fails");
     assert_eq!(error.kind(), ErrorKind::Auth);
     assert_eq!(summarizer.request_count(), 0);
+}
+
+#[tokio::test]
+async fn recovery_goes_on_without_a_failing_summarizer_and_says_so() {
+    // A summarizer that always fails; the kept call's result is what makes the request too
+    // long, so clipping it is enough.
+    let summarizer = ScriptedModel::from_fn(|_| Err(Error::bad_request("Unsupported parameter")));
+    let mut messages = talk(4);
+    let read = ToolCall::new("r1", "read", json!({"path": "big.log"}));
+    messages.push(Message::assistant_with_calls("", [read.clone()]));
+    messages.push(Message::tool_result(ToolResult::success(
+        &read,
+        "x".repeat(8_000),
+    )));
+    let (req, _, _) = request(messages.clone());
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(100))
+        .keep(Keep::messages(4));
+    let model = windowed(800);
+    call(layer.clone(), &model, req)
+        .await
+        .expect("clipped to fit");
+    assert_eq!(
+        summarizer.request_count(),
+        1,
+        "not asked again once it failed"
+    );
+
+    // When even that does not fit, the error says the summarizer failed.
+    let (req, _, _) = request(messages);
+    let error = call(layer, &windowed(40), req).await.expect_err("too long");
+    assert_eq!(error.kind(), ErrorKind::ContextTooLong);
+    assert!(
+        error.message().contains("as the summarizer failed (")
+            && error.message().contains("Unsupported parameter"),
+        "{error}"
+    );
 }

@@ -7,10 +7,12 @@
 //!   same context, the history grown by two messages: two encoded, the rest reused).
 //! - `decode/*`: a recorded streamed answer of 2,000 text chunks and 3 tool calls, next to
 //!   `serde_json` parsing each chunk's data as a `Value` (the floor).
-//! - `sse/*`: the server-sent events of that answer (430 KB) delivered in one read, as a fast
-//!   server's burst arrives: split into events by `eventsource-stream` fed the read whole (how
-//!   the live path read a stream before 0.2), in pieces of 8 KiB, and as the providers feed
-//!   it now (pieces of 1 KiB); each only splits, nothing is decoded.
+//! - `sse/*`: split into events by `eventsource-stream` (nothing decoded), delivered in one
+//!   read, as a fast server's burst arrives: the server-sent events of that answer (430 KB of
+//!   short lines), and one event whose data line is 1 MB (a tool call written whole). Fed
+//!   the read whole (how the live path read a stream before), in blind pieces of 8 KiB and
+//!   1 KiB, and in pieces of at least 1 KiB that end at a line's end (what the providers do
+//!   now: `pieces` in `src/http.rs`).
 //!
 //! Run: `cargo bench -p tower-agent-providers --bench providers`.
 
@@ -163,15 +165,52 @@ fn decode(c: &mut Criterion) {
     group.finish();
 }
 
-/// Split `body`, delivered as one read, into events, feeding the parser pieces of `piece`
-/// bytes; returns how many events there were.
-fn split(body: &bytes::Bytes, piece: usize) -> usize {
+/// How a read is cut before the parser gets it.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Pieces of this many bytes, wherever they fall.
+    Blind(usize),
+    /// Pieces of at least this many bytes, each ending at a line's end (the rule of `pieces`
+    /// in `src/http.rs`).
+    AtLines(usize),
+}
+
+fn cut(body: &bytes::Bytes, how: Cut) -> Vec<bytes::Bytes> {
+    match how {
+        Cut::Blind(piece) => (0..body.len())
+            .step_by(piece)
+            .map(|at| body.slice(at..body.len().min(at + piece)))
+            .collect(),
+        Cut::AtLines(piece) => {
+            let mut out = Vec::new();
+            let mut start = 0;
+            while body.len() - start > piece {
+                match body[start + piece..].iter().position(|&b| b == b'\n') {
+                    Some(at) => {
+                        out.push(body.slice(start..start + piece + at + 1));
+                        start += piece + at + 1;
+                    }
+                    None => break,
+                }
+            }
+            if start < body.len() {
+                out.push(body.slice(start..));
+            }
+            out
+        }
+    }
+}
+
+/// Split `body`, delivered as one read, into events, feeding the parser the pieces `how`
+/// cuts; returns how many events there were.
+fn split(body: &bytes::Bytes, how: Cut) -> usize {
     use eventsource_stream::Eventsource;
     use futures_util::{FutureExt, StreamExt};
-    let reads =
-        futures_util::stream::iter((0..body.len()).step_by(piece).map(|at| {
-            Ok::<_, std::convert::Infallible>(body.slice(at..body.len().min(at + piece)))
-        }));
+    let reads = futures_util::stream::iter(
+        cut(body, how)
+            .into_iter()
+            .map(Ok::<_, std::convert::Infallible>),
+    );
     let mut events = reads.eventsource();
     let mut n = 0;
     while let Some(Some(event)) = events.next().now_or_never() {
@@ -183,15 +222,25 @@ fn split(body: &bytes::Bytes, piece: usize) -> usize {
 
 fn sse(c: &mut Criterion) {
     let mut group = c.benchmark_group("sse");
-    let body = bytes::Bytes::from(openai_stream());
-    let events = split(&body, body.len());
-    assert_eq!(split(&body, 1024), events);
-    for (name, piece) in [
-        ("one_read_whole", body.len()),
-        ("pieces_8k", 8 * 1024),
-        ("pieces_1k", 1024),
-    ] {
-        group.bench_function(name, |b| b.iter(|| split(black_box(&body), piece)));
+    let short_lines = bytes::Bytes::from(openai_stream());
+    let long_line = bytes::Bytes::from(format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1",
+               "function": {"name": "write_file", "arguments": "x".repeat(1 << 20)}}]}}]})
+    ));
+    for (body, name) in [(&short_lines, "short_lines"), (&long_line, "long_line")] {
+        let events = split(body, Cut::Blind(body.len()));
+        for (how, cut) in [
+            ("one_read_whole", Cut::Blind(body.len())),
+            ("blind_8k", Cut::Blind(8 * 1024)),
+            ("blind_1k", Cut::Blind(1024)),
+            ("at_lines_1k", Cut::AtLines(1024)),
+        ] {
+            assert_eq!(split(body, cut), events);
+            group.bench_function(format!("{name}/{how}"), |b| {
+                b.iter(|| split(black_box(body), cut))
+            });
+        }
     }
     group.finish();
 }

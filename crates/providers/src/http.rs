@@ -133,7 +133,13 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
     let status = response.status();
     if !status.is_success() {
         let headers = response.headers().clone();
-        let body = response.text().await.unwrap_or_default();
+        // An error's body is short; a server that stalls sending it gets what it sent so far
+        // classified.
+        let body = tokio::time::timeout(client.idle_timeout, response.text())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
         let mut error = classify(
             W::PROVIDER,
             status,
@@ -156,20 +162,22 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
         return Err(error);
     }
     if !client.stream {
-        let bytes = response
-            .bytes()
-            .await
+        // Generated: the body follows its head at once.
+        let bytes = idle::<W, _>(client.idle_timeout, &url, response.bytes())
+            .await?
             .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
         return wire.decode(&bytes);
     }
-    let mut events = std::pin::pin!(events(response.bytes_stream()));
+    let reads = idle_reads(Box::pin(response.bytes_stream()), client.idle_timeout);
+    let mut events = std::pin::pin!(events(reads));
     let mut decoder = wire.decoder();
     let mut deltas = Vec::new();
     let round = req.ctx.round();
     let listening = req.ctx.events().is_enabled();
-    while let Some(event) = idle::<W, _>(client.idle_timeout, &url, events.next()).await? {
+    while let Some(event) = events.next().await {
         let event = event.map_err(|e| match e {
-            EventStreamError::Transport(e) => transport_error(W::PROVIDER, &url, e),
+            EventStreamError::Transport(Read::Failed(e)) => transport_error(W::PROVIDER, &url, e),
+            EventStreamError::Transport(Read::Idle) => idle_error::<W>(client.idle_timeout, &url),
             other => invalid(W::PROVIDER, "the event stream", other),
         })?;
         decoder.feed(&event.event, &event.data, &mut deltas)?;
@@ -193,8 +201,7 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
     decoder.finish()
 }
 
-/// The events of a server-sent event stream, its reads cut in pieces of at most [`PIECE`]
-/// bytes (no copy: each piece shares the read's buffer).
+/// The events of a server-sent event stream, its reads cut in pieces (see [`pieces`]).
 fn events<S, E>(
     body: S,
 ) -> impl Stream<Item = Result<eventsource_stream::Event, EventStreamError<E>>>
@@ -203,15 +210,68 @@ where
 {
     body.flat_map(|read| {
         let pieces: Vec<Result<Bytes, E>> = match read {
-            Ok(bytes) => (0..bytes.len())
-                .step_by(PIECE)
-                .map(|at| Ok(bytes.slice(at..bytes.len().min(at + PIECE))))
-                .collect(),
+            Ok(bytes) => pieces(bytes).into_iter().map(Ok).collect(),
             Err(error) => vec![Err(error)],
         };
         futures_util::stream::iter(pieces)
     })
     .eventsource()
+}
+
+/// `read` in pieces of at least [`PIECE`] bytes, each ending at a line's end (no copy: each
+/// piece shares the read's buffer). The parser copies what it has not parsed after every line,
+/// so a large read of many lines would cost time quadratic in its size; and it rescans an
+/// unfinished line for every piece added to it, so a long line is never cut here.
+fn pieces(read: Bytes) -> Vec<Bytes> {
+    let mut pieces = Vec::with_capacity(read.len() / PIECE + 1);
+    let mut start = 0;
+    while read.len() - start > PIECE {
+        match read[start + PIECE..].iter().position(|&b| b == b'\n') {
+            Some(at) => {
+                let end = start + PIECE + at + 1;
+                pieces.push(read.slice(start..end));
+                start = end;
+            }
+            None => break,
+        }
+    }
+    if start < read.len() {
+        pieces.push(read.slice(start..));
+    }
+    pieces
+}
+
+/// A network read of a streamed body, or why there was none.
+enum Read {
+    Failed(reqwest::Error),
+    /// Nothing came for the idle timeout.
+    Idle,
+}
+
+impl std::fmt::Display for Read {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Read::Failed(error) => error.fmt(f),
+            Read::Idle => f.write_str("nothing came for the idle timeout"),
+        }
+    }
+}
+
+/// The reads of `body`, ending with [`Read::Idle`] when one does not come within `limit`:
+/// every byte counts, the comments a server sends to keep a quiet stream alive included.
+fn idle_reads<S>(body: S, limit: Duration) -> impl Stream<Item = Result<Bytes, Read>>
+where
+    S: Stream<Item = Result<Bytes, reqwest::Error>> + Unpin,
+{
+    futures_util::stream::unfold(Some(body), move |body| async move {
+        let mut body = body?;
+        match tokio::time::timeout(limit, body.next()).await {
+            Ok(Some(Ok(bytes))) => Some((Ok(bytes), Some(body))),
+            Ok(Some(Err(error))) => Some((Err(Read::Failed(error)), None)),
+            Ok(None) => None,
+            Err(_) => Some((Err(Read::Idle), None)),
+        }
+    })
 }
 
 /// Whether the connection closed before any answer: the server closed a kept connection as
@@ -245,16 +305,21 @@ async fn idle<W: Wire, F: std::future::Future>(
     url: &str,
     future: F,
 ) -> Result<F::Output, Error> {
-    tokio::time::timeout(limit, future).await.map_err(|_| {
-        Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "{}: no byte from {} for {limit:?} (the idle timeout)",
-                W::PROVIDER,
-                safe_url(url)
-            ),
-        )
-    })
+    tokio::time::timeout(limit, future)
+        .await
+        .map_err(|_| idle_error::<W>(limit, url))
+}
+
+/// The error of a server that sent nothing for `limit`.
+fn idle_error<W: Wire>(limit: Duration, url: &str) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "{}: no byte from {} for {limit:?} (the idle timeout)",
+            W::PROVIDER,
+            safe_url(url)
+        ),
+    )
 }
 
 /// `url` without a trailing `/`, and the path after its host (empty when it has none).
@@ -496,3 +561,35 @@ macro_rules! provider_service {
 }
 
 pub(crate) use {provider_methods, provider_service};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_end_at_line_ends_and_never_cut_a_line() {
+        // Many short lines: pieces of at least PIECE bytes, each ending a line.
+        let lines: String = (0..200)
+            .map(|i| format!("data: {{\"n\": {i}}}\n\n"))
+            .collect();
+        let read = Bytes::from(lines.clone());
+        let cut = pieces(read);
+        assert!(cut.len() > 1);
+        assert_eq!(cut.concat(), lines.as_bytes());
+        for piece in &cut[..cut.len() - 1] {
+            assert!(
+                piece.len() > PIECE && piece.ends_with(b"\n"),
+                "{}",
+                piece.len()
+            );
+        }
+        // One long line: whole in one piece, whatever its size.
+        let line = format!("data: {}\n", "x".repeat(100 * PIECE));
+        let cut = pieces(Bytes::from(format!("{line}\n")));
+        assert_eq!(cut[0], line.as_bytes());
+        // A read that ends inside a line passes whole.
+        let half = Bytes::from("x".repeat(10 * PIECE));
+        assert_eq!(pieces(half.clone()), [half]);
+        assert!(pieces(Bytes::new()).is_empty());
+    }
+}

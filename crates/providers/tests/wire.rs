@@ -82,6 +82,19 @@ async fn null_and_absent_are_alike() {
     assert_eq!(res.message.tool_calls().count(), 0);
 
     // The same in Anthropic's and Gemini's bodies.
+    // Anthropic's stream with `"usage": null` where it starts.
+    let server = Server::start([Canned::sse(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":null}}\n\n\
+         event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"Paris.\"}}\n\n\
+         event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":null}\n\n\
+         event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    )])
+    .await;
+    let res = call(Anthropic::new("claude").base_url(&server.url), request())
+        .await
+        .expect("usage null");
+    assert_eq!(res.message.text(), "Paris.");
+
     let anthropic = json!({
         "content": [{"type": "text", "text": "Paris.", "citations": null}],
         "stop_reason": "end_turn", "stop_sequence": null,
@@ -239,6 +252,53 @@ async fn a_stalled_server_times_out_and_the_policy_tries_again() {
         3,
         "the first call, then two attempts"
     );
+}
+
+#[tokio::test]
+async fn the_idle_timeout_counts_every_byte_and_bounds_every_read() {
+    // A quiet model behind a server that keeps the stream alive with comments for 1 s: no
+    // event for longer than the idle timeout, but bytes all along.
+    static KEPT_ALIVE: &[(u64, &[u8])] = &[
+        (0, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"),
+        (150, b": PROCESSING\n\n"),
+        (150, b": PROCESSING\n\n"),
+        (150, b": PROCESSING\n\n"),
+        (150, b": PROCESSING\n\n"),
+        (150, b": PROCESSING\n\n"),
+        (150, b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris.\"},\"finish_reason\":\"stop\"}]}\n\n"),
+        (0, b"data: [DONE]\n\n"),
+    ];
+    let server = Server::trickling(KEPT_ALIVE).await;
+    let model = OpenAi::new("m")
+        .base_url(&server.url)
+        .idle_timeout(Duration::from_millis(400));
+    let res = call(model, request())
+        .await
+        .expect("kept alive by its comments");
+    assert_eq!(res.message.text(), "Paris.");
+
+    // An error whose body stalls after its head: the error, not a hang.
+    let server = Server::stalling(
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 200\r\n\r\n{\"error\": ",
+    )
+    .await;
+    let model = OpenAi::new("m")
+        .base_url(&server.url)
+        .idle_timeout(Duration::from_millis(200));
+    let started = Instant::now();
+    let err = call(model, request()).await.expect_err("503");
+    assert!(matches!(err.kind(), ErrorKind::Overloaded { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A whole answer whose body stalls after its head.
+    let server =
+        Server::stalling(b"HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{\"choices\": ").await;
+    let model = OpenAi::new("m")
+        .base_url(&server.url)
+        .streaming(false)
+        .idle_timeout(Duration::from_millis(200));
+    let err = call(model, request()).await.expect_err("stalled body");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
 }
 
 #[tokio::test]

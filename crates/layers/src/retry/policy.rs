@@ -31,13 +31,15 @@ impl RetryPolicy {
         let doubled = self
             .base
             .saturating_mul(2_u32.saturating_pow(retry.saturating_sub(1)));
-        (doubled + self.next_jitter()).min(self.max_delay)
+        // The jitter within the cap, so that waits at the cap still differ.
+        let jitter = self.jitter.min(self.max_delay);
+        doubled.min(self.max_delay - jitter) + self.next_jitter(jitter)
     }
 
     /// A random share of the jitter, drawn from the state every clone shares, so no two waits
     /// draw the same.
-    fn next_jitter(&self) -> Duration {
-        if self.jitter.is_zero() {
+    fn next_jitter(&self, jitter: Duration) -> Duration {
+        if jitter.is_zero() {
             return Duration::ZERO;
         }
         // splitmix64 over a shared counter: enough to spread retries, no dependency.
@@ -49,7 +51,7 @@ impl RetryPolicy {
         x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         x ^= x >> 31;
         let fraction = (x >> 11) as f64 / (1_u64 << 53) as f64;
-        self.jitter.mul_f64(fraction)
+        jitter.mul_f64(fraction)
     }
 }
 

@@ -58,8 +58,10 @@
 //! tokenizer: against SmolLM2's it counts 17% low on English prose, 53% low on JSON, 38% low on
 //! Chinese (the table in [`tokens`](crate::tokens)). So when the provider reported the usage of
 //! the previous call of the run, the layer counts that call's request and answer as the
-//! provider did (`input_tokens + output_tokens`) and estimates only the messages added since.
-//! The first call of a run, and a history a layer rewrote, are estimated.
+//! provider did (`input_tokens + output_tokens`; a reasoning model's hidden reasoning is in
+//! its output tokens, so this errs on the side of summarizing early) and estimates only the
+//! messages added since. The first call of a run, and a history a layer rewrote, are
+//! estimated.
 //!
 //! # Retrying the summarizer
 //!
@@ -123,11 +125,15 @@
 //!
 //! # Errors
 //!
-//! A summarizer that fails (or answers with no text) fails the model call with an error of
-//! the summarizer's kind, "summarization failed: ..."; nothing is committed, the history is
-//! intact, and the next round may try again. An overflow that no shrinking cures is a
-//! `ContextTooLong` error naming what does not fit. The layer's own service errors pass
-//! through.
+//! A summarizer that fails (or answers with no text) does not fail the call: an
+//! [`Event::Warning`] says "summarization failed: ...", nothing is committed, the call goes
+//! on with the history as it was, and the triggers rest until the request has grown by a
+//! tenth (a summarizer that refuses every request, say an o-series model refusing
+//! `max_tokens`, would otherwise fail every round). If the provider then says the context is
+//! too long, the recovery goes on without summaries (clipping, cutting, dropping), and its
+//! error says the summarizer failed. An overflow that no shrinking cures is a
+//! `ContextTooLong` error naming what does not fit. A cancelled run, a failing observer and
+//! the inner service's own errors pass through.
 //!
 //! # Panics
 //!

@@ -15,7 +15,7 @@ use tower_service::Service;
 use super::history::{
     Reported, clip_kept, count_request, cut_summary, drop_summary, is_summary, tool_tokens,
 };
-use super::shorten::{Record, shorten};
+use super::shorten::{Record, Shortened, shorten};
 use super::{Config, SummarizeLayer};
 
 /// Summarizes the history of model requests; see the [module docs](super).
@@ -134,24 +134,36 @@ where
     let counter = &*config.counter;
     let tokens = count_request(owner, &req, counter);
     let record = Record::load(&req.ctx);
+    if config.recover {
+        // As large as a request that overflowed: it would fail again, so it is shrunk as an
+        // overflow is, before it is sent.
+        if let Some(at) = record.overflow_at_tokens.filter(|at| tokens >= *at) {
+            let error = Error::new(
+                ErrorKind::ContextTooLong,
+                format!(
+                    "a request of {at} tokens overflowed the model's context in this session \
+                     before, and this one has {tokens}"
+                ),
+            );
+            return recover(&config, owner, inner, req, error).await;
+        }
+    }
     let fires = config
         .triggers
         .iter()
         .any(|t| t.fires(tokens, req.messages.len()));
     let rested = record.wait_until_tokens.is_none_or(|at| tokens >= at);
-    // As large as a request that overflowed: sending it would fail.
-    let too_large = record.overflow_at_tokens.is_some_and(|at| tokens >= at);
-    if (fires && rested) || too_large {
+    if fires && rested {
         let keep = config.keep_count(&req.messages);
-        if let Some(history) = shorten(&config, owner, &req, tokens, keep, false).await? {
+        if let Shortened::Cut(history) = shorten(&config, owner, &req, tokens, keep, false).await? {
             req.messages = history;
         }
     }
     if !config.recover {
-        return call(owner, &mut inner, req).await;
+        return call(&config, owner, &mut inner, req).await;
     }
     let spare = req.clone();
-    match call(owner, &mut inner, req).await {
+    match call(&config, owner, &mut inner, req).await {
         Err(error) if error.kind() == ErrorKind::ContextTooLong => {
             recover(&config, owner, inner, spare, error).await
         }
@@ -160,17 +172,23 @@ where
 }
 
 /// Call the ready `inner` with `req`; on success, remember what the provider counted.
-async fn call<S>(owner: usize, inner: &mut S, req: ModelRequest) -> Result<ModelResponse, Error>
+async fn call<S>(
+    config: &Config,
+    owner: usize,
+    inner: &mut S,
+    req: ModelRequest,
+) -> Result<ModelResponse, Error>
 where
     S: Service<ModelRequest, Response = ModelResponse, Error = Error>,
 {
     let (ctx, sent) = (req.ctx.clone(), req.messages.clone());
+    let tokens = count_request(owner, &req, &*config.counter);
     let response = inner.call(req).await?;
     Reported::store(&ctx, owner, &sent, response.usage);
-    // A request at least as large as one that overflowed went through: the window is larger.
+    // A request at least as large as one that overflowed went through (counted the same way):
+    // the window is larger.
     let mut record = Record::load(&ctx);
-    let input = usize::try_from(response.usage.input_tokens).unwrap_or(usize::MAX);
-    if record.overflow_at_tokens.is_some_and(|at| input >= at) {
+    if record.overflow_at_tokens.is_some_and(|at| tokens >= at) {
         record.overflow_at_tokens = None;
         record.save(&ctx);
     }
@@ -201,8 +219,10 @@ where
     S::Future: Send,
 {
     let counter = &*config.counter;
-    // Halved before each summary, down to one message (tried once).
+    // Halved before each summary, down to one message (tried once); no more summaries once
+    // the summarizer failed.
     let mut keep = Some(config.keep_count(&req.messages));
+    let mut summarizer_failed = None;
     let mut clips = CLIPS.iter();
     let mut summary_cuts = 0;
     let mut dropped = false;
@@ -212,7 +232,15 @@ where
         let shorter = if let Some(more) = keep {
             let less = (more / 2).max(1);
             keep = (less > 1).then_some(less);
-            shorten(config, owner, &req, tokens, less, true).await?
+            match shorten(config, owner, &req, tokens, less, true).await? {
+                Shortened::Cut(history) => Some(history),
+                Shortened::Uncut => None,
+                Shortened::Failed(error) => {
+                    keep = None;
+                    summarizer_failed = Some(error);
+                    None
+                }
+            }
         } else if let Some(&max) = clips.next() {
             committed(&req, clip_kept(&req.messages, max, counter))
         } else if summary_cuts < SUMMARY_CUTS {
@@ -235,13 +263,13 @@ where
             }
             shorter
         } else {
-            return Err(does_not_fit(config, &req, error));
+            return Err(does_not_fit(config, &req, error, summarizer_failed));
         };
         let Some(history) = shorter else {
             continue;
         };
         req.messages = history;
-        match call(owner, inner.ready().await?, req.clone()).await {
+        match call(config, owner, inner.ready().await?, req.clone()).await {
             Err(again) if again.kind() == ErrorKind::ContextTooLong => error = again,
             other => return other,
         }
@@ -256,8 +284,14 @@ fn committed(req: &ModelRequest, history: Option<History>) -> Option<History> {
     history
 }
 
-/// The error of a request that does not fit even shrunk as far as it goes: what is in it.
-fn does_not_fit(config: &Config, req: &ModelRequest, error: Error) -> Error {
+/// The error of a request that does not fit even shrunk as far as it goes: what is in it,
+/// and why the summarizer could not help, if it failed.
+fn does_not_fit(
+    config: &Config,
+    req: &ModelRequest,
+    error: Error,
+    summarizer_failed: Option<Error>,
+) -> Error {
     let counter = &*config.counter;
     let mut parts = Vec::new();
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
@@ -287,12 +321,16 @@ fn does_not_fit(config: &Config, req: &ModelRequest, error: Error) -> Error {
         true => last,
         false => format!("{} and {last}", parts.join(", ")),
     };
+    let how = match &summarizer_failed {
+        None => "every older message summarized".to_owned(),
+        Some(failed) => format!("the older messages kept, as the summarizer failed ({failed})"),
+    };
     Error::new(
         ErrorKind::ContextTooLong,
         format!(
-            "the request does not fit the model's context window even with every older message \
-             summarized, the kept tool results clipped and the summary dropped; what is left is \
-             over it: {what}, estimated; the provider said: {error}"
+            "the request does not fit the model's context window even with {how}, the kept tool \
+             results clipped and the summary dropped; what is left is over it: {what}, \
+             estimated; the last refusal: {error}"
         ),
     )
     .with_source(error)

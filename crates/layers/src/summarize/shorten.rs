@@ -65,10 +65,25 @@ const MIN_ROOM: usize = 8;
 /// A summarization is worth it when it saves at least this share of the request.
 const WORTH: f64 = 0.1;
 
+/// What one shortening did.
+#[derive(Debug)]
+pub(super) enum Shortened {
+    /// The new history, committed.
+    Cut(History),
+    /// Nothing was cut: no safe cut, nothing worth a summary, a kept part that is not a valid
+    /// history, or a summary that is not smaller than what it replaces.
+    Uncut,
+    /// The summarizer failed (said in an event; the history is kept and the triggers rest).
+    Failed(Error),
+}
+
 /// Shorten the history of `req`, keeping its last `keep` messages (or more, for a safe cut):
-/// truncate old arguments (unless `forced`), then summarize. Commits the new history and
-/// returns it; `None` when nothing was cut (no safe cut, a kept part that is not a valid
-/// history, or a summary that is not smaller than what it replaces).
+/// truncate old arguments (unless `forced`), then summarize, and commit the new history.
+///
+/// # Errors
+///
+/// A failed observer, or a cancelled run. A summarizer's failure is not an error here:
+/// [`Shortened::Failed`].
 pub(super) async fn shorten(
     config: &Config,
     owner: usize,
@@ -76,12 +91,12 @@ pub(super) async fn shorten(
     tokens_before: usize,
     keep: usize,
     forced: bool,
-) -> Result<Option<History>, Error> {
+) -> Result<Shortened, Error> {
     let ctx = &req.ctx;
     let messages = req.messages.as_slice();
     let counter = &*config.counter;
     let Some(cut) = safe_cut(messages, messages.len().saturating_sub(keep)) else {
-        return Ok(None);
+        return Ok(Shortened::Uncut);
     };
     let kept = &messages[cut..];
     let replaced: usize = messages[..cut]
@@ -106,7 +121,7 @@ pub(super) async fn shorten(
                 older.extend_from_slice(kept);
                 let history = History::from(older);
                 if validate(&history, &trailing_calls(&history)).is_err() {
-                    return Ok(None);
+                    return Ok(Shortened::Uncut);
                 }
                 ctx.commit_history(history.clone());
                 Tally::store(ctx, owner, &history, older_tokens + kept_tokens, tools);
@@ -118,13 +133,13 @@ pub(super) async fn shorten(
                     ),
                 })
                 .await?;
-                return Ok(Some(history));
+                return Ok(Shortened::Cut(history));
             }
         }
     }
 
     if worthless {
-        return Ok(None);
+        return Ok(Shortened::Uncut);
     }
 
     // The kept part must stand on its own after a summary; calls of its last message that
@@ -133,6 +148,7 @@ pub(super) async fn shorten(
     shortened.push(Message::user(String::new()));
     shortened.extend_from_slice(kept);
     if let Err(error) = validate(&shortened, &trailing_calls(&shortened)) {
+        rest(ctx, tokens_before);
         warn(
             ctx,
             format!(
@@ -142,21 +158,32 @@ pub(super) async fn shorten(
             ),
         )
         .await?;
-        return Ok(None);
+        return Ok(Shortened::Uncut);
     }
 
     let bound = config.summary_bound(replaced).min(room);
     let previous = older.first().and_then(summary_text);
     let since = &older[usize::from(previous.is_some())..];
-    let summary = fold(config, ctx, previous, since, bound).await?;
+    let summary = match fold(config, ctx, previous, since, bound).await {
+        Ok(summary) => summary,
+        Err(error) if error.kind() == ErrorKind::Cancelled => return Err(error),
+        // The request may still fit: the history is kept, and the triggers rest.
+        Err(error) => {
+            rest(ctx, tokens_before);
+            warn(
+                ctx,
+                format!("{error}; the history is kept, and summarizing rests until it grows"),
+            )
+            .await?;
+            return Ok(Shortened::Failed(error));
+        }
+    };
 
     shortened[0] = summary_message(&summary);
     let summary_tokens = counter.count_message(&shortened[0]);
     let tokens_after = tokens_before.saturating_sub(replaced) + summary_tokens;
-    let mut record = Record::load(ctx);
     if summary_tokens >= replaced {
-        record.wait_until_tokens = Some(grown(tokens_before));
-        record.save(ctx);
+        rest(ctx, tokens_before);
         warn(
             ctx,
             format!(
@@ -165,7 +192,7 @@ pub(super) async fn shorten(
             ),
         )
         .await?;
-        return Ok(None);
+        return Ok(Shortened::Uncut);
     }
 
     if let Some(storage) = &config.offload {
@@ -175,6 +202,7 @@ pub(super) async fn shorten(
     let history = History::from(shortened);
     ctx.commit_history(history.clone());
     Tally::store(ctx, owner, &history, summary_tokens + kept_tokens, tools);
+    let mut record = Record::load(ctx);
     record.summaries += 1;
     record.messages_summarized += since.len() as u64;
     let saved = tokens_before.saturating_sub(tokens_after) as f64;
@@ -188,13 +216,20 @@ pub(super) async fn shorten(
         tokens_after,
     })
     .await?;
-    Ok(Some(history))
+    Ok(Shortened::Cut(history))
 }
 
 /// The size a request must reach before the triggers fire again after a summarization that
 /// saved little at `tokens`.
 fn grown(tokens: usize) -> usize {
     tokens + (tokens / 10).max(1)
+}
+
+/// Rest the triggers until the request has grown past `tokens` by a tenth.
+fn rest(ctx: &RunContext, tokens: usize) {
+    let mut record = Record::load(ctx);
+    record.wait_until_tokens = Some(grown(tokens));
+    record.save(ctx);
 }
 
 /// The ids of the calls of the last message, when it is an assistant message: they may still

@@ -63,7 +63,7 @@ impl StreamDecoder for Decoder {
         let kind = value.get("type").and_then(Value::as_str).unwrap_or(event);
         match kind {
             "message_start" => {
-                if let Some(usage) = value.pointer("/message/usage") {
+                if let Some(usage) = value.pointer("/message/usage").filter(|u| !u.is_null()) {
                     self.usage = WireUsage::deserialize(usage)
                         .map_err(|e| invalid(PROVIDER, "the usage", e))?;
                 }

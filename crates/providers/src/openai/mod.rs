@@ -11,7 +11,7 @@
 //! | each tool result | a `tool` message with `tool_call_id` (the API has no error flag: the content says it) |
 //! | reasoning parts | not sent (the API has no field for them) |
 //! | `reasoning_content` / `reasoning` of a response (DeepSeek, vLLM, OpenRouter) | a reasoning part |
-//! | `GenerationOptions` | `temperature`, `top_p`, `max_tokens`, `stop`, `tool_choice` |
+//! | `GenerationOptions` | `temperature`, `top_p`, `max_tokens` (`max_completion_tokens` for OpenAI's own API and Azure's, whose reasoning models refuse `max_tokens`), `stop`, `tool_choice` |
 //! | `usage.prompt_tokens_details.cached_tokens` | `Usage::cached_input_tokens` |
 //!
 //! Streaming (the default) asks for `stream_options.include_usage`; text and reasoning deltas
@@ -116,6 +116,19 @@ impl std::fmt::Debug for OpenAiWire {
     }
 }
 
+/// Whether `base_url` is OpenAI's own API (or Azure's), which takes the length limit as
+/// `max_completion_tokens` (its reasoning models refuse `max_tokens`).
+fn is_openai(base_url: &str) -> bool {
+    let host = base_url
+        .split("://")
+        .nth(1)
+        .unwrap_or(base_url)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or_default();
+    host == "api.openai.com" || host.ends_with(".openai.azure.com")
+}
+
 /// A base URL as the requests need it: `/v1` added to a URL with no path.
 fn base_url_of(url: &str) -> String {
     match http::split_base(url) {
@@ -151,7 +164,7 @@ impl Wire for OpenAiWire {
     }
 
     fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
-        frame(&self.model, req, stream)
+        frame(&self.model, req, stream, is_openai(&self.base_url))
     }
 
     fn encode_message(

@@ -28,6 +28,9 @@ struct Rest<'a> {
     top_p: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    /// OpenAI's own name for it, which its reasoning models require.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     stop: &'a [String],
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -89,8 +92,16 @@ struct WireToolSpec<'a> {
     parameters: &'a Value,
 }
 
-pub(super) fn frame(model: &str, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
-    let mut frame = Frame::around(&Head { model }, "messages", &rest(req, stream), PROVIDER)?;
+/// The body around the messages; `completion_tokens`: the length limit goes as
+/// `max_completion_tokens` (OpenAI's own API) rather than `max_tokens` (every other server).
+pub(super) fn frame(
+    model: &str,
+    req: &ModelRequest,
+    stream: bool,
+    completion_tokens: bool,
+) -> Result<Frame, Error> {
+    let rest = rest(req, stream, completion_tokens);
+    let mut frame = Frame::around(&Head { model }, "messages", &rest, PROVIDER)?;
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
         let system = WireMessage::System {
             content: Cow::Borrowed(system),
@@ -101,7 +112,7 @@ pub(super) fn frame(model: &str, req: &ModelRequest, stream: bool) -> Result<Fra
     Ok(frame)
 }
 
-fn rest(req: &ModelRequest, stream: bool) -> Rest<'_> {
+fn rest(req: &ModelRequest, stream: bool, completion_tokens: bool) -> Rest<'_> {
     let options = &req.options;
     Rest {
         tools: req
@@ -126,7 +137,8 @@ fn rest(req: &ModelRequest, stream: bool) -> Rest<'_> {
         }),
         temperature: options.temperature,
         top_p: options.top_p,
-        max_tokens: options.max_tokens,
+        max_tokens: options.max_tokens.filter(|_| !completion_tokens),
+        max_completion_tokens: options.max_tokens.filter(|_| completion_tokens),
         stop: &options.stop,
         stream,
         stream_options: stream.then_some(StreamOptions {

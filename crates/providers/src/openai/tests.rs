@@ -142,3 +142,34 @@ fn a_broken_stream_is_an_error() {
             .is_err()
     );
 }
+
+#[test]
+fn openai_s_own_api_takes_the_length_limit_as_max_completion_tokens() {
+    let mut req = ModelRequest::new(vec![Message::user("hi")]);
+    req.options.max_tokens = Some(64);
+    for (base, key) in [
+        ("https://api.openai.com/v1", "max_completion_tokens"),
+        (
+            "https://my-org.openai.azure.com/openai/v1",
+            "max_completion_tokens",
+        ),
+        ("http://127.0.0.1:8080/v1", "max_tokens"),
+        ("https://openrouter.ai/api/v1", "max_tokens"),
+    ] {
+        let wire = OpenAiWire {
+            model: "m".into(),
+            base_url: base.into(),
+            key: None,
+        };
+        let body: Value =
+            serde_json::from_slice(&encode::body(&wire, &req, false, false).expect("encodes"))
+                .expect("json");
+        assert_eq!(body[key], 64, "{base}: {body}");
+        let other = if key == "max_tokens" {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        assert!(body.get(other).is_none(), "{base}: {body}");
+    }
+}

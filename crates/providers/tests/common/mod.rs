@@ -99,6 +99,8 @@ enum Mode {
     OneAnswer,
     /// These bytes after the first request, then silence.
     Stall(&'static [u8]),
+    /// After the first request, each piece after its pause (milliseconds), then the end.
+    Trickle(&'static [(u64, &'static [u8])]),
 }
 
 impl Server {
@@ -125,6 +127,12 @@ impl Server {
     /// and nothing more, as a stopped process does.
     pub async fn stalling(first: &'static [u8]) -> Self {
         Self::serve(Mode::Stall(first), []).await
+    }
+
+    /// A server that reads a request and sends `pieces`, each after its pause in
+    /// milliseconds, then closes the connection.
+    pub async fn trickling(pieces: &'static [(u64, &'static [u8])]) -> Self {
+        Self::serve(Mode::Trickle(pieces), []).await
     }
 
     async fn serve(mode: Mode, canned: impl IntoIterator<Item = Canned>) -> Self {
@@ -178,6 +186,16 @@ async fn connection(
                 // Held open, silent, until the client gives up.
                 let mut sink = [0_u8; 64];
                 while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+                return;
+            }
+            Mode::Trickle(pieces) => {
+                for (pause, piece) in pieces {
+                    tokio::time::sleep(std::time::Duration::from_millis(*pause)).await;
+                    if socket.write_all(piece).await.is_err() || socket.flush().await.is_err() {
+                        return;
+                    }
+                }
+                let _ = socket.shutdown().await;
                 return;
             }
             Mode::OneAnswer if answered == 1 => return,
