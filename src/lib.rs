@@ -176,6 +176,10 @@ pub mod prelude {
 
 /// Long-form guides. Their code examples are compiled and run as doctests.
 pub mod docs {
+    #[doc = include_str!("../docs/guide.md")]
+    #[cfg(all(feature = "tools", feature = "layers", feature = "workflow"))]
+    pub mod guide {}
+
     #[doc = include_str!("../docs/architecture.md")]
     pub mod architecture {}
 

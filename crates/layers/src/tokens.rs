@@ -13,7 +13,7 @@
 //!
 //! | text | characters | estimate | SmolLM2 | estimate / real |
 //! |---|---|---|---|---|
-//! | English prose (this crate's README) | 6,000 | 1,505 | 1,819 | 0.83 |
+//! | English prose (the project's docs) | 6,000 | 1,505 | 1,819 | 0.83 |
 //! | Rust code | 6,000 | 1,500 | 1,654 | 0.91 |
 //! | JSON (a tool result) | 8,032 | 2,008 | 4,313 | 0.47 |
 //! | German prose | 2,860 | 775 | 1,161 | 0.67 |
