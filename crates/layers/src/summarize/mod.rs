@@ -45,8 +45,11 @@
 //!    what does not fit (the system prompt, the tool specs and the newest messages, with their
 //!    estimated tokens).
 //!
-//! Each step is committed, and the session remembers the size that overflowed: a later turn
-//! summarizes before it sends a request that large again, instead of resending it. A run on
+//! Each step is committed, and the session remembers the size that overflowed
+//! (`overflow_at_tokens` in its state under `tower_agent.summarization`): a later request that
+//! large is shrunk the same way before it is sent, instead of being refused again. The size
+//! stays with the session: a host that moves it to a model with a larger window removes that
+//! entry. A run on
 //! this layer therefore either completes or fails with that error; it never leaves a session
 //! that fails the same way on every later turn. ([`SummarizeLayer::recover_overflow`] turns
 //! the recovery off.)

@@ -160,10 +160,10 @@ where
         }
     }
     if !config.recover {
-        return call(&config, owner, &mut inner, req).await;
+        return call(owner, &mut inner, req).await;
     }
     let spare = req.clone();
-    match call(&config, owner, &mut inner, req).await {
+    match call(owner, &mut inner, req).await {
         Err(error) if error.kind() == ErrorKind::ContextTooLong => {
             recover(&config, owner, inner, spare, error).await
         }
@@ -172,26 +172,13 @@ where
 }
 
 /// Call the ready `inner` with `req`; on success, remember what the provider counted.
-async fn call<S>(
-    config: &Config,
-    owner: usize,
-    inner: &mut S,
-    req: ModelRequest,
-) -> Result<ModelResponse, Error>
+async fn call<S>(owner: usize, inner: &mut S, req: ModelRequest) -> Result<ModelResponse, Error>
 where
     S: Service<ModelRequest, Response = ModelResponse, Error = Error>,
 {
     let (ctx, sent) = (req.ctx.clone(), req.messages.clone());
-    let tokens = count_request(owner, &req, &*config.counter);
     let response = inner.call(req).await?;
     Reported::store(&ctx, owner, &sent, response.usage);
-    // A request at least as large as one that overflowed went through (counted the same way):
-    // the window is larger.
-    let mut record = Record::load(&ctx);
-    if record.overflow_at_tokens.is_some_and(|at| tokens >= at) {
-        record.overflow_at_tokens = None;
-        record.save(&ctx);
-    }
     Ok(response)
 }
 
@@ -269,7 +256,7 @@ where
             continue;
         };
         req.messages = history;
-        match call(config, owner, inner.ready().await?, req.clone()).await {
+        match call(owner, inner.ready().await?, req.clone()).await {
             Err(again) if again.kind() == ErrorKind::ContextTooLong => error = again,
             other => return other,
         }

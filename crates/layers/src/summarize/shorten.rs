@@ -34,7 +34,8 @@ pub(crate) struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) wait_until_tokens: Option<usize>,
     /// The smallest request (in counted tokens) the provider refused as too long: a request
-    /// this large is shortened before it is sent.
+    /// this large is shrunk before it is sent. It stays with the session; a host that moves
+    /// the session to a model with a larger window removes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) overflow_at_tokens: Option<usize>,
 }
