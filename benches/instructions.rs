@@ -55,20 +55,16 @@ fn main() {
     let tools = service_fn(|req: ToolRequest| ready(Ok::<_, Error>(tool_answer(&req.call))));
     let bare = Agent::builder().max_rounds(ROUNDS).build(model, tools);
     let six = ServiceBuilder::new()
-        .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(res) })
         .before_agent(|req: AgentRequest| async move { Ok(Flow::Continue(req)) })
         .service(
             Agent::builder().max_rounds(ROUNDS).build(
                 ServiceBuilder::new()
-                    .after_model(|res: ModelResponse, _: RunContext| async move {
-                        Ok(Flow::Continue(res))
-                    })
+                    .after_model(|res: ModelResponse, _: RunContext| async move { Ok(res) })
                     .before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
                     .service(model),
                 ServiceBuilder::new()
-                    .after_tool(|res: ToolResponse, _: RunContext| async move {
-                        Ok(Flow::Continue(res))
-                    })
+                    .after_tool(|res: ToolResponse, _: RunContext| async move { Ok(res) })
                     .before_tool(|req: ToolRequest| async move { Ok(Flow::Continue(req)) })
                     .service(tools),
             ),

@@ -74,9 +74,8 @@ fn layer(c: &mut Criterion) {
         })
     });
 
-    let mut after =
-        after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
-            .layer(service_fn(answer));
+    let mut after = after_model(|res: ModelResponse, _: RunContext| async move { Ok(res) })
+        .layer(service_fn(answer));
     group.bench_function("after_model_pass_through", |b| {
         b.iter(|| poll_once(after.call(black_box(template.clone()))))
     });
@@ -101,7 +100,7 @@ fn layer(c: &mut Criterion) {
 
     let mut stack = ServiceBuilder::new()
         .observe(ObserveLayer::new())
-        .after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .after_model(|res: ModelResponse, _: RunContext| async move { Ok(res) })
         .before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
         .service(service_fn(answer));
     group.bench_function("observe_after_before_stack", |b| {
@@ -138,15 +137,15 @@ fn agent_loop(c: &mut Criterion) {
         .build(stub_model(), stub_tools());
 
     let model = ServiceBuilder::new()
-        .after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .after_model(|res: ModelResponse, _: RunContext| async move { Ok(res) })
         .before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
         .service(stub_model());
     let tools = ServiceBuilder::new()
-        .after_tool(|res: ToolResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .after_tool(|res: ToolResponse, _: RunContext| async move { Ok(res) })
         .before_tool(|req: ToolRequest| async move { Ok(Flow::Continue(req)) })
         .service(stub_tools());
     let six = ServiceBuilder::new()
-        .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(res) })
         .before_agent(|req: AgentRequest| async move { Ok(Flow::Continue(req)) })
         .service(Agent::builder().max_rounds(ROUNDS).build(model, tools));
 

@@ -146,11 +146,10 @@ pub mod prelude {
         AroundCallback, AroundLayer, BeforeCallback, BeforeLayer, BoxError, CancellationToken,
         ContentPart, Decision, DecisionKind, Decisions, Error, ErrorKind, Event, Flow,
         GenerationOptions, Interrupt, Message, ModelNext, ModelRequest, ModelResponse, Next,
-        ObserveLayer, Observer, Outcome, Progress, Replaceable, Role, RunContext,
-        ServiceBuilderExt, Session, StopReason, ToolAction, ToolCall, ToolChoice, ToolNext,
-        ToolRequest, ToolResponse, ToolResult, ToolSpec, Usage, after_agent, after_model,
-        after_tool, around_agent, around_model, around_tool, before_agent, before_model,
-        before_tool, observer_fn,
+        ObserveLayer, Observer, Outcome, Progress, Role, RunContext, ServiceBuilderExt, Session,
+        StopReason, ToolAction, ToolCall, ToolChoice, ToolNext, ToolRequest, ToolResponse,
+        ToolResult, ToolSpec, Usage, after_agent, after_model, after_tool, around_agent,
+        around_model, around_tool, before_agent, before_model, before_tool, observer_fn,
     };
     pub use tower_agent_loop::{Agent, AgentServiceExt};
 

@@ -74,8 +74,7 @@ fn pass_through_callbacks_allocate_nothing() {
         "before_model"
     );
 
-    let after =
-        after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) });
+    let after = after_model(|res: ModelResponse, _: RunContext| async move { Ok(res) });
     assert_eq!(
         allocations(after.clone().layer(stub), 100),
         0,

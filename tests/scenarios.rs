@@ -42,15 +42,15 @@ async fn a_stack_of_all_six_points_and_observers_serves_sessions_from_other_task
     fn assert_clone_send_static<T: Clone + Send + 'static>(_: &T) {}
     let model = ServiceBuilder::new()
         .observe(ObserveLayer::new().on_request(|_: &ModelRequest| {}))
-        .after_model(|res: ModelResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .after_model(|res: ModelResponse, _: RunContext| async move { Ok(res) })
         .before_model(|req: ModelRequest| async move { Ok(Flow::Continue(req)) })
         .service(ScriptedModel::from_fn(|_| Ok(ModelResponse::text("hi"))));
     let tools = ServiceBuilder::new()
-        .after_tool(|res: ToolResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .after_tool(|res: ToolResponse, _: RunContext| async move { Ok(res) })
         .before_tool(|req: ToolRequest| async move { Ok(Flow::Continue(req)) })
         .service(calculator());
     let agent = ServiceBuilder::new()
-        .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(Flow::Continue(res)) })
+        .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(res) })
         .before_agent(|req: AgentRequest| async move { Ok(Flow::Continue(req)) })
         .service(Agent::new(model, tools));
     assert_clone_send_static(&agent);
@@ -89,7 +89,7 @@ async fn per_tool_middleware_bounds_one_tool_only() {
                 async move {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     now.fetch_sub(1, Ordering::SeqCst);
-                    Ok(Flow::Continue(res))
+                    Ok(res)
                 }
             })
             .service(tool)
@@ -151,7 +151,7 @@ async fn six_points_in_run_order() {
     let model = ServiceBuilder::new()
         .after_model(move |res: ModelResponse, ctx: RunContext| {
             push(&l1, format!("after_model {}", ctx.round()));
-            async move { Ok(Flow::Continue(res)) }
+            async move { Ok(res) }
         })
         .before_model(move |req: ModelRequest| {
             push(&l2, format!("before_model {}", req.ctx.round()));
@@ -161,7 +161,7 @@ async fn six_points_in_run_order() {
     let tools = ServiceBuilder::new()
         .after_tool(move |res: ToolResponse, _: RunContext| {
             push(&l3, "after_tool".into());
-            async move { Ok(Flow::Continue(res)) }
+            async move { Ok(res) }
         })
         .before_tool(move |req: ToolRequest| {
             push(&l4, "before_tool".into());
@@ -171,7 +171,7 @@ async fn six_points_in_run_order() {
     let agent = ServiceBuilder::new()
         .after_agent(move |res: AgentResponse, _: RunContext| {
             push(&l5, "after_agent".into());
-            async move { Ok(Flow::Continue(res)) }
+            async move { Ok(res) }
         })
         .before_agent(move |req: AgentRequest| {
             push(&l6, "before_agent".into());

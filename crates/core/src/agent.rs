@@ -181,9 +181,7 @@ impl AsRef<RunContext> for AgentRequest {
 }
 
 /// What the agent service returns: the session after the run and how it ended.
-///
-/// Equality ignores whether an after callback replaced the response.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentResponse {
     /// The session after the run, ready to save or run again.
     pub session: Session,
@@ -193,7 +191,6 @@ pub struct AgentResponse {
     pub usage: Usage,
     /// Model calls made.
     pub rounds: u32,
-    pub(crate) replaced: bool,
 }
 
 impl AgentResponse {
@@ -204,7 +201,6 @@ impl AgentResponse {
             outcome,
             usage: Usage::default(),
             rounds: 0,
-            replaced: false,
         }
     }
 
@@ -214,14 +210,5 @@ impl AgentResponse {
             Outcome::Completed { message } => Some(message.text()),
             _ => None,
         }
-    }
-}
-
-impl PartialEq for AgentResponse {
-    fn eq(&self, other: &Self) -> bool {
-        self.session == other.session
-            && self.outcome == other.outcome
-            && self.usage == other.usage
-            && self.rounds == other.rounds
     }
 }

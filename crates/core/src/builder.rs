@@ -33,7 +33,7 @@ mod sealed {
 /// let model = ServiceBuilder::new()
 ///     .after_model(|res: ModelResponse, _: RunContext| async move {
 ///         let text = res.message.text().to_uppercase();
-///         Ok(Flow::Continue(ModelResponse::text(text)))
+///         Ok(ModelResponse::text(text))
 ///     })
 ///     .before_model(|mut req: ModelRequest| async move {
 ///         req.append_system("be loud");
@@ -58,7 +58,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
     fn after_model<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AfterLayer<F>, L>>
     where
         F: FnMut(ModelResponse, RunContext) -> Fut + Clone,
-        Fut: Future<Output = Result<Flow<ModelResponse, ModelResponse>, Error>>;
+        Fut: Future<Output = Result<ModelResponse, Error>>;
 
     /// Add a [`before_tool`] callback.
     fn before_tool<F, Fut>(self, f: F) -> ServiceBuilder<Stack<BeforeLayer<F>, L>>
@@ -70,7 +70,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
     fn after_tool<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AfterLayer<F>, L>>
     where
         F: FnMut(ToolResponse, RunContext) -> Fut + Clone,
-        Fut: Future<Output = Result<Flow<ToolResponse, ToolResponse>, Error>>;
+        Fut: Future<Output = Result<ToolResponse, Error>>;
 
     /// Add a [`before_agent`] callback.
     fn before_agent<F, Fut>(self, f: F) -> ServiceBuilder<Stack<BeforeLayer<F>, L>>
@@ -82,7 +82,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
     fn after_agent<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AfterLayer<F>, L>>
     where
         F: FnMut(AgentResponse, RunContext) -> Fut + Clone,
-        Fut: Future<Output = Result<Flow<AgentResponse, AgentResponse>, Error>>;
+        Fut: Future<Output = Result<AgentResponse, Error>>;
 
     /// Add an [`around_model`] callback.
     fn around_model<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AroundLayer<F>, L>>
@@ -121,7 +121,7 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     fn after_model<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AfterLayer<F>, L>>
     where
         F: FnMut(ModelResponse, RunContext) -> Fut + Clone,
-        Fut: Future<Output = Result<Flow<ModelResponse, ModelResponse>, Error>>,
+        Fut: Future<Output = Result<ModelResponse, Error>>,
     {
         self.layer(after_model(f))
     }
@@ -137,7 +137,7 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     fn after_tool<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AfterLayer<F>, L>>
     where
         F: FnMut(ToolResponse, RunContext) -> Fut + Clone,
-        Fut: Future<Output = Result<Flow<ToolResponse, ToolResponse>, Error>>,
+        Fut: Future<Output = Result<ToolResponse, Error>>,
     {
         self.layer(after_tool(f))
     }
@@ -153,7 +153,7 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     fn after_agent<F, Fut>(self, f: F) -> ServiceBuilder<Stack<AfterLayer<F>, L>>
     where
         F: FnMut(AgentResponse, RunContext) -> Fut + Clone,
-        Fut: Future<Output = Result<Flow<AgentResponse, AgentResponse>, Error>>,
+        Fut: Future<Output = Result<AgentResponse, Error>>,
     {
         self.layer(after_agent(f))
     }

@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::history::History;
 use crate::session::{Session, Usage};
 
 /// A type-erased error, as tower's middleware produce (`tower::BoxError`).
@@ -158,6 +159,7 @@ pub struct Error {
     message: Cow<'static, str>,
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
     session: Option<Box<Session>>,
+    history: Option<Box<History>>,
     usage: Usage,
 }
 
@@ -185,6 +187,7 @@ impl Error {
             message: message.into(),
             source: None,
             session: None,
+            history: None,
             usage: Usage::default(),
         }
     }
@@ -264,6 +267,25 @@ impl Error {
         self.session.take().map(|s| *s)
     }
 
+    /// Attach the history a layer committed before the call failed (a summary it paid for):
+    /// the agent applies it, as it would a [`ModelResponse::history`](crate::ModelResponse),
+    /// to the session it returns with the error. An inner layer's commit wins, as in
+    /// [`ModelResponse::commit`](crate::ModelResponse::commit).
+    pub fn with_history(mut self, history: History) -> Self {
+        self.history.get_or_insert_with(|| Box::new(history));
+        self
+    }
+
+    /// The history a layer committed before the call failed ([`Error::with_history`]).
+    pub fn history(&self) -> Option<&History> {
+        self.history.as_deref()
+    }
+
+    /// Take the history a layer committed before the call failed.
+    pub fn take_history(&mut self) -> Option<History> {
+        self.history.take().map(|h| *h)
+    }
+
     /// Attach the tokens the failed run used before it failed.
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = usage;
@@ -332,6 +354,9 @@ impl fmt::Debug for Error {
                 "session",
                 &format_args!("<{} messages>", session.history.len()),
             );
+        }
+        if let Some(history) = &self.history {
+            d.field("history", &format_args!("<{} messages>", history.len()));
         }
         if self.usage != Usage::default() {
             d.field("usage", &self.usage);

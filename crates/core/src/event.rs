@@ -367,7 +367,6 @@ impl EventSink {
     }
 
     /// Whether anything listens. Emitters skip building events when this is false.
-    #[inline]
     pub fn is_enabled(&self) -> bool {
         !self.observers.is_empty() || self.stream.is_some()
     }

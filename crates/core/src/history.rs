@@ -15,7 +15,7 @@ use crate::message::{Message, Role, ToolCall, ToolResult};
 /// is dropped, which then mutates in place. A layer that edits the history it received in a
 /// [`ModelRequest`](crate::ModelRequest) gets its own copy (the first edit copies), so the
 /// edit shapes that request only and never the session; see
-/// [`RunContext::commit_history`](crate::RunContext::commit_history) for edits meant to last.
+/// [`ModelResponse::commit`](crate::ModelResponse::commit) for edits meant to last.
 ///
 /// ```
 /// use tower_agent_core::{History, Message};
@@ -37,25 +37,21 @@ impl History {
     }
 
     /// Append a message (copies first only if another clone is alive).
-    #[inline]
     pub fn push(&mut self, message: Message) {
         Arc::make_mut(&mut self.0).push(message);
     }
 
     /// Append messages.
-    #[inline]
     pub fn extend(&mut self, messages: impl IntoIterator<Item = Message>) {
         Arc::make_mut(&mut self.0).extend(messages);
     }
 
     /// Mutable access to the messages (copies first only if another clone is alive).
-    #[inline]
     pub fn make_mut(&mut self) -> &mut Vec<Message> {
         Arc::make_mut(&mut self.0)
     }
 
     /// The messages.
-    #[inline]
     pub fn as_slice(&self) -> &[Message] {
         &self.0
     }
@@ -216,7 +212,6 @@ impl History {
 impl Deref for History {
     type Target = [Message];
 
-    #[inline]
     fn deref(&self) -> &[Message] {
         &self.0
     }

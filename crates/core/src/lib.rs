@@ -56,7 +56,6 @@ pub mod decision;
 pub mod error;
 pub mod event;
 pub mod history;
-mod ids;
 pub mod message;
 pub mod model;
 pub mod session;
@@ -67,16 +66,14 @@ pub use agent::{AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopR
 pub use builder::ServiceBuilderExt;
 pub use callback::{
     AfterCallback, AfterLayer, AgentNext, AroundCallback, AroundLayer, BeforeCallback, BeforeLayer,
-    BoxNext, Flow, ModelNext, Next, NextFuture, ObserveLayer, Replaceable, ToolNext, after_agent,
-    after_model, after_tool, around_agent, around_model, around_tool, before_agent, before_model,
-    before_tool,
+    BoxNext, Flow, ModelNext, Next, NextFuture, ObserveLayer, ToolNext, after_agent, after_model,
+    after_tool, around_agent, around_model, around_tool, before_agent, before_model, before_tool,
 };
 pub use context::{RunContext, new_id};
 pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
 pub use history::{CallBlock, History, HistoryError};
-pub use ids::CallIdSet;
 pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
 pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,

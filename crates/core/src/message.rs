@@ -241,7 +241,6 @@ impl Message {
     }
 
     /// A tool message carrying one result.
-    #[inline]
     pub fn tool_result(result: ToolResult) -> Self {
         Self {
             role: Role::Tool,
@@ -298,7 +297,6 @@ impl Message {
     }
 
     /// Whether the message has any non-empty text part.
-    #[inline]
     pub fn has_text(&self) -> bool {
         self.content
             .iter()
@@ -306,7 +304,6 @@ impl Message {
     }
 
     /// The tool calls, in order.
-    #[inline]
     pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
         self.content.iter().filter_map(|p| match p {
             ContentPart::ToolCall(call) => Some(call),
@@ -315,13 +312,11 @@ impl Message {
     }
 
     /// Whether the message asks for any tool call.
-    #[inline]
     pub fn has_tool_calls(&self) -> bool {
         self.tool_calls().next().is_some()
     }
 
     /// The tool results, in order.
-    #[inline]
     pub fn tool_results(&self) -> impl Iterator<Item = &ToolResult> {
         self.content.iter().filter_map(|p| match p {
             ContentPart::ToolResult(result) => Some(result),

@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::context::RunContext;
 use crate::history::History;
 use crate::message::{ContentPart, Message, Role, ToolCall};
+use crate::session::StopReason;
 pub use crate::session::Usage;
 
 /// A tool offered to the model: its name, what it does, and its parameters as JSON Schema.
@@ -187,18 +188,60 @@ pub enum FinishReason {
     Other(String),
 }
 
-/// What the model service returns: the assistant message, usage and why it stopped.
+/// What the model service returns: the assistant message, usage, why it stopped, and what the
+/// layers it went through did to the run.
 ///
-/// Equality ignores whether an after callback replaced the response.
-#[derive(Debug, Clone)]
+/// It holds the call's whole effect, so a response saved as JSON and applied later (a replay,
+/// a journaled step) does what the live one did:
+///
+/// - [`history`](Self::history): the history a layer committed (a summary, a repair); the
+///   session's history becomes it before the message is appended;
+/// - [`stop`](Self::stop): a layer ended the run here (a call limit); the message is not
+///   appended;
+/// - [`side_usage`](Self::side_usage): tokens of calls a layer made for this one (a
+///   summarizer), counted in the run's usage but not in [`usage`](Self::usage).
+///
+/// ```
+/// use tower_agent_core::{History, Message, ModelResponse, StopReason, Usage};
+///
+/// let mut res = ModelResponse::text("hi").with_usage(Usage::new(10, 2));
+/// res.commit(History::from(vec![Message::user("summary")]));
+/// let json = serde_json::to_string(&res).unwrap();
+/// let back: ModelResponse = serde_json::from_str(&json).unwrap();
+/// assert_eq!(back, res);
+/// assert_eq!(back.history.unwrap().len(), 1);
+///
+/// let blocked = ModelResponse::stop(StopReason::Layer { reason: "budget spent".into() });
+/// assert!(blocked.stop.is_some());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelResponse {
-    /// The assistant message. The agent appends it to the history as an assistant message.
+    /// The assistant message. The agent appends it to the history as an assistant message,
+    /// unless [`stop`](Self::stop) is set.
     pub message: Message,
     /// Tokens used by this call.
+    #[serde(default)]
     pub usage: Usage,
     /// Why the model stopped.
+    #[serde(default)]
     pub finish_reason: FinishReason,
-    pub(crate) replaced: bool,
+    /// The history a layer committed during this call: the session's history becomes it
+    /// before the message is appended. Set it with [`ModelResponse::commit`].
+    ///
+    /// The agent checks it: a history whose tool calls are not answered exactly once fails
+    /// the run with [`ErrorKind::BadRequest`](crate::ErrorKind::BadRequest), the session left
+    /// as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<History>,
+    /// A layer ended the run at this call ([`ModelResponse::stop`]): the run ends with
+    /// [`Outcome::Stopped`](crate::Outcome::Stopped) and this reason, and the message is not
+    /// appended (its calls could not be answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopReason>,
+    /// Tokens used by calls a layer made for this one (a summarizer's), added to the run's
+    /// usage.
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub side_usage: Usage,
 }
 
 impl ModelResponse {
@@ -213,8 +256,32 @@ impl ModelResponse {
             message,
             usage: Usage::default(),
             finish_reason,
-            replaced: false,
+            history: None,
+            stop: None,
+            side_usage: Usage::default(),
         }
+    }
+
+    /// A call a layer blocked: the run ends here with `reason`
+    /// ([`Outcome::Stopped`](crate::Outcome::Stopped)). Its message is empty and is not
+    /// appended.
+    pub fn stop(reason: StopReason) -> Self {
+        let mut response = Self::text("");
+        response.stop = Some(reason);
+        response
+    }
+
+    /// Commit `history` as the session's, unless a layer further in already committed one:
+    /// that one was made from the request this layer passed on, so it holds this layer's
+    /// edit too. Use it in an around (or hand-written) model layer whose edit must outlast the
+    /// request (summarization, patching); request edits otherwise shape that request only.
+    pub fn commit(&mut self, history: History) {
+        self.history.get_or_insert(history);
+    }
+
+    /// Add `usage` to the tokens of side calls ([`ModelResponse::side_usage`]).
+    pub fn add_side_usage(&mut self, usage: Usage) {
+        self.side_usage += usage;
     }
 
     /// A text answer.
@@ -260,13 +327,5 @@ impl ModelResponse {
             role: Role::Assistant,
             content: parts,
         })
-    }
-}
-
-impl PartialEq for ModelResponse {
-    fn eq(&self, other: &Self) -> bool {
-        self.message == other.message
-            && self.usage == other.usage
-            && self.finish_reason == other.finish_reason
     }
 }

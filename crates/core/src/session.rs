@@ -149,7 +149,8 @@ pub enum StopReason {
         /// Why, in words (`"declined"`, `"no answer within 900 s"`).
         reason: String,
     },
-    /// A layer stopped the run ([`RunContext::stop`](crate::RunContext::stop)).
+    /// A layer stopped the run ([`ModelResponse::stop`](crate::ModelResponse::stop),
+    /// [`ToolAction::Stop`](crate::ToolAction::Stop)).
     Layer {
         /// Why.
         reason: String,
@@ -460,12 +461,16 @@ impl Usage {
         self.cached_input_tokens = cached;
         self
     }
+
+    /// Whether no token was counted.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl Add for Usage {
     type Output = Usage;
 
-    #[inline]
     fn add(self, rhs: Usage) -> Usage {
         Usage {
             input_tokens: self.input_tokens.saturating_add(rhs.input_tokens),
@@ -478,7 +483,6 @@ impl Add for Usage {
 }
 
 impl AddAssign for Usage {
-    #[inline]
     fn add_assign(&mut self, rhs: Usage) {
         *self = *self + rhs;
     }

@@ -1,11 +1,13 @@
 //! The tool service's request and response.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::context::RunContext;
 use crate::decision::DecisionKind;
 use crate::message::{ToolCall, ToolResult};
 pub use crate::session::Interrupt;
+use crate::session::{StopReason, Usage};
 
 /// What the tool service receives: one call, and the run context.
 #[derive(Debug, Clone)]
@@ -37,44 +39,79 @@ impl AsRef<RunContext> for ToolRequest {
 }
 
 /// What the agent does after a tool call.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ToolAction {
     /// Go on: append the result, call the model again.
     #[default]
     Continue,
     /// Append the result, then stop the loop: the run ends with
-    /// [`Outcome::Stopped`](crate::Outcome::Stopped). Later calls of the same round are not
-    /// executed (in sequential mode) and get a "not executed" result.
-    Stop {
-        /// Why, for the host.
-        reason: String,
-    },
+    /// [`Outcome::Stopped`](crate::Outcome::Stopped) and this reason. Later calls of the same
+    /// round are not executed (in sequential mode) and get a "not executed" result. A tool
+    /// that stops the run itself uses [`ToolAction::stop`].
+    Stop(StopReason),
     /// Pause the run at this call: no result is appended; the run ends with
     /// [`Outcome::Interrupted`](crate::Outcome::Interrupted) once the round's other calls ran.
     /// Boxed: a pause is rare, and a small response moves cheaply through every layer.
     Interrupt(Box<Pause>),
 }
 
+impl ToolAction {
+    /// Stop the run because the tool `call` said so, for `reason`
+    /// ([`StopReason::Tool`](crate::StopReason::Tool)).
+    pub fn stop(call: &ToolCall, reason: impl Into<String>) -> Self {
+        ToolAction::Stop(StopReason::Tool {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            reason: reason.into(),
+        })
+    }
+}
+
 /// What a paused call waits for: the payload for the host and the decisions it takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pause {
     /// What the host needs to decide.
     pub payload: Value,
     /// The decisions the call takes on resume; empty: any value ([`Interrupt::allowed`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed: Vec<DecisionKind>,
 }
 
-/// What the tool service returns: the result the model sees, and what the loop does next.
+/// What the tool service returns: the result the model sees, what the loop does next, and
+/// what the layers it went through did.
 ///
-/// Equality ignores whether an after callback replaced the response.
-#[derive(Debug, Clone)]
+/// It holds the call's whole effect, so a response saved as JSON and applied later does what
+/// the live one did: [`arguments`](Self::arguments) the call really ran with (an approval that
+/// edited them) and [`usage`](Self::usage) of model calls the tool made (a sub-agent).
+///
+/// ```
+/// use serde_json::json;
+/// use tower_agent_core::{ToolAction, ToolCall, ToolResponse};
+///
+/// let call = ToolCall::new("c1", "rm", json!({"path": "/"}));
+/// let res = ToolResponse::success(&call, "removed /tmp")
+///     .ran_with(r#"{"path":"/tmp"}"#)
+///     .with_action(ToolAction::stop(&call, "done"));
+/// let back: ToolResponse = serde_json::from_str(&serde_json::to_string(&res).unwrap()).unwrap();
+/// assert_eq!(back, res);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResponse {
     /// The result. Ignored when `action` is [`ToolAction::Interrupt`].
     pub result: ToolResult,
     /// What the loop does next.
+    #[serde(default)]
     pub action: ToolAction,
-    pub(crate) replaced: bool,
+    /// The arguments (raw JSON) the call ran with when a layer changed the model's (an
+    /// approval that edited them): the agent writes them into the call in the history, so the
+    /// history records what was executed. Ignored for a call that ends up waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    /// Tokens used by model calls the tool made (a sub-agent), added to the run's usage.
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub usage: Usage,
 }
 
 impl ToolResponse {
@@ -83,7 +120,8 @@ impl ToolResponse {
         Self {
             result,
             action: ToolAction::Continue,
-            replaced: false,
+            arguments: None,
+            usage: Usage::default(),
         }
     }
 
@@ -123,10 +161,17 @@ impl ToolResponse {
         self.action = action;
         self
     }
-}
 
-impl PartialEq for ToolResponse {
-    fn eq(&self, other: &Self) -> bool {
-        self.result == other.result && self.action == other.action
+    /// Say the call ran with `arguments` (raw JSON) instead of the model's
+    /// ([`ToolResponse::arguments`]).
+    pub fn ran_with(mut self, arguments: impl Into<String>) -> Self {
+        self.arguments = Some(arguments.into());
+        self
+    }
+
+    /// Add `usage` to the tokens the call used ([`ToolResponse::usage`]).
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage += usage;
+        self
     }
 }

@@ -1,5 +1,6 @@
 //! Pins every row of `docs/ordering.md`: who sees the request, who sees the response, what a
-//! short-circuit skips, and how "built-in first, its answer wins" comes out of the onion.
+//! short-circuit skips, and how "built-in first, its answer wins" comes out of the position of
+//! the built-ins in a plain onion.
 
 use std::sync::{Arc, Mutex};
 
@@ -7,8 +8,8 @@ use serde_json::json;
 use tower::util::BoxCloneService;
 use tower::{Layer, ServiceExt, service_fn};
 use tower_agent_core::{
-    Error, Flow, ObserveLayer, Replaceable, RunContext, ToolCall, ToolNext, ToolRequest,
-    ToolResponse, after_tool, around_tool, before_tool,
+    Error, Flow, ObserveLayer, RunContext, ToolCall, ToolNext, ToolRequest, ToolResponse,
+    after_tool, around_tool, before_tool,
 };
 
 type Log = Arc<Mutex<Vec<String>>>;
@@ -92,8 +93,8 @@ const ROWS: &[Row] = &[
         n: 5,
         stack: &[After("A"), Replaces("B")],
         request: &["S"],
-        response: &["B"],
-        result: Some("replaced by B"),
+        response: &["B", "A"],
+        result: Some("replaced by B|A"),
         observer_saw: None,
     },
     Row {
@@ -134,7 +135,7 @@ const ROWS: &[Row] = &[
         request: &["O", "S"],
         response: &["A", "O"],
         result: Some("replaced by A"),
-        observer_saw: Some("replaced"),
+        observer_saw: Some("replaced by A"),
     },
     Row {
         n: 11,
@@ -148,9 +149,9 @@ const ROWS: &[Row] = &[
         n: 12,
         stack: &[After("A"), Observe("O"), Replaces("B")],
         request: &["O", "S"],
-        response: &["B", "O"],
-        result: Some("replaced by B"),
-        observer_saw: Some("replaced"),
+        response: &["B", "O", "A"],
+        result: Some("replaced by B|A"),
+        observer_saw: Some("replaced by B"),
     },
     Row {
         n: 13,
@@ -248,7 +249,7 @@ fn build(stack: &[L], log: &Log) -> Svc {
                     push(&log, format!("{name}<"));
                     async move {
                         res.result.content.push_str(&format!("|{name}"));
-                        Ok(Flow::Continue(res))
+                        Ok(res)
                     }
                 })
                 .layer(svc),
@@ -258,10 +259,7 @@ fn build(stack: &[L], log: &Log) -> Svc {
                     push(&log, format!("{name}<"));
                     async move {
                         let call = ToolCall::new(&res.result.call_id, &res.result.name, json!({}));
-                        Ok(Flow::Answer(ToolResponse::success(
-                            &call,
-                            format!("replaced by {name}"),
-                        )))
+                        Ok(ToolResponse::success(&call, format!("replaced by {name}")))
                     }
                 })
                 .layer(svc),
@@ -322,7 +320,6 @@ fn build(stack: &[L], log: &Log) -> Svc {
                             move |res: Result<&ToolResponse, &Error>, _ctx: &RunContext| {
                                 push(&log, format!("{name}<"));
                                 let saw = match res {
-                                    Ok(r) if r.is_replaced() => "replaced".to_owned(),
                                     Ok(r) => r.result.content.clone(),
                                     Err(_) => "error".to_owned(),
                                 };
@@ -402,15 +399,16 @@ async fn every_row_of_the_onion_table() {
     }
 }
 
-/// The canonical order of `docs/ordering.md`: observer, user after, built-in after, built-in
-/// before, user before, service.
+/// The canonical order of `docs/ordering.md`: observer, the built-ins (after, then before),
+/// the user's callbacks (after, then before), service. The built-ins are outside: their
+/// answer short-circuits the user's callbacks, and their replacement is the last word.
 fn canonical(
     builtin_before_answers: bool,
     user_before_answers: bool,
     builtin_after_replaces: bool,
     log: &Log,
 ) -> Svc {
-    let mut stack = vec![Observe("O"), After("user_after")];
+    let mut stack = vec![Observe("O")];
     stack.push(if builtin_after_replaces {
         Replaces("builtin_after")
     } else {
@@ -421,6 +419,7 @@ fn canonical(
     } else {
         Before("builtin_before")
     });
+    stack.push(After("user_after"));
     stack.push(if user_before_answers {
         Answers("user_before")
     } else {
@@ -441,22 +440,16 @@ async fn builtin_first_its_answer_wins() {
                 "builtin_before>",
                 "user_before>",
                 "S>",
-                "builtin_after<",
                 "user_after<",
+                "builtin_after<",
                 "O<",
             ],
-            "S|builtin_after|user_after",
+            "S|user_after|builtin_after",
         ),
         (
             (true, false, false),
-            &[
-                "O>",
-                "builtin_before>",
-                "builtin_after<",
-                "user_after<",
-                "O<",
-            ],
-            "answer builtin_before|builtin_after|user_after",
+            &["O>", "builtin_before>", "builtin_after<", "O<"],
+            "answer builtin_before|builtin_after",
         ),
         (
             (false, true, false),
@@ -464,11 +457,11 @@ async fn builtin_first_its_answer_wins() {
                 "O>",
                 "builtin_before>",
                 "user_before>",
-                "builtin_after<",
                 "user_after<",
+                "builtin_after<",
                 "O<",
             ],
-            "answer user_before|builtin_after|user_after",
+            "answer user_before|user_after|builtin_after",
         ),
         (
             (false, false, true),
@@ -477,6 +470,7 @@ async fn builtin_first_its_answer_wins() {
                 "builtin_before>",
                 "user_before>",
                 "S>",
+                "user_after<",
                 "builtin_after<",
                 "O<",
             ],

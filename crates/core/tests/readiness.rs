@@ -71,7 +71,7 @@ async fn after_and_observe_call_the_polled_service_directly() {
     let stack = tower::ServiceBuilder::new()
         .observe(ObserveLayer::new())
         .layer(AfterLayer::new(
-            |res: ToolResponse, _: RunContext| async move { Ok(Flow::Continue(res)) },
+            |res: ToolResponse, _: RunContext| async move { Ok(res) },
         ))
         .service(mock);
     let mut svc = mock::Spawn::new(stack);

@@ -41,7 +41,6 @@ impl<T> ByName<T> {
     }
 
     /// The value of `name`.
-    #[inline]
     pub(crate) fn get(&self, name: &str) -> Option<&T> {
         match self {
             ByName::Few(list) => list.iter().find(|(n, _)| n == name).map(|(_, v)| v),

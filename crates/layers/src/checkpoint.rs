@@ -275,6 +275,8 @@ struct Counts {
     /// How many times a budget was given: a call that waited sees whether another one got
     /// the answer first.
     generation: u64,
+    /// The checkpoint stopped the run: calls that waited to ask are not run.
+    stopped: bool,
     /// The run's calls (recording one allocates nothing after a tool's first call).
     progress: Progress,
 }
@@ -289,7 +291,6 @@ impl Budget {
     }
 
     /// Take one call of the budget, if any is left.
-    #[inline]
     fn take(&self, every: u32) -> bool {
         self.0
             .calls
@@ -355,7 +356,6 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, S::Error>;
 
-    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
@@ -409,7 +409,7 @@ where
                 let mut inner = std::mem::replace(&mut self.inner, clone);
                 ResponseFuture::boxed(async move {
                     let asking = budget.0.asking.lock().await;
-                    if req.ctx.is_stopping() {
+                    if budget.counts().stopped {
                         // Another call of the round was told to stop.
                         return Ok(ToolResponse::error(&req.call, not_executed(every)));
                     }
@@ -427,11 +427,8 @@ where
                             )),
                         };
                         if let Some(reason) = reason {
-                            req.ctx.stop(StopReason::Checkpoint {
-                                calls: every,
-                                reason,
-                            });
-                            return Ok(ToolResponse::error(&req.call, not_executed(every)));
+                            budget.counts().stopped = true;
+                            return Ok(stopped(&req, every, reason));
                         }
                         budget.renew();
                     }
@@ -447,11 +444,16 @@ where
 }
 
 fn stop<F, E>(req: &ToolRequest, every: u32, reason: &str) -> ResponseFuture<F, E> {
-    req.ctx.stop(StopReason::Checkpoint {
+    ResponseFuture::ready(stopped(req, every, reason.to_owned()))
+}
+
+/// The answer to a call the checkpoint did not let run: the run stops.
+fn stopped(req: &ToolRequest, every: u32, reason: String) -> ToolResponse {
+    let reason = StopReason::Checkpoint {
         calls: every,
-        reason: reason.to_owned(),
-    });
-    ResponseFuture::ready(ToolResponse::error(&req.call, not_executed(every)))
+        reason,
+    };
+    ToolResponse::error(&req.call, not_executed(every)).with_action(ToolAction::Stop(reason))
 }
 
 fn record(budget: &Budget, tool: &str, response: &ToolResponse) {
@@ -521,7 +523,6 @@ where
 {
     type Output = Result<ToolResponse, E>;
 
-    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Tracked { future, budget } => match future.poll(cx) {

@@ -196,7 +196,6 @@ where
     type Error = S::Error;
     type Future = S::Future;
 
-    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }

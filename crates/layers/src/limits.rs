@@ -66,7 +66,7 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use serde_json::{Map, Value};
 use tower_agent_core::{
-    Error, ErrorKind, ModelRequest, ModelResponse, RunContext, StopReason, ToolRequest,
+    Error, ErrorKind, ModelRequest, ModelResponse, RunContext, StopReason, ToolAction, ToolRequest,
     ToolResponse,
 };
 use tower_layer::Layer;
@@ -454,7 +454,6 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ModelResponse, S::Error>;
 
-    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
@@ -465,11 +464,7 @@ where
             if let Err(blocked) = config.admit(&req.ctx, &[scope], None) {
                 return match blocked.scope.limit.exit {
                     Exit::Error => ResponseFuture::ready(Err(blocked.error().into())),
-                    // The loop drops the answer of a model call during which the run stopped.
-                    _ => {
-                        req.ctx.stop(blocked.reason());
-                        ResponseFuture::ready(Ok(ModelResponse::text("")))
-                    }
+                    _ => ResponseFuture::ready(Ok(ModelResponse::stop(blocked.reason()))),
                 };
             }
         }
@@ -489,7 +484,6 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ToolResponse, S::Error>;
 
-    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
@@ -507,9 +501,9 @@ where
         };
         {
             if let Err(blocked) = admitted {
-                let response = ToolResponse::error(&req.call, blocked.message());
+                let mut response = ToolResponse::error(&req.call, blocked.message());
                 if blocked.scope.limit.exit != Exit::Continue {
-                    req.ctx.stop(blocked.reason());
+                    response.action = ToolAction::Stop(blocked.reason());
                 }
                 return ResponseFuture::ready(Ok(response));
             }
@@ -611,7 +605,6 @@ impl Checked for ModelResponse {
 }
 
 impl Checked for ToolResponse {
-    #[inline]
     fn check(&self, _check: &Check) -> Result<(), Error> {
         Ok(())
     }
@@ -625,7 +618,6 @@ where
 {
     type Output = Result<T, E>;
 
-    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Inner { future, check } => match future.poll(cx) {

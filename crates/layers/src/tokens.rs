@@ -73,7 +73,6 @@ pub const MESSAGE_OVERHEAD: usize = 4;
 pub struct CharEstimate;
 
 impl TokenCounter for CharEstimate {
-    #[inline]
     fn count_text(&self, text: &str) -> usize {
         let bytes = text.as_bytes();
         // The common case, checked a word at a time.

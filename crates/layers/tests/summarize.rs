@@ -41,16 +41,16 @@ async fn the_layer_makes_a_summarize_service() {
 async fn below_every_trigger_nothing_happens() {
     let summarizer = summarizer("s");
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let (req, ctx, recorder) = request(chat(9));
+    let (req, _ctx, recorder) = request(chat(9));
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::messages(10))
         .trigger(Trigger::tokens(1_000))
         .trigger(Trigger::fraction(0.5, 2_000))
         .keep(Keep::messages(2));
-    call(layer, &model, req).await.expect("ok");
+    let res = call(layer, &model, req).await.expect("ok");
     assert_eq!(summarizer.request_count(), 0);
     assert_eq!(model.requests()[0].messages.len(), 9);
-    assert!(ctx.take_committed_history().is_none(), "nothing committed");
+    assert!(res.history.clone().is_none(), "nothing committed");
     assert!(!recorder.names().contains(&"summarized"));
 }
 
@@ -68,20 +68,17 @@ async fn each_trigger_fires_on_its_own() {
     ] {
         let summarizer = summarizer("the summary");
         let model = ScriptedModel::new([ModelResponse::text("ok")]);
-        let (req, ctx, recorder) = request(messages);
+        let (req, _ctx, recorder) = request(messages);
         let layer = SummarizeLayer::new(summarizer.clone())
             .trigger(trigger)
             .keep(Keep::messages(1));
-        call(layer, &model, req).await.expect("ok");
+        let res = call(layer, &model, req).await.expect("ok");
         assert_eq!(summarizer.request_count(), 1, "{trigger:?}");
         let seen = &model.requests()[0].messages;
         assert_eq!(seen.len(), 2, "{trigger:?}");
         assert_eq!(summary_text(&seen[0]), Some("the summary"));
         assert_eq!(seen[1].text(), "q2");
-        assert_eq!(
-            ctx.take_committed_history().as_deref(),
-            Some(seen.as_slice())
-        );
+        assert_eq!(res.history.clone().as_deref(), Some(seen.as_slice()));
         let summarized = recorder.events().into_iter().find_map(|e| match e {
             Event::Summarized {
                 summarized,
@@ -164,14 +161,14 @@ async fn no_safe_cut_means_no_summary() {
     // after the user message, and keeping 4 cuts there.
     let mut messages = vec![Message::user("go")];
     messages.extend(batch(&["c0", "c1", "c2"]));
-    let (req, ctx, _) = request(messages.clone());
+    let (req, _ctx, _) = request(messages.clone());
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::messages(2))
         .keep(Keep::messages(5));
-    call(layer, &model, req).await.expect("ok");
+    let res = call(layer, &model, req).await.expect("ok");
     assert_eq!(summarizer.request_count(), 0);
     assert_eq!(model.requests()[0].messages.as_slice(), messages.as_slice());
-    assert!(ctx.take_committed_history().is_none());
+    assert!(res.history.clone().is_none());
 }
 
 #[tokio::test]
@@ -409,7 +406,7 @@ async fn a_failing_summarizer_is_a_warning_and_changes_nothing() {
         assert_eq!(res.message.text(), "ok");
         let sent = model.requests().last().expect("called").messages.clone();
         assert_eq!(sent.as_slice(), talk(6).as_slice(), "the history as it was");
-        assert!(ctx.take_committed_history().is_none(), "nothing committed");
+        assert!(res.history.clone().is_none(), "nothing committed");
         let warned = recorder.events().into_iter().any(|e| {
             matches!(
                 e,
@@ -463,12 +460,12 @@ async fn long_old_arguments_are_truncated_before_summarizing() {
     // About 4,000 tokens, most of them in the two calls' arguments.
     let summarizer = summarizer("s");
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let (req, ctx, recorder) = request(messages.clone());
+    let (req, _ctx, recorder) = request(messages.clone());
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::tokens(3_000))
         .keep(Keep::messages(2))
         .truncate_arguments(100);
-    call(layer, &model, req).await.expect("ok");
+    let res = call(layer, &model, req).await.expect("ok");
     assert_eq!(summarizer.request_count(), 0, "truncation was enough");
     let seen = &model.requests()[0].messages;
     assert_eq!(seen.len(), messages.len(), "no message left");
@@ -482,10 +479,7 @@ async fn long_old_arguments_are_truncated_before_summarizing() {
         format!("{}… [truncated 7900 characters]", "z".repeat(100))
     );
     assert_eq!(&seen[5..], &messages[5..], "kept messages untouched");
-    assert_eq!(
-        ctx.take_committed_history().as_deref(),
-        Some(seen.as_slice())
-    );
+    assert_eq!(res.history.clone().as_deref(), Some(seen.as_slice()));
     assert!(recorder.events().iter().any(|e| matches!(
         e,
         Event::Warning { source: "summarize", message } if message.contains("truncated")
@@ -525,15 +519,15 @@ async fn the_summarizers_tokens_count_in_the_runs_usage() {
         ModelResponse::text("the gist").with_usage(tower_agent_core::Usage::new(900, 40))
     ]);
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let (req, ctx, _) = request(talk(6));
+    let (req, _ctx, _) = request(talk(6));
     let layer = SummarizeLayer::new(summarizer)
         .trigger(Trigger::messages(6))
         .keep(Keep::messages(2));
-    call(layer, &model, req).await.expect("ok");
+    let res = call(layer, &model, req).await.expect("ok");
     assert_eq!(
-        ctx.take_recorded_usage(),
+        res.side_usage,
         tower_agent_core::Usage::new(900, 40),
-        "recorded for the agent to add"
+        "in the response, for the agent to add"
     );
 }
 
@@ -558,9 +552,9 @@ async fn a_summarizer_with_the_retry_layer_survives_a_refused_connection() {
     .trigger(Trigger::messages(6))
     .keep(Keep::messages(2));
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let (req, ctx, _) = request(talk(6));
-    call(layer, &model, req).await.expect("retried");
+    let (req, _ctx, _) = request(talk(6));
+    let res = call(layer, &model, req).await.expect("retried");
     assert_eq!(cheap_model.request_count(), 2);
-    let committed = ctx.take_committed_history().expect("committed");
+    let committed = res.history.clone().expect("committed");
     assert_eq!(summary_text(&committed[0]), Some("the gist"));
 }

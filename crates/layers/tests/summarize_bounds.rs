@@ -40,12 +40,12 @@ async fn a_bounded_input_is_summarized_in_turn_oldest_first() {
             }
         })
         .collect();
-    let (req, ctx, _) = request(messages);
+    let (req, _ctx, _) = request(messages);
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::messages(12))
         .keep(Keep::messages(2))
         .max_input_tokens(350);
-    call(layer, &model, req).await.expect("ok");
+    let res = call(layer, &model, req).await.expect("ok");
 
     let inputs: Vec<String> = summarizer
         .requests()
@@ -71,7 +71,7 @@ async fn a_bounded_input_is_summarized_in_turn_oldest_first() {
         .collect();
     assert_eq!(seen, (0..10).collect::<Vec<_>>());
     // The history starts with the last summary.
-    let committed = ctx.take_committed_history().expect("committed");
+    let committed = res.history.clone().expect("committed");
     assert_eq!(
         summary_text(&committed[0]),
         Some(format!("summary {}", inputs.len()).as_str())
@@ -182,14 +182,14 @@ async fn a_summary_that_is_not_smaller_is_never_committed() {
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::messages(6))
         .keep(Keep::messages(2));
-    call(layer.clone(), &model, req).await.expect("ok");
+    let res = call(layer.clone(), &model, req).await.expect("ok");
     assert_eq!(summarizer.request_count(), 1);
     assert_eq!(
         model.requests()[0].messages.as_slice(),
         messages.as_slice(),
         "the history is kept"
     );
-    assert!(ctx.take_committed_history().is_none(), "nothing committed");
+    assert!(res.history.clone().is_none(), "nothing committed");
     assert!(!recorder.names().contains(&"summarized"));
     let warned = recorder.events().into_iter().any(|e| matches!(
         e,
@@ -223,9 +223,9 @@ async fn a_summarization_that_saved_little_rests_until_the_request_grows() {
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::tokens(1_000))
         .keep(Keep::messages(2));
-    call(layer.clone(), &model, req).await.expect("ok");
+    let res = call(layer.clone(), &model, req).await.expect("ok");
     assert_eq!(summarizer.request_count(), 1, "summarized once");
-    let committed = ctx.take_committed_history().expect("committed");
+    let committed = res.history.clone().expect("committed");
     // The next round adds two messages: still over the trigger, but the layer rests.
     let mut history = committed.to_vec();
     history.extend(talk(2));
@@ -269,18 +269,18 @@ async fn a_summarizer_that_says_too_long_gets_its_input_in_halves() {
         Ok(ModelResponse::text("gist"))
     });
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let (req, ctx, _) = request(talk(22));
+    let (req, _ctx, _) = request(talk(22));
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::messages(22))
         .keep(Keep::messages(2));
-    call(layer, &model, req).await.expect("summarized in parts");
+    let res = call(layer, &model, req).await.expect("summarized in parts");
     let answered = summarizer
         .requests()
         .iter()
         .filter(|r| CharEstimate.count_text(&r.messages[0].text()) <= 300)
         .count();
     assert!(answered >= 3, "{answered}");
-    let committed = ctx.take_committed_history().expect("committed");
+    let committed = res.history.clone().expect("committed");
     assert_eq!(summary_text(&committed[0]), Some("gist"));
     assert_eq!(committed.len(), 3);
 }
@@ -349,9 +349,9 @@ async fn a_summarizer_need_not_be_sync() {
         .trigger(Trigger::messages(4))
         .keep(Keep::messages(1));
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let (req, ctx, _) = request(talk(4));
-    call(layer, &model, req).await.expect("ok");
-    let committed = ctx.take_committed_history().expect("committed");
+    let (req, _ctx, _) = request(talk(4));
+    let res = call(layer, &model, req).await.expect("ok");
+    let committed = res.history.clone().expect("committed");
     assert_eq!(summary_text(&committed[0]), Some("the gist"));
 }
 

@@ -22,7 +22,7 @@ async fn an_overflow_is_summarized_and_tried_again() {
         Err(Error::new(ErrorKind::ContextTooLong, "prompt is too long")),
         Ok(ModelResponse::text("ok")),
     ]);
-    let (req, ctx, _) = request(chat(7));
+    let (req, _ctx, _) = request(chat(7));
     // No trigger would fire: only the overflow does.
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::messages(100))
@@ -37,7 +37,7 @@ async fn an_overflow_is_summarized_and_tried_again() {
     assert_eq!(requests[1].messages.len(), 2);
     assert!(is_summary(&requests[1].messages[0]));
     assert_eq!(
-        ctx.take_committed_history().as_deref(),
+        res.history.as_deref(),
         Some(requests[1].messages.as_slice())
     );
 }
@@ -54,7 +54,7 @@ async fn recovery_keeps_shrinking_until_the_request_fits() {
     )));
     let summarizer = summarizer("short");
     let model = windowed(600);
-    let (req, ctx, recorder) = request(messages.clone());
+    let (req, _ctx, recorder) = request(messages.clone());
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::messages(100))
         .keep(Keep::messages(10));
@@ -88,7 +88,7 @@ async fn recovery_keeps_shrinking_until_the_request_fits() {
     );
     assert_valid_history(&last.messages);
     assert_eq!(
-        ctx.take_committed_history().as_deref(),
+        res.history.as_deref(),
         Some(last.messages.as_slice()),
         "the request that fit is the session's history"
     );
@@ -132,7 +132,7 @@ async fn what_cannot_fit_is_the_error() {
         "keep 3 halved to 1 (the summary and the newest message), then the summary dropped"
     );
     // The session keeps the shortest history, and remembers the size that overflowed.
-    let committed = ctx.take_committed_history().expect("committed");
+    let committed = error.history().expect("committed in the error");
     assert_eq!(committed.as_slice(), requests[2].messages.as_slice());
     let overflow = ctx
         .state::<serde_json::Value>("tower_agent.summarization")
@@ -178,10 +178,10 @@ async fn a_later_turn_on_a_session_that_overflowed_summarizes_before_sending() {
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::tokens(10_000))
         .keep(Keep::messages(4));
-    call(layer.clone(), &model, req).await.expect("recovered");
+    let res = call(layer.clone(), &model, req).await.expect("recovered");
     let first = model.request_count();
     assert!(first >= 2, "overflowed, then fit");
-    let history = ctx.take_committed_history().expect("committed");
+    let history = res.history.expect("committed");
 
     // A later turn in a new run: as large again, it is summarized before it is sent.
     let mut messages = history.to_vec();
@@ -203,8 +203,8 @@ async fn with_the_default_keep_a_later_turn_that_large_is_not_sent_as_it_is() {
     let model = windowed(150);
     let (req, ctx, _) = request(talk(8));
     let layer = SummarizeLayer::new(summarizer.clone());
-    call(layer.clone(), &model, req).await.expect("recovered");
-    let history = ctx.take_committed_history().expect("committed");
+    let res = call(layer.clone(), &model, req).await.expect("recovered");
+    let history = res.history.expect("committed");
     assert!(history.len() < 8, "{}", history.len());
 
     let mut messages = history.to_vec();

@@ -134,14 +134,16 @@ fn check(messages: Vec<Message>, setup: Setup) -> Result<(), TestCaseError> {
         let mut service = ServiceBuilder::new().layer(layer).service(model.clone());
         let mut req = ModelRequest::new(messages.clone());
         req.ctx = RunContext::new();
-        let ctx = req.ctx.clone();
         let result = service
             .ready()
             .await
             .map_err(|e| TestCaseError::fail(e.to_string()))?
             .call(req)
             .await;
-        let committed = ctx.take_committed_history();
+        let committed = match &result {
+            Ok(res) => res.history.clone(),
+            Err(error) => error.history().cloned(),
+        };
         let requests = model.requests();
         // Each request is compared with the one before it (a truncation commits changed
         // arguments that a later summary then keeps).
@@ -279,9 +281,11 @@ async fn turn(
             error
         );
     }
-    let history = ctx
-        .take_committed_history()
-        .map_or(messages, |history| history.to_vec());
+    let committed = match &result {
+        Ok(res) => res.history.clone(),
+        Err(error) => error.history().cloned(),
+    };
+    let history = committed.map_or(messages, |history| history.to_vec());
     Ok((result, ctx, history))
 }
 

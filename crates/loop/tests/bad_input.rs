@@ -6,13 +6,11 @@ mod common;
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
-    AgentInput, AgentRequest, Error, ErrorKind, Flow, History, Message, ModelRequest,
-    ModelResponse, ServiceBuilderExt, Session, ToolCall, ToolRequest, ToolResponse, ToolResult,
-    Usage,
+    AgentInput, AgentRequest, Error, ErrorKind, History, Message, ModelNext, ModelRequest,
+    ModelResponse, ServiceBuilderExt, Session, ToolCall, ToolResult, Usage,
 };
 use tower_agent_loop::Agent;
 use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
-use tower_agent_tools::ToolSet;
 
 use common::{calculator, call, results, run};
 
@@ -76,34 +74,22 @@ async fn tool_result_parts_from_the_model_are_dropped() {
 }
 
 #[tokio::test]
-async fn commits_outside_a_model_call_are_discarded_and_bad_commits_refused() {
-    // A tool tries to commit: ignored, the session keeps its history.
-    let committer = StubTool::from_fn("commit", |req: &ToolRequest| {
-        req.ctx.commit_history(History::new());
-        ToolResponse::success(&req.call, "committed")
-    });
-    let model = ScriptedModel::new([
-        ModelResponse::tool_calls([call("c1", "commit", json!({}))]),
-        ModelResponse::text("done"),
-    ]);
-    let res = run(model, ToolSet::new().tool(committer), "go")
-        .await
-        .unwrap();
-    assert_eq!(res.session.history.len(), 4, "user, call, result, answer");
-    assert_valid_history(&res.session.history);
-
-    // A before_model layer commits a history that splits a call from its result.
+async fn bad_commits_are_refused() {
+    // (A tool cannot commit a history: only a model response carries one.)
+    // A model layer commits a history that splits a call from its result.
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([call("c1", "add", json!({"a": 1, "b": 1}))]),
         ModelResponse::text("unreachable"),
     ]);
     let model = ServiceBuilder::new()
-        .before_model(|req: ModelRequest| async move {
-            if req.ctx.round() == 2 {
-                let broken: History = req.messages.iter().take(2).cloned().collect();
-                req.ctx.commit_history(broken);
+        .around_model(|req: ModelRequest, mut next: ModelNext| async move {
+            let broken: History = req.messages.iter().take(2).cloned().collect();
+            let round = req.ctx.round();
+            let mut res = next.run(req).await?;
+            if round == 2 {
+                res.commit(broken);
             }
-            Ok(Flow::Continue(req))
+            Ok(res)
         })
         .service(model);
     let mut err = Agent::new(model, calculator())
@@ -198,9 +184,17 @@ async fn a_failed_run_carries_the_tokens_it_used() {
         Err(Error::new(ErrorKind::Server, "the provider is down")),
     ]);
     let model = ServiceBuilder::new()
-        .before_model(|req: ModelRequest| async move {
-            req.ctx.record_usage(Usage::new(7, 3));
-            Ok(Flow::Continue(req))
+        .around_model(|req: ModelRequest, mut next: ModelNext| async move {
+            match next.run(req).await {
+                Ok(mut res) => {
+                    res.add_side_usage(Usage::new(7, 3));
+                    Ok(res)
+                }
+                Err(error) => {
+                    let usage = error.usage() + Usage::new(7, 3);
+                    Err(error.with_usage(usage))
+                }
+            }
         })
         .service(model);
     let err = Agent::new(model, calculator())

@@ -358,8 +358,7 @@ async fn a_replay_reports_calls_that_wait_again_and_stops_otherwise() {
 #[tokio::test]
 async fn the_history_records_the_arguments_a_call_ran_with() {
     let edited = StubTool::from_fn("shell", |req| {
-        req.ctx.record_arguments(&req.call.id, r#"{"cmd":"ls"}"#);
-        ToolResponse::success(&req.call, "listed")
+        ToolResponse::success(&req.call, "listed").ran_with(r#"{"cmd":"ls"}"#)
     });
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([call("c1", "shell", json!({"cmd": "rm -rf /"}))]),

@@ -154,7 +154,7 @@ impl Ctl {
             47..50 => Act::Fail(Error::cancelled()),
             50..55 => Act::Panic,
             55..68 => Act::Answer(ToolResponse::interrupt(call, json!({ "ask": call.id }))),
-            68..75 => Act::Answer(ok.with_action(ToolAction::Stop { reason })),
+            68..75 => Act::Answer(ok.with_action(ToolAction::stop(call, reason))),
             _ => Act::Answer(ok),
         };
         (delay, cancel, act)

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
-    AgentRequest, Error, Flow, History, Message, ModelRequest, ModelResponse, Role, RunContext,
-    ServiceBuilderExt, Session,
+    AgentRequest, Error, Flow, History, Message, ModelNext, ModelRequest, ModelResponse, Role,
+    RunContext, ServiceBuilderExt, Session,
 };
 use tower_agent_loop::Agent;
 use tower_agent_test::ScriptedModel;
@@ -68,14 +68,16 @@ async fn request_edits_are_request_only_and_commits_last() {
     ]);
     // Round 1: an edit to the request only. Round 2: a commit that trims the history.
     let model = ServiceBuilder::new()
-        .before_model(|mut req: ModelRequest| async move {
+        .around_model(|mut req: ModelRequest, mut next: ModelNext| async move {
             if req.ctx.round() == 1 {
                 req.messages.push(Message::user("(reminder: be brief)"));
-            } else {
-                let kept: History = req.messages.iter().skip(1).cloned().collect();
-                req.ctx.commit_history(kept);
+                return next.run(req).await;
             }
-            Ok(Flow::Continue(req))
+            let kept: History = req.messages.iter().skip(1).cloned().collect();
+            req.messages = kept.clone();
+            let mut res = next.run(req).await?;
+            res.commit(kept);
+            Ok(res)
         })
         .service(model.clone());
     let agent = Agent::new(model, calculator());

@@ -1,13 +1,13 @@
-//! A layer stops the run gracefully through `RunContext::stop`: before the next model or tool
-//! call, every call answered, the run's progress in the outcome.
+//! A response stops the run gracefully (`ModelResponse::stop`, `ToolAction::Stop`): before
+//! the next model or tool call, every call answered, the run's progress in the outcome.
 
 mod common;
 
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
-    AgentRequest, Error, Flow, ModelRequest, ModelResponse, Outcome, Session, StopReason,
-    ToolRequest, ToolResponse, before_model,
+    AgentRequest, Error, Flow, ModelNext, ModelRequest, ModelResponse, Outcome, Session,
+    StopReason, ToolAction, ToolRequest, ToolResponse, around_model, before_model,
 };
 use tower_agent_loop::Agent;
 use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
@@ -24,8 +24,7 @@ fn budget_spent() -> StopReason {
 /// A tool that stops the run after answering its own call.
 fn stopper() -> StubTool {
     StubTool::from_fn("stop", |req: &ToolRequest| {
-        req.ctx.stop(budget_spent());
-        ToolResponse::success(&req.call, "stopping")
+        ToolResponse::success(&req.call, "stopping").with_action(ToolAction::Stop(budget_spent()))
     })
 }
 
@@ -90,12 +89,16 @@ async fn a_stop_during_a_model_call_drops_its_message() {
         ModelResponse::tool_calls([call("c2", "add", json!({"a": 3, "b": 4}))]),
     ]);
     let model = ServiceBuilder::new()
-        .layer(before_model(|req: ModelRequest| async move {
-            if req.ctx.round() == 2 {
-                req.ctx.stop(budget_spent());
-            }
-            Ok::<_, Error>(Flow::Continue(req))
-        }))
+        .layer(around_model(
+            |req: ModelRequest, mut next: ModelNext| async move {
+                let round = req.ctx.round();
+                let mut res = next.run(req).await?;
+                if round == 2 {
+                    res.stop = Some(budget_spent());
+                }
+                Ok(res)
+            },
+        ))
         .service(model);
     let agent = Agent::new(model, calculator());
     let res = agent
@@ -116,8 +119,13 @@ async fn a_stop_during_a_model_call_drops_its_message() {
 async fn a_stop_before_the_run_ends_it_before_the_first_model_call() {
     let model = ScriptedModel::new([]);
     let request = AgentRequest::new(Session::new(), "go");
-    request.ctx.stop(budget_spent());
-    let res = Agent::new(model.clone(), calculator())
+    // A layer blocks the first model call.
+    let blocked = ServiceBuilder::new()
+        .layer(before_model(|_req: ModelRequest| async move {
+            Ok::<_, Error>(Flow::Answer(ModelResponse::stop(budget_spent())))
+        }))
+        .service(model.clone());
+    let res = Agent::new(blocked, calculator())
         .oneshot(request)
         .await
         .unwrap();

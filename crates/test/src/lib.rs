@@ -363,9 +363,7 @@ impl Service<ToolRequest> for StubTool {
             Behavior::Errors(error) => Err(error.clone()),
             Behavior::Panics(message) => panic!("{message}"),
             Behavior::Stops { content, reason } => Ok(ToolResponse::success(call, content.clone())
-                .with_action(ToolAction::Stop {
-                    reason: reason.clone(),
-                })),
+                .with_action(ToolAction::stop(call, reason.clone()))),
             Behavior::Interrupts(payload) => Ok(match &request.resume {
                 Some(value) => ToolResponse::success(call, format!("resumed with {value}")),
                 None => ToolResponse::interrupt(call, payload.clone()),

@@ -149,9 +149,9 @@ impl Totals {
         self.rounds += res.rounds;
     }
 
-    /// Tokens that a judge or a layer recorded in the workflow's context.
-    pub(crate) fn add_recorded(&mut self, ctx: &RunContext) {
-        self.usage += ctx.take_recorded_usage();
+    /// Tokens a judge used.
+    pub(crate) fn add_usage(&mut self, usage: Usage) {
+        self.usage += usage;
     }
 
     pub(crate) fn response(&self, session: Session, outcome: Outcome) -> AgentResponse {

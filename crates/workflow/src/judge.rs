@@ -8,7 +8,9 @@ use serde::Deserialize;
 use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 use tower_agent_core::event::BoxFuture;
-use tower_agent_core::{AgentResponse, Error, Message, ModelRequest, ModelResponse, RunContext};
+use tower_agent_core::{
+    AgentResponse, Error, Message, ModelRequest, ModelResponse, RunContext, Usage,
+};
 use tower_service::Service;
 
 /// What a judge sees after an iteration: where, which, and the iteration's response (its
@@ -86,7 +88,25 @@ pub trait Judge: Send + Sync + 'static {
     /// # Errors
     ///
     /// An infrastructure failure (the judge's model is down): the loop fails with it.
-    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Verdict, Error>>;
+    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Judged, Error>>;
+}
+
+/// A judge's verdict and the tokens its model calls took, which the loop adds to its usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    /// The decision.
+    pub verdict: Verdict,
+    /// Tokens the judge's model calls used.
+    pub usage: Usage,
+}
+
+impl From<Verdict> for Judged {
+    fn from(verdict: Verdict) -> Self {
+        Self {
+            verdict,
+            usage: Usage::default(),
+        }
+    }
 }
 
 /// A judge from a closure that reads the request and returns a `'static` future (as
@@ -132,8 +152,9 @@ where
     F: Fn(&JudgeRequest) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Verdict, Error>> + Send + 'static,
 {
-    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Verdict, Error>> {
-        Box::pin((self.f)(request))
+    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Judged, Error>> {
+        let verdict = (self.f)(request);
+        Box::pin(async move { verdict.await.map(Judged::from) })
     }
 }
 
@@ -177,14 +198,19 @@ impl ModelJudge {
         self
     }
 
-    async fn ask(&self, messages: Vec<Message>, ctx: &RunContext) -> Result<String, Error> {
+    async fn ask(
+        &self,
+        messages: Vec<Message>,
+        ctx: &RunContext,
+        usage: &mut Usage,
+    ) -> Result<String, Error> {
         let mut req = ModelRequest::new(messages);
         req.system = Some(Arc::clone(&self.prompt));
         req.ctx = ctx.side_call();
         let mut model = self.model.clone();
         let res = model.ready().await?.call(req).await?;
         // The loop adds the judge's tokens to the workflow's usage.
-        ctx.record_usage(res.usage);
+        *usage += res.usage + res.side_usage;
         Ok(res.message.text())
     }
 }
@@ -224,7 +250,7 @@ pub(crate) fn parse_verdict(text: &str) -> Result<Verdict, String> {
 }
 
 impl Judge for ModelJudge {
-    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Verdict, Error>> {
+    fn judge<'a>(&'a self, request: &'a JudgeRequest) -> BoxFuture<'a, Result<Judged, Error>> {
         let this = self;
         Box::pin(async move {
             let question = Message::user(format!(
@@ -232,9 +258,12 @@ impl Judge for ModelJudge {
                 request.iteration,
                 request.text()
             ));
-            let first = this.ask(vec![question.clone()], &request.ctx).await?;
+            let mut usage = Usage::default();
+            let first = this
+                .ask(vec![question.clone()], &request.ctx, &mut usage)
+                .await?;
             let error = match parse_verdict(&first) {
-                Ok(verdict) => return Ok(verdict),
+                Ok(verdict) => return Ok(Judged { verdict, usage }),
                 Err(error) => error,
             };
             let again = vec![
@@ -245,8 +274,8 @@ impl Judge for ModelJudge {
                      {{\"decision\": \"continue\" or \"stop\", \"reason\": \"...\"}}."
                 )),
             ];
-            let second = this.ask(again, &request.ctx).await?;
-            Ok(parse_verdict(&second).unwrap_or_else(|error| {
+            let second = this.ask(again, &request.ctx, &mut usage).await?;
+            let verdict = parse_verdict(&second).unwrap_or_else(|error| {
                 let shown: String = second.chars().take(200).collect();
                 Verdict::Undecided {
                     reason: format!(
@@ -254,7 +283,8 @@ impl Judge for ModelJudge {
                          {shown:?}"
                     ),
                 }
-            }))
+            });
+            Ok(Judged { verdict, usage })
         })
     }
 }

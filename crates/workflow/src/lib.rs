@@ -35,7 +35,9 @@ mod subagent;
 
 pub use builder::WorkflowBuilderExt;
 pub use common::STATE_KEY;
-pub use judge::{JUDGE_PROMPT, Judge, JudgeFn, JudgeRequest, ModelJudge, Verdict, judge_fn};
+pub use judge::{
+    JUDGE_PROMPT, Judge, JudgeFn, JudgeRequest, Judged, ModelJudge, Verdict, judge_fn,
+};
 pub use looping::Loop;
 pub use observer::{WorkflowObserver, WorkflowObserverAdapter, workflow_observer};
 pub use sequential::{Mode, Sequential};

@@ -158,7 +158,6 @@ impl Loop {
                 // The iteration's input is kept: continuing runs the iteration on it.
                 keep_input(&mut session, input);
                 set_position(&mut session, &scope.path, here());
-                totals.add_recorded(&ctx);
                 return Ok(totals.response(session, cancelled()));
             }
             let started = emit(&ctx, || Event::IterationStarted {
@@ -191,7 +190,6 @@ impl Loop {
                 self.ended(&ctx, &scope, iteration, false, || reason.to_owned())
                     .await
                     .map_err(|e| e.with_session(session.clone()))?;
-                totals.add_recorded(&ctx);
                 return Ok(totals.response(session, res.outcome));
             }
             let request = JudgeRequest {
@@ -208,7 +206,10 @@ impl Loop {
             } = request.response;
             session = after;
             let verdict = match judged {
-                Ok(verdict) => verdict,
+                Ok(judged) => {
+                    totals.add_usage(judged.usage);
+                    judged.verdict
+                }
                 Err(error) => {
                     clear_position(&mut session, &scope.path);
                     return Err(error.with_session(session));
@@ -249,8 +250,6 @@ impl Loop {
             }
             if !next {
                 clear_position(&mut session, &scope.path);
-                // The judge's model calls count too.
-                totals.add_recorded(&ctx);
                 return Ok(totals.response(session, outcome));
             }
             input = (self.next_input)(iteration, &verdict);

@@ -12,7 +12,7 @@
 //! | heartbeat | (always) | a call whose arguments, or whose result, hold `"request_heartbeat": true` keeps the run going where it would stop (an exit tool, a tool's own stop) |
 //!
 //! A forced call is tried at most [`attempts`](ToolRulesLayer::attempts) times (2); when it
-//! still has not succeeded, the run stops ([`RunContext::stop`]) with a reason that names the
+//! still has not succeeded, the run stops ([`ModelResponse::stop`]) with a reason that names the
 //! rule, before the next model or tool call. A forced call has the id `rule_{tool}_{n}` and
 //! the arguments given to the rule.
 //!
@@ -43,7 +43,7 @@
 //! # }
 //! ```
 //!
-//! [`RunContext::stop`]: tower_agent_core::RunContext::stop
+//! [`ModelResponse::stop`]: tower_agent_core::ModelResponse::stop
 
 use std::fmt;
 use std::future::Future;
@@ -53,7 +53,7 @@ use std::task::{Context, Poll, ready};
 
 use serde_json::Value;
 use tower_agent_core::{
-    Message, ModelRequest, ModelResponse, Replaceable, Role, RunContext, StopReason, ToolAction,
+    FinishReason, Message, ModelRequest, ModelResponse, Role, RunContext, StopReason, ToolAction,
     ToolCall, ToolRequest, ToolResponse,
 };
 use tower_layer::Layer;
@@ -386,7 +386,8 @@ fn model_rules(response: ModelResponse, config: &Config, ctx: &RunContext) -> Mo
         };
         let n = rules.force(&rule.tool);
         if n > config.attempts {
-            ctx.stop(StopReason::Layer {
+            let mut response = response;
+            response.stop = Some(StopReason::Layer {
                 reason: format!(
                     "tool rule: `{}` {what}, and it did not succeed in {} forced attempts",
                     rule.tool, config.attempts
@@ -400,8 +401,10 @@ fn model_rules(response: ModelResponse, config: &Config, ctx: &RunContext) -> Mo
             rule.arguments.clone(),
         );
         tracing::debug!(target: "tower_agent::rules", tool = %rule.tool, "{what}: forced");
-        let mut forced = ModelResponse::tool_calls([call]).with_usage(response.usage);
-        forced.set_replaced();
+        // The model's message is replaced; what the layers inside did is kept.
+        let mut forced = response;
+        forced.message = Message::assistant_with_calls("", [call]);
+        forced.finish_reason = FinishReason::ToolCalls;
         forced
     })
 }
@@ -432,9 +435,11 @@ fn tool_rules(
     if asked || heartbeat(&response.result.content) {
         response.action = ToolAction::Continue;
     } else if exits {
-        response.action = ToolAction::Stop {
+        response.action = ToolAction::Stop(StopReason::Tool {
+            call_id: response.result.call_id.clone(),
+            name: name.clone(),
             reason: format!("tool rule: `{name}` ends the run"),
-        };
+        });
     }
     response
 }

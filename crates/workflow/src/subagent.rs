@@ -26,7 +26,7 @@ pub const SUBAGENT_STATE_KEY: &str = "tower_agent.subagents";
 ///   ([`RunContext::nested`](tower_agent_core::RunContext::nested)): its events reach the
 ///   parent run's observers as `Event::Nested`, with the path `{tool}[{call id}]` under the
 ///   parent's; it shares the parent's cancellation token (cancelling the parent cancels it); the tokens it used are added to the parent
-///   run's usage ([`RunContext::record_usage`](tower_agent_core::RunContext::record_usage)).
+///   run's usage (in [`ToolResponse::usage`](tower_agent_core::ToolResponse::usage)).
 /// - Several calls in one model message run side by side when the agent runs tools
 ///   concurrently.
 /// - A sub-agent that waits for a human interrupts the parent run at this call: the review's
@@ -217,11 +217,12 @@ async fn run(
             return Ok(ToolResponse::error(
                 &call,
                 format!("the sub-agent `{name}` failed: {error}"),
-            ));
+            )
+            .with_usage(error.usage()));
         }
     };
-    ctx.record_usage(res.usage);
-    Ok(match res.outcome {
+    let usage = res.usage;
+    let response = match res.outcome {
         Outcome::Completed { message } => {
             forget(&ctx, &call.id);
             ToolResponse::success(&call, message.text())
@@ -240,7 +241,9 @@ async fn run(
                 format!("the sub-agent `{name}` did not finish: {summary}"),
             )
         }
-    })
+    };
+    // The sub-agent's tokens count in the parent run's usage.
+    Ok(response.with_usage(usage))
 }
 
 /// The parent's pause at `call` for the sub-agent's waiting calls: the payload lists them. One

@@ -204,9 +204,10 @@ async fn an_exit_tool_ends_the_run_unless_a_heartbeat_asks_for_more() {
 #[tokio::test]
 async fn a_heartbeat_overrides_a_tools_own_stop() {
     let stopping = StubTool::from_fn("wait", |req: &ToolRequest| {
-        ToolResponse::success(&req.call, "waited").with_action(tower_agent_core::ToolAction::Stop {
-            reason: "done waiting".into(),
-        })
+        ToolResponse::success(&req.call, "waited").with_action(tower_agent_core::ToolAction::stop(
+            &req.call,
+            "done waiting",
+        ))
     });
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([ToolCall::new(

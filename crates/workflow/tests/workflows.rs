@@ -652,12 +652,12 @@ async fn workflows_take_agent_layers_like_an_agent() {
         ))
         .layer(after_agent(
             |res: tower_agent_core::AgentResponse, _ctx: tower_agent_core::RunContext| async move {
-                Ok(Flow::Answer(tower_agent_core::AgentResponse::new(
+                Ok(tower_agent_core::AgentResponse::new(
                     res.session,
                     Outcome::Completed {
                         message: tower_agent_core::Message::assistant("reviewed: v1"),
                     },
-                )))
+                ))
             },
         ))
         .service(judged());

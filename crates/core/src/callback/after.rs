@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{AfterCallback, Flow, Replaceable};
+use super::AfterCallback;
 use crate::context::RunContext;
 use crate::error::Error;
 
@@ -44,8 +44,8 @@ impl<S, C: Clone> Layer<S> for AfterLayer<C> {
 
 /// The service of [`AfterLayer`].
 ///
-/// It calls the inner service directly (no clone needed) and runs the callback on an `Ok`
-/// response, unless an after callback further in already replaced it.
+/// It calls the inner service directly (no clone needed) and runs the callback on every `Ok`
+/// response: errors pass through untouched.
 #[derive(Clone, Copy)]
 pub struct After<S, C> {
     inner: S,
@@ -92,7 +92,6 @@ impl<S, C, Req> Service<Req> for After<S, C>
 where
     Req: AsRef<RunContext>,
     S: Service<Req>,
-    S::Response: Replaceable,
     S::Error: From<Error>,
     C: AfterCallback<S::Response> + Clone,
 {
@@ -154,7 +153,6 @@ impl<F, C, Res, E> Future for ResponseFuture<F, C, Res>
 where
     F: Future<Output = Result<Res, E>>,
     C: AfterCallback<Res>,
-    Res: Replaceable,
     E: From<Error>,
 {
     type Output = Result<Res, E>;
@@ -165,11 +163,6 @@ where
             match this.state.as_mut().project() {
                 StateProj::Calling { future } => {
                     let response = ready!(future.poll(cx))?;
-                    if response.is_replaced() {
-                        // Final at this point: an after callback further in replaced it.
-                        this.pending.take();
-                        return Poll::Ready(Ok(response));
-                    }
                     let Some((mut callback, ctx)) = this.pending.take() else {
                         panic!("`After` response future polled after completion");
                     };
@@ -177,14 +170,7 @@ where
                     this.state.set(State::Deciding { decision });
                 }
                 StateProj::Deciding { decision } => {
-                    return Poll::Ready(match ready!(decision.poll(cx)) {
-                        Ok(Flow::Continue(response)) => Ok(response),
-                        Ok(Flow::Answer(mut response)) => {
-                            response.set_replaced();
-                            Ok(response)
-                        }
-                        Err(error) => Err(error.into()),
-                    });
+                    return Poll::Ready(ready!(decision.poll(cx)).map_err(E::from));
                 }
             }
         }

@@ -16,16 +16,17 @@
 //! (changed or not), or [`Flow::Answer`] with a response: answering short-circuits, so the
 //! inner layers and the service are not called.
 //!
-//! An **after** callback gets the response and the run context, and returns
-//! [`Flow::Continue`] with the response (changed or not) or [`Flow::Answer`] with a
-//! replacement. A replacement is *final for that point*: the after callbacks further out at
-//! the same point are skipped (they see it as [`Replaceable::is_replaced`]). Errors from the
-//! inner service pass through after callbacks untouched.
+//! An **after** callback gets the response and the run context, and returns the response,
+//! changed, replaced or as it was. Errors from the inner service pass through after callbacks
+//! untouched.
 //!
 //! An **around** callback gets the request and [`Next`], the rest of the stack, which it may
 //! run zero times (answer itself), once, or several times (retry, fallback); it sees the
-//! `Result` and may turn an error into a response or the reverse. Its response is passed on as
-//! it is: to make a replacement final, mark it with [`Replaceable::set_replaced`].
+//! `Result` and may turn an error into a response or the reverse.
+//!
+//! The onion is plain: a layer always sees what the layers inside it returned, and what it
+//! returns is what the layers outside it see. Which of two layers has the last word is a
+//! matter of position: the outer one.
 //!
 //! An **observer** ([`ObserveLayer`]) is not an interceptor: it cannot change anything and it
 //! always runs. Put it outermost at its point and it sees every request and every final
@@ -60,13 +61,12 @@ use crate::error::Error;
 use crate::model::{ModelRequest, ModelResponse};
 use crate::tool::{ToolRequest, ToolResponse};
 
-/// What a callback decided.
+/// What a before callback decided.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Flow<C, A> {
-    /// Let it go on: the request to the inner service, or the response to the outer layers.
+    /// Let it go on to the inner service, changed or not.
     Continue(C),
-    /// Answer here. In a before callback: this response, the inner service is not called. In
-    /// an after callback: this replacement, final for the point.
+    /// Answer here with this response: the inner service is not called.
     Answer(A),
 }
 
@@ -122,22 +122,22 @@ where
     }
 }
 
-/// An after callback: look at a response, keep it or replace it.
+/// An after callback: look at a response, keep it, change it or replace it.
 ///
 /// Implemented for every
-/// `FnMut(Res, RunContext) -> impl Future<Output = Result<Flow<Res, Res>, Error>>`.
+/// `FnMut(Res, RunContext) -> impl Future<Output = Result<Res, Error>>`.
 pub trait AfterCallback<Res> {
-    /// The future of its decision.
-    type Future: Future<Output = Result<Flow<Res, Res>, Error>>;
+    /// The future of the response it passes on.
+    type Future: Future<Output = Result<Res, Error>>;
 
-    /// Decide about `response`, produced for a request of the run `ctx`.
+    /// Look at `response`, produced for a request of the run `ctx`, and pass it on.
     fn after(&mut self, response: Res, ctx: RunContext) -> Self::Future;
 }
 
 impl<F, Fut, Res> AfterCallback<Res> for F
 where
     F: FnMut(Res, RunContext) -> Fut,
-    Fut: Future<Output = Result<Flow<Res, Res>, Error>>,
+    Fut: Future<Output = Result<Res, Error>>,
 {
     type Future = Fut;
 
@@ -145,30 +145,6 @@ where
         self(response, ctx)
     }
 }
-
-/// A response an after callback can replace. A replaced response is final at its point: the
-/// after callbacks further out skip it. Hand-written after layers should honour this too.
-pub trait Replaceable {
-    /// Whether an after callback at this point replaced it.
-    fn is_replaced(&self) -> bool;
-    /// Mark it replaced.
-    fn set_replaced(&mut self);
-}
-
-macro_rules! replaceable {
-    ($($ty:ty),*) => {$(
-        impl Replaceable for $ty {
-            fn is_replaced(&self) -> bool {
-                self.replaced
-            }
-            fn set_replaced(&mut self) {
-                self.replaced = true;
-            }
-        }
-    )*};
-}
-
-replaceable!(ModelResponse, ToolResponse, AgentResponse);
 
 /// A `before_model` layer from an async closure.
 ///
@@ -247,7 +223,7 @@ where
 ///
 /// ```
 /// use tower::{service_fn, ServiceBuilder, ServiceExt};
-/// use tower_agent_core::{after_model, Error, Flow, ModelRequest, ModelResponse, RunContext};
+/// use tower_agent_core::{after_model, Error, ModelRequest, ModelResponse, RunContext};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Error> {
@@ -255,9 +231,9 @@ where
 ///     .layer(after_model(|res: ModelResponse, _ctx: RunContext| async move {
 ///         if res.message.text().contains("password") {
 ///             // `map_text` keeps the tool calls, usage and finish reason.
-///             return Ok(Flow::Answer(res.map_text(|_| "[redacted]".into())));
+///             return Ok(res.map_text(|_| "[redacted]".into()));
 ///         }
-///         Ok(Flow::Continue(res))
+///         Ok(res)
 ///     }))
 ///     .service(service_fn(|_req: ModelRequest| async move {
 ///         Ok::<_, Error>(ModelResponse::text("the password is hunter2"))
@@ -271,7 +247,7 @@ where
 pub fn after_model<F, Fut>(f: F) -> AfterLayer<F>
 where
     F: FnMut(ModelResponse, RunContext) -> Fut + Clone,
-    Fut: Future<Output = Result<Flow<ModelResponse, ModelResponse>, Error>>,
+    Fut: Future<Output = Result<ModelResponse, Error>>,
 {
     AfterLayer::new(f)
 }
@@ -280,7 +256,7 @@ where
 pub fn after_tool<F, Fut>(f: F) -> AfterLayer<F>
 where
     F: FnMut(ToolResponse, RunContext) -> Fut + Clone,
-    Fut: Future<Output = Result<Flow<ToolResponse, ToolResponse>, Error>>,
+    Fut: Future<Output = Result<ToolResponse, Error>>,
 {
     AfterLayer::new(f)
 }
@@ -289,7 +265,7 @@ where
 pub fn after_agent<F, Fut>(f: F) -> AfterLayer<F>
 where
     F: FnMut(AgentResponse, RunContext) -> Fut + Clone,
-    Fut: Future<Output = Result<Flow<AgentResponse, AgentResponse>, Error>>,
+    Fut: Future<Output = Result<AgentResponse, Error>>,
 {
     AfterLayer::new(f)
 }

@@ -20,7 +20,6 @@ pub trait OnRequest<Req> {
 }
 
 impl<Req> OnRequest<Req> for () {
-    #[inline]
     fn on_request(&mut self, _: &Req) {}
 }
 
@@ -46,7 +45,6 @@ pub trait OnResponse<Res, E> {
 }
 
 impl<Res, E> OnResponse<Res, E> for () {
-    #[inline]
     fn on_response(&mut self, _: &Result<Res, E>, _: &RunContext) {}
 }
 
@@ -94,9 +92,8 @@ impl ObservedError for BoxError {
 
 /// Observes every request and every outcome at its point, and changes nothing.
 ///
-/// Unlike an after callback, an observer is never skipped: placed outermost at its point it
-/// sees every request, and every final response even when an inner callback answered or
-/// replaced it (check [`Replaceable::is_replaced`](super::Replaceable::is_replaced) to tell).
+/// An observer changes nothing: placed outermost at its point it sees every request and every
+/// final response, whichever layer answered or replaced it.
 /// Use it for logging, audit and metrics. Hooks are synchronous: hand slow work to a channel
 /// or a task. A call whose future is dropped before it completes (its run was cancelled)
 /// reaches no response hook; the run's events record the cancellation.
@@ -105,7 +102,7 @@ impl ObservedError for BoxError {
 /// use std::sync::{Arc, Mutex};
 /// use tower::{service_fn, ServiceBuilder, ServiceExt};
 /// use tower_agent_core::{
-///     Error, ModelRequest, ModelResponse, ObserveLayer, Replaceable, RunContext,
+///     Error, ModelRequest, ModelResponse, ObserveLayer, RunContext,
 /// };
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -2,7 +2,6 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -12,17 +11,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::event::{Event, EventSink, EventStream, Observer};
-use crate::history::History;
 pub use crate::session::new_id;
-use crate::session::{StopReason, Usage};
 
-mod handoff;
 mod nested;
 
 use nested::Nesting;
 
-/// What every request of one run carries: ids, the round, shared state, the event sink and
-/// the cancellation token.
+/// What every request of one run carries down: ids, the round, shared state, the event sink
+/// and the cancellation token. Nothing flows back through it: what a call did travels in its
+/// response (or its [`Error`]).
 ///
 /// Cloning is O(1): clones share the same state. The agent hands a clone, with the round
 /// number set, to every model and tool request of the run, so state written at one callback
@@ -59,18 +56,6 @@ struct Shared {
     events: EventSink,
     state: Mutex<Map<String, Value>>,
     extensions: Mutex<Extensions>,
-    commit: Mutex<Option<History>>,
-    /// Whether `commit` holds a history: lets the agent skip the lock every round.
-    has_commit: AtomicBool,
-    stop: Mutex<Option<StopReason>>,
-    /// Whether `stop` holds a reason: lets the agent skip the lock before every call.
-    has_stop: AtomicBool,
-    /// Arguments calls ran with instead of the model's: `(call id, arguments)`.
-    executed: Mutex<Vec<(String, String)>>,
-    has_executed: AtomicBool,
-    /// Tokens used by nested runs (sub-agents), added to this run's usage at its end.
-    usage: Mutex<Usage>,
-    has_usage: AtomicBool,
     /// Where a nested run belongs ([`RunContext::nested`]).
     nesting: Option<Nesting>,
 }
@@ -85,14 +70,6 @@ impl Clone for Shared {
             events: self.events.clone(),
             state: Mutex::new(lock(&self.state).clone()),
             extensions: Mutex::new(lock(&self.extensions).clone()),
-            commit: Mutex::new(lock(&self.commit).clone()),
-            has_commit: AtomicBool::new(self.has_commit.load(Ordering::Acquire)),
-            stop: Mutex::new(lock(&self.stop).clone()),
-            has_stop: AtomicBool::new(self.has_stop.load(Ordering::Acquire)),
-            executed: Mutex::new(lock(&self.executed).clone()),
-            has_executed: AtomicBool::new(self.has_executed.load(Ordering::Acquire)),
-            usage: Mutex::new(*lock(&self.usage)),
-            has_usage: AtomicBool::new(self.has_usage.load(Ordering::Acquire)),
             nesting: self.nesting.clone(),
         }
     }
@@ -122,14 +99,6 @@ impl RunContext {
             events: EventSink::default(),
             state: Mutex::new(Map::new()),
             extensions: Mutex::new(Extensions::default()),
-            commit: Mutex::new(None),
-            has_commit: AtomicBool::new(false),
-            stop: Mutex::new(None),
-            has_stop: AtomicBool::new(false),
-            executed: Mutex::new(Vec::new()),
-            has_executed: AtomicBool::new(false),
-            usage: Mutex::new(Usage::default()),
-            has_usage: AtomicBool::new(false),
             nesting: None,
         })
     }
@@ -182,7 +151,6 @@ impl RunContext {
     }
 
     /// A clone of this context at `round`.
-    #[inline]
     pub fn with_round(&self, round: u32) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -191,32 +159,27 @@ impl RunContext {
     }
 
     /// The run's id.
-    #[inline]
     pub fn run_id(&self) -> &str {
         &self.shared.run_id
     }
 
     /// The session's id.
-    #[inline]
     pub fn session_id(&self) -> &str {
         &self.shared.session_id
     }
 
     /// The round this request belongs to: 1 for the first model call of a run, 0 outside
     /// rounds (before the first one, and for calls resumed after an interrupt).
-    #[inline]
     pub fn round(&self) -> u32 {
         self.round
     }
 
     /// The run's cancellation token.
-    #[inline]
     pub fn cancellation_token(&self) -> &CancellationToken {
         &self.shared.cancel
     }
 
     /// Whether the run was cancelled.
-    #[inline]
     pub fn is_cancelled(&self) -> bool {
         self.shared.cancel.is_cancelled()
     }
@@ -227,7 +190,6 @@ impl RunContext {
     }
 
     /// The event sink.
-    #[inline]
     pub fn events(&self) -> &EventSink {
         &self.shared.events
     }
@@ -480,14 +442,5 @@ mod tests {
             ctx.state::<Vec<String>>("list"),
             Some(vec!["a".to_string()])
         );
-    }
-
-    #[test]
-    fn commits_are_taken_once() {
-        let ctx = RunContext::new();
-        assert!(ctx.take_committed_history().is_none());
-        ctx.commit_history(History::new());
-        assert!(ctx.take_committed_history().is_some());
-        assert!(ctx.take_committed_history().is_none());
     }
 }

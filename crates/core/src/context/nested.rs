@@ -1,6 +1,5 @@
 //! Contexts of nested agents: a workflow's steps, sub-agents called as tools.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Map;
@@ -8,7 +7,6 @@ use serde_json::Map;
 use super::{Extensions, RunContext, Shared};
 use crate::error::Error;
 use crate::event::{Event, EventSink, Observer};
-use crate::session::Usage;
 
 /// Where a nested context belongs: the outermost run's context and its own path.
 #[derive(Clone)]
@@ -131,14 +129,6 @@ impl RunContext {
             events,
             state: Mutex::new(Map::new()),
             extensions: Mutex::new(Extensions::default()),
-            commit: Mutex::new(None),
-            has_commit: AtomicBool::new(false),
-            stop: Mutex::new(None),
-            has_stop: AtomicBool::new(false),
-            executed: Mutex::new(Vec::new()),
-            has_executed: AtomicBool::new(false),
-            usage: Mutex::new(Usage::default()),
-            has_usage: AtomicBool::new(false),
             nesting: Some(Nesting { root, path }),
         })
     }

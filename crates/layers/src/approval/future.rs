@@ -48,9 +48,9 @@ pub(super) fn take_approved(ctx: &RunContext, id: &str) -> Option<Option<String>
     })
 }
 
-/// What follows an approved call: the edited arguments are recorded for the history
-/// ([`RunContext::record_arguments`]), or, when the tool asks a question of its own, the
-/// approval is remembered for the next resume.
+/// What follows an approved call: the edited arguments go in the response for the history
+/// ([`ToolResponse::arguments`]), or, when the tool asks a question of its own, the approval is
+/// remembered for the next resume.
 pub(super) struct After {
     ctx: RunContext,
     id: String,
@@ -66,12 +66,14 @@ impl After {
         }
     }
 
-    pub(super) fn done(self, response: &ToolResponse) {
-        if is_interrupt(response) {
+    pub(super) fn done(self, mut response: ToolResponse) -> ToolResponse {
+        if is_interrupt(&response) {
             remember_approved(&self.ctx, &self.id, self.edited.as_deref());
         } else if let Some(arguments) = self.edited {
-            self.ctx.record_arguments(self.id, arguments);
+            // A layer further in that changed them again knows better.
+            response.arguments.get_or_insert(arguments);
         }
+        response
     }
 }
 
@@ -150,16 +152,13 @@ where
 {
     type Output = Result<ToolResponse, E>;
 
-    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Pass { future, after } => match future.poll(cx) {
-                Poll::Ready(Ok(response)) => {
-                    if let Some(after) = after.take() {
-                        after.done(&response);
-                    }
-                    Poll::Ready(Ok(response))
-                }
+                Poll::Ready(Ok(response)) => Poll::Ready(Ok(match after.take() {
+                    Some(after) => after.done(response),
+                    None => response,
+                })),
                 other => other,
             },
             KindProj::Ready { response } => match response.take() {

@@ -20,7 +20,7 @@
 //! | decision | the tool | the result the model sees |
 //! |---|---|---|
 //! | approve | runs once, as the model wrote it | the tool's |
-//! | edit | runs once with the edited arguments | the tool's; **the call in the history shows the edited arguments** (the history records what ran, through [`RunContext::record_arguments`]) |
+//! | edit | runs once with the edited arguments | the tool's; **the call in the history shows the edited arguments** (the history records what ran: the response says so in [`ToolResponse::arguments`]) |
 //! | reject | does not run | an error result: rejected by the user, the reason, and not to retry unless asked |
 //! | respond | does not run | the human's text, as a successful result |
 //!
@@ -197,7 +197,6 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, S::Error>;
 
-    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
@@ -279,8 +278,7 @@ where
                             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                             let after = After::new(&req, edited);
                             let response = inner.call(req).await?;
-                            after.done(&response);
-                            Ok(response)
+                            Ok(after.done(response))
                         }
                     }
                 })

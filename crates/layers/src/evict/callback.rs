@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tower_agent_core::event::BoxFuture;
-use tower_agent_core::{AfterCallback, Error, Event, Flow, RunContext, ToolAction, ToolResponse};
+use tower_agent_core::{AfterCallback, Error, Event, RunContext, ToolAction, ToolResponse};
 
 use super::Config;
 use super::path::result_path;
@@ -30,7 +30,7 @@ impl fmt::Debug for EvictLarge {
     }
 }
 
-type Decision = Result<Flow<ToolResponse, ToolResponse>, Error>;
+type Decision = Result<ToolResponse, Error>;
 
 /// The future of [`EvictLarge`]'s decision: ready at once for a result that stays inline
 /// (nothing allocated), boxed while a large one is written.
@@ -75,7 +75,7 @@ impl AfterCallback<ToolResponse> for EvictLarge {
 
     fn after(&mut self, response: ToolResponse, ctx: RunContext) -> EvictFuture {
         let keep = |response| EvictFuture {
-            state: State::Ready(Some(Ok(Flow::Continue(response)))),
+            state: State::Ready(Some(Ok(response))),
         };
         // A paused call's result is not shown to the model.
         if matches!(response.action, ToolAction::Interrupt(_))
@@ -140,7 +140,7 @@ async fn evict(
                 tokens,
             })
             .await?;
-            Ok(Flow::Answer(response))
+            Ok(response)
         }
         Err(error) => {
             response.result.content = into_string(bytes);
@@ -162,7 +162,7 @@ async fn warn(ctx: &RunContext, response: ToolResponse, message: &str) -> Decisi
         message: message.to_owned(),
     })
     .await?;
-    Ok(Flow::Continue(response))
+    Ok(response)
 }
 
 /// The string back from the bytes it was moved into: the same buffer when nothing else holds

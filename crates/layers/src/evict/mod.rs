@@ -389,12 +389,10 @@ where
     type Error = S::Error;
     type Future = AfterFuture<S::Future, EvictLarge, ToolResponse>;
 
-    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    #[inline]
     fn call(&mut self, req: ToolRequest) -> Self::Future {
         self.inner.call(req)
     }

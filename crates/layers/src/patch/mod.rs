@@ -84,14 +84,14 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentRequest, CallIdSet, ContentPart, Error, Event, History, Message, ModelRequest, Role,
-    RunContext, Session,
+    AgentRequest, ContentPart, Error, Event, History, Message, ModelRequest, Role, RunContext,
+    Session,
 };
 use tower_layer::Layer;
 use tower_service::Service;
 
+use repair::{CallIds, Scope, scan};
 pub use repair::{MALFORMED, PatchReport, UNANSWERED, Unanswered};
-use repair::{Scope, scan};
 
 /// Applies [`PatchDangling`]; see the [module docs](self).
 #[derive(Debug, Clone, Copy, Default)]
@@ -188,7 +188,7 @@ where
         };
         let history = &mut req.session.history;
         let frontier = frontier(history);
-        let mut ids = CallIdSet::default();
+        let mut ids = CallIds::default();
         let valid = scan(
             &history[..frontier],
             0,
@@ -316,7 +316,7 @@ struct MarkState {
     len: usize,
     /// The fingerprint of message `len - 1`.
     last: u64,
-    ids: CallIdSet,
+    ids: CallIds,
 }
 
 impl MarkState {
@@ -339,7 +339,7 @@ impl Mark {
         })
     }
 
-    fn remember(ctx: &RunContext, history: &[Message], len: usize, ids: CallIdSet) {
+    fn remember(ctx: &RunContext, history: &[Message], len: usize, ids: CallIds) {
         let mark = Mark::of(ctx);
         let mut state = mark.0.lock().unwrap_or_else(PoisonError::into_inner);
         state.len = len;

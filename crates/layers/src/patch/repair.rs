@@ -5,7 +5,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tower_agent_core::{CallIdSet, ContentPart, History, Message, Role, ToolCall, ToolResult};
+use tower_agent_core::{ContentPart, History, Message, Role, ToolCall, ToolResult};
+
+/// The call ids of a history.
+pub(super) type CallIds = HashSet<String>;
 
 /// What becomes of a tool call that has no result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,7 +109,7 @@ pub(crate) struct Scope<'a> {
 
 /// Repair `history` in place; copies nothing when it is valid.
 pub(crate) fn repair(history: &mut History, scope: Scope<'_>) -> PatchReport {
-    if scan(history, 0, &mut CallIdSet::default(), scope) {
+    if scan(history, 0, &mut CallIds::default(), scope) {
         return PatchReport::default();
     }
     let (messages, report) = rebuild(history, scope);
@@ -118,12 +121,7 @@ pub(crate) fn repair(history: &mut History, scope: Scope<'_>) -> PatchReport {
 /// open, and that `ids` holds its call ids (new ids are added). The rules of
 /// [`History::validate`], plus: no empty call id, and no tool message outside the results
 /// right after a call.
-pub(crate) fn scan(
-    messages: &[Message],
-    from: usize,
-    ids: &mut CallIdSet,
-    scope: Scope<'_>,
-) -> bool {
+pub(crate) fn scan(messages: &[Message], from: usize, ids: &mut CallIds, scope: Scope<'_>) -> bool {
     let mut index = from;
     while index < messages.len() {
         let message = &messages[index];
@@ -136,7 +134,7 @@ pub(crate) fn scan(
             match part {
                 ContentPart::ToolResult(_) => return false,
                 ContentPart::ToolCall(call) if message.role == Role::Assistant => {
-                    if call.id.is_empty() || !ids.insert(&call.id) {
+                    if call.id.is_empty() || !ids.insert(call.id.clone()) {
                         return false;
                     }
                     calls += 1;

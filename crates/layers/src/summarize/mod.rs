@@ -21,7 +21,8 @@
 //!    ([`SummarizeLayer::max_summary_tokens`]; by default half of what it replaces, between
 //!    64 and 4,096). A summary that is not smaller than what it replaces is **never
 //!    committed**: an [`Event::Warning`] says so and the history stays as it was.
-//! 4. The new history is committed to the session ([`RunContext::commit_history`]): the
+//! 4. The new history is committed to the session in the response
+//!    ([`ModelResponse::history`]; in the error, [`Error::history`], when the call fails): the
 //!    next round sends it as it is, and the next summarization summarizes this summary and
 //!    the newer messages, not the archive again. An [`Event::Summarized`] tells observers.
 //! 5. With [`SummarizeLayer::offload`], the summarized messages are first appended, whole,
@@ -88,7 +89,7 @@
 //!
 //! ```
 //! use tower::{Service, ServiceBuilder, ServiceExt};
-//! use tower_agent_core::{Error, Message, ModelRequest, ModelResponse, RunContext};
+//! use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 //! use tower_agent_layers::summarize::{is_summary, Keep, SummarizeLayer, Trigger};
 //! use tower_agent_test::ScriptedModel;
 //!
@@ -107,17 +108,15 @@
 //! let history: Vec<Message> = (0..6)
 //!     .map(|i| if i % 2 == 0 { Message::user(format!("question {i} about cats and dogs")) } else { Message::assistant(format!("answer {i}: they differ")) })
 //!     .collect();
-//! let mut req = ModelRequest::new(history);
-//! req.ctx = RunContext::new();
-//! let ctx = req.ctx.clone();
-//! service.ready().await?.call(req).await?;
+//! let req = ModelRequest::new(history);
+//! let res = service.ready().await?.call(req).await?;
 //!
-//! // The model saw the summary and the two newest messages; the session gets the same.
+//! // The model saw the summary and the two newest messages; the response commits the same.
 //! let seen = &model.requests()[0].messages;
 //! assert_eq!(seen.len(), 3);
 //! assert!(is_summary(&seen[0]));
 //! assert_eq!(seen[1].text(), "question 4 about cats and dogs");
-//! assert_eq!(ctx.take_committed_history().as_deref(), Some(seen.as_slice()));
+//! assert_eq!(res.history.as_deref(), Some(seen.as_slice()));
 //! // The summarizer's answer was bounded: with its frame, the summary message must be
 //! // smaller than the four messages (44 estimated tokens) it replaces.
 //! let bound = summarizer.requests()[0].options.max_tokens.expect("bounded");
@@ -144,7 +143,8 @@
 //! (`Trigger::tokens(0)`, `Trigger::messages(0)`, a fraction outside `(0, 1]`, a window of 0):
 //! a programming error, found when the layer is built.
 //!
-//! [`RunContext::commit_history`]: tower_agent_core::RunContext::commit_history
+//! [`ModelResponse::history`]: tower_agent_core::ModelResponse::history
+//! [`Error::history`]: tower_agent_core::Error::history
 //! [`Event::Summarized`]: tower_agent_core::Event::Summarized
 //! [`Event::Warning`]: tower_agent_core::Event::Warning
 //! [`ErrorKind::ContextTooLong`]: tower_agent_core::ErrorKind::ContextTooLong

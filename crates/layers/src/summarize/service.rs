@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use tower::ServiceExt;
 use tower_agent_core::event::BoxFuture;
-use tower_agent_core::{Error, ErrorKind, Event, History, ModelRequest, ModelResponse};
+use tower_agent_core::{Error, ErrorKind, Event, History, ModelRequest, ModelResponse, Usage};
 use tower_service::Service;
 
 use super::history::{
@@ -119,13 +119,68 @@ impl Future for ResponseFuture {
     }
 }
 
-/// One model call: count, shorten when a trigger fires, call the (ready) inner service, and
-/// recover from an overflow.
+/// What the layer did during one call, for its response (or error): the history it
+/// committed and the summarizer's tokens.
+#[derive(Default)]
+struct Effects {
+    history: Option<History>,
+    spent: Usage,
+}
+
+impl Effects {
+    /// Commit `history`, if there is one; it is the request's from now on.
+    fn commit(&mut self, history: Option<History>) -> Option<History> {
+        if let Some(history) = &history {
+            self.history = Some(history.clone());
+        }
+        history
+    }
+
+    /// Put what the layer did into the call's result.
+    fn apply(self, result: Result<ModelResponse, Error>) -> Result<ModelResponse, Error> {
+        match result {
+            Ok(mut response) => {
+                if let Some(history) = self.history {
+                    response.commit(history);
+                }
+                response.add_side_usage(self.spent);
+                Ok(response)
+            }
+            Err(mut error) => {
+                if let Some(history) = self.history {
+                    error = error.with_history(history);
+                }
+                let usage = error.usage() + self.spent;
+                Err(error.with_usage(usage))
+            }
+        }
+    }
+}
+
+/// One model call, with what the layer did in its response.
 async fn run<S>(
     config: Arc<Config>,
     owner: usize,
+    inner: S,
+    req: ModelRequest,
+) -> Result<ModelResponse, Error>
+where
+    S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Send,
+    S::Future: Send,
+{
+    let mut effects = Effects::default();
+    let result = shorten_and_call(&config, owner, inner, req, &mut effects).await;
+    effects.apply(result)
+}
+
+/// Count, shorten when a trigger fires, call the (ready) inner service, and recover from an
+/// overflow.
+async fn shorten_and_call<S>(
+    config: &Config,
+    owner: usize,
     mut inner: S,
     mut req: ModelRequest,
+    effects: &mut Effects,
 ) -> Result<ModelResponse, Error>
 where
     S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Send,
@@ -145,7 +200,7 @@ where
                      before, and this one has {tokens}"
                 ),
             );
-            return recover(&config, owner, inner, req, error).await;
+            return recover(config, owner, inner, req, error, effects).await;
         }
     }
     let fires = config
@@ -155,7 +210,9 @@ where
     let rested = record.wait_until_tokens.is_none_or(|at| tokens >= at);
     if fires && rested {
         let keep = config.keep_count(&req.messages);
-        if let Shortened::Cut(history) = shorten(&config, owner, &req, tokens, keep, false).await? {
+        let shortened = shorten(config, owner, &req, tokens, keep, false, &mut effects.spent);
+        if let Shortened::Cut(history) = shortened.await? {
+            effects.commit(Some(history.clone()));
             req.messages = history;
         }
     }
@@ -165,7 +222,7 @@ where
     let spare = req.clone();
     match call(owner, &mut inner, req).await {
         Err(error) if error.kind() == ErrorKind::ContextTooLong => {
-            recover(&config, owner, inner, spare, error).await
+            recover(config, owner, inner, spare, error, effects).await
         }
         other => other,
     }
@@ -200,6 +257,7 @@ async fn recover<S>(
     mut inner: S,
     mut req: ModelRequest,
     mut error: Error,
+    effects: &mut Effects,
 ) -> Result<ModelResponse, Error>
 where
     S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Send,
@@ -219,8 +277,8 @@ where
         let shorter = if let Some(more) = keep {
             let less = (more / 2).max(1);
             keep = (less > 1).then_some(less);
-            match shorten(config, owner, &req, tokens, less, true).await? {
-                Shortened::Cut(history) => Some(history),
+            match shorten(config, owner, &req, tokens, less, true, &mut effects.spent).await? {
+                Shortened::Cut(history) => effects.commit(Some(history)),
                 Shortened::Uncut => None,
                 Shortened::Failed(error) => {
                     keep = None;
@@ -229,13 +287,13 @@ where
                 }
             }
         } else if let Some(&max) = clips.next() {
-            committed(&req, clip_kept(&req.messages, max, counter))
+            effects.commit(clip_kept(&req.messages, max, counter))
         } else if summary_cuts < SUMMARY_CUTS {
             summary_cuts += 1;
-            committed(&req, cut_summary(&req.messages, counter))
+            effects.commit(cut_summary(&req.messages, counter))
         } else if !dropped {
             dropped = true;
-            let shorter = committed(&req, drop_summary(&req.messages));
+            let shorter = effects.commit(drop_summary(&req.messages));
             if shorter.is_some() {
                 let message = "the summary did not fit the model's context window with the \
                                newest messages and was dropped"
@@ -261,14 +319,6 @@ where
             other => return other,
         }
     }
-}
-
-/// Commit a shortened history of `req`'s run, if there is one.
-fn committed(req: &ModelRequest, history: Option<History>) -> Option<History> {
-    if let Some(history) = &history {
-        req.ctx.commit_history(history.clone());
-    }
-    history
 }
 
 /// The error of a request that does not fit even shrunk as far as it goes: what is in it,

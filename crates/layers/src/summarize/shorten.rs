@@ -1,5 +1,5 @@
 //! One shortening of a request's history: truncate old arguments, summarize the older
-//! messages, check that the summary is smaller, offload, commit, and remember it.
+//! messages, check that the summary is smaller, offload, and remember it.
 
 use std::sync::Arc;
 
@@ -7,7 +7,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tower::ServiceExt;
 use tower_agent_core::history::validate;
-use tower_agent_core::{Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext};
+use tower_agent_core::{
+    Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext, Usage,
+};
 use tower_agent_storage::StoragePath;
 use tower_service::Service;
 
@@ -92,6 +94,7 @@ pub(super) async fn shorten(
     tokens_before: usize,
     keep: usize,
     forced: bool,
+    spent: &mut Usage,
 ) -> Result<Shortened, Error> {
     let ctx = &req.ctx;
     let messages = req.messages.as_slice();
@@ -124,7 +127,6 @@ pub(super) async fn shorten(
                 if validate(&history, &trailing_calls(&history)).is_err() {
                     return Ok(Shortened::Uncut);
                 }
-                ctx.commit_history(history.clone());
                 Tally::store(ctx, owner, &history, older_tokens + kept_tokens, tools);
                 ctx.emit(Event::Warning {
                     source: "summarize",
@@ -165,7 +167,7 @@ pub(super) async fn shorten(
     let bound = config.summary_bound(replaced).min(room);
     let previous = older.first().and_then(summary_text);
     let since = &older[usize::from(previous.is_some())..];
-    let summary = match fold(config, ctx, previous, since, bound).await {
+    let summary = match fold(config, ctx, previous, since, bound, spent).await {
         Ok(summary) => summary,
         Err(error) if error.kind() == ErrorKind::Cancelled => return Err(error),
         // The request may still fit: the history is kept, and the triggers rest.
@@ -201,7 +203,6 @@ pub(super) async fn shorten(
     }
 
     let history = History::from(shortened);
-    ctx.commit_history(history.clone());
     Tally::store(ctx, owner, &history, summary_tokens + kept_tokens, tools);
     let mut record = Record::load(ctx);
     record.summaries += 1;
@@ -266,6 +267,7 @@ async fn fold(
     previous: Option<&str>,
     since: &[Message],
     bound: usize,
+    spent: &mut Usage,
 ) -> Result<String, Error> {
     let counter = config.counter.as_ref();
     let mut summary = previous.map(|text| clip_to_tokens(text, bound, counter).into_owned());
@@ -300,7 +302,7 @@ async fn fold(
             }
         }
         let tokens = counter.count_text(&text);
-        match summarize(config, ctx, text, bound).await {
+        match summarize(config, ctx, text, bound, spent).await {
             Ok(answer) => {
                 summary = Some(answer);
                 start = end;
@@ -347,6 +349,7 @@ async fn summarize(
     ctx: &RunContext,
     input: String,
     bound: usize,
+    spent: &mut Usage,
 ) -> Result<String, Error> {
     let mut req = ModelRequest::new(vec![Message::user(input)]);
     req.system = Some(Arc::clone(&config.prompt));
@@ -365,7 +368,7 @@ async fn summarize(
         .await
         .map_err(failed)?;
     // The summarizer's tokens count in the run's usage.
-    ctx.record_usage(response.usage);
+    *spent += response.usage;
     let text = response.message.text();
     if text.trim().is_empty() {
         return Err(Error::new(

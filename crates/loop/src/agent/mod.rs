@@ -8,7 +8,6 @@
 //! | `resume` | checking the input against the session, and applying it (new messages, continue, resume) |
 //! | `tools` | executing the tool calls of one round, sequentially or concurrently |
 //! | `call` | calling a service: readiness, panics, cancellation, spans |
-//! | `ids` | the set of call ids that keeps new ids unique in a session |
 
 use std::fmt;
 use std::future::Future;
@@ -19,8 +18,8 @@ use std::task::{Context, Poll};
 #[cfg(doc)]
 use tower_agent_core::Outcome;
 use tower_agent_core::{
-    AgentRequest, AgentResponse, BoxError, CallIdSet, Error, ModelRequest, ModelResponse,
-    ToolRequest, ToolResponse, Usage,
+    AgentRequest, AgentResponse, BoxError, Error, ModelRequest, ModelResponse, ToolRequest,
+    ToolResponse, Usage,
 };
 use tower_service::Service;
 use tracing::Instrument;
@@ -47,7 +46,6 @@ mod tools;
 pub use builder::{AgentBuilder, AgentConfig, ToolExecution};
 
 use rounds::Run;
-use tools::RoundTools;
 
 /// The agent service: the loop that drives a model service and a tool service round by
 /// round.
@@ -169,8 +167,7 @@ where
             ctx,
             usage: Usage::default(),
             rounds: 0,
-            scratch: RoundTools::default(),
-            call_ids: CallIdSet::default(),
+            call_ids: Default::default(),
             start: 0,
         };
         ResponseFuture {

@@ -14,8 +14,8 @@ use std::collections::HashSet;
 
 use tower_agent_core::decision::check_decisions;
 use tower_agent_core::{
-    AgentInput, BoxError, ContentPart, Error, Message, ModelRequest, ModelResponse, Outcome, Role,
-    Session, StopReason, ToolRequest, ToolResponse, ToolResult,
+    AgentInput, BoxError, Error, Message, ModelRequest, ModelResponse, Outcome, Role, Session,
+    StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult,
 };
 use tower_service::Service;
 
@@ -122,21 +122,14 @@ where
                     .iter()
                     .rposition(|m| m.role == Role::Assistant)
                     .unwrap_or(0);
-                let calls: Vec<ContentPart> = std::mem::take(&mut self.session.interrupts)
+                let calls: Vec<ToolCall> = std::mem::take(&mut self.session.interrupts)
                     .into_iter()
-                    .map(|i| ContentPart::ToolCall(i.call))
+                    .map(|i| i.call)
                     .collect();
-                execute(
-                    &mut self.tools,
-                    &self.ctx,
-                    0,
-                    self.config.tool_execution,
-                    &calls,
-                    Some(&decisions),
-                    &mut self.scratch,
-                )
-                .await;
-                self.absorb_round(None, true)?
+                let mode = self.config.tool_execution;
+                let resume = Some(&decisions);
+                let out = execute(&mut self.tools, &self.ctx, 0, mode, &calls, resume).await;
+                self.absorb_round(out, true)?
             }
             AgentInput::Continue => {
                 self.session.answer_dangling_calls();
@@ -193,14 +186,12 @@ where
     /// ones, and in the same pass look for calls without a result; if there is any, repair the
     /// whole history. `to_the_end`: calls at the very end count too (no call waits).
     fn index_and_repair(&mut self, to_the_end: bool) {
-        // No reservation up front: the set grows with the calls it meets (a long chat may have
-        // none), so a run starts without zeroing a table sized for the history.
         self.call_ids.clear();
         let mut unanswered = false;
         for block in self.session.history.call_blocks() {
             let checked = to_the_end || !block.at_end;
             for call in block.message.tool_calls() {
-                self.call_ids.insert(&call.id);
+                self.call_ids.insert(call.id.clone());
                 unanswered |= checked && !block.answers(call);
             }
         }

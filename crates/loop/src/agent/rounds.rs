@@ -1,18 +1,20 @@
-//! One run: the round state machine, history commits, and the end of a run.
+//! One run: the round state machine, what a response does to the session, and the end of a
+//! run.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use tower_agent_core::{
-    AgentInput, AgentResponse, BoxError, CallIdSet, ContentPart, Error, ErrorKind, Event, History,
-    Message, ModelRequest, ModelResponse, Outcome, Progress, Role, RunContext, Session, StopReason,
-    ToolRequest, ToolResponse, ToolResult, Usage,
+    AgentInput, AgentResponse, BoxError, ContentPart, Error, ErrorKind, Event, History, Message,
+    ModelRequest, ModelResponse, Outcome, Progress, Role, RunContext, Session, StopReason,
+    ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
-use super::call::call_checked;
+use super::AgentConfig;
+use super::call::call;
 use super::resume::check_input;
-use super::tools::{RoundTools, execute, execute_quietly, not_executed};
-use super::{AgentConfig, ToolExecution};
+use super::tools::{RoundTools, execute, not_executed};
 
 /// One run's state.
 pub(super) struct Run<M, T> {
@@ -23,10 +25,8 @@ pub(super) struct Run<M, T> {
     pub(super) ctx: RunContext,
     pub(super) usage: Usage,
     pub(super) rounds: u32,
-    /// Reused every round, so a round allocates no bookkeeping of its own.
-    pub(super) scratch: RoundTools,
-    /// Hashes of every tool call id in the history, so new calls get unique ids.
-    pub(super) call_ids: CallIdSet,
+    /// Every tool-call id in the history, so new calls get unique ids.
+    pub(super) call_ids: HashSet<String>,
     /// Where this run's work starts in the history, for the progress of a stopped or
     /// cancelled run.
     pub(super) start: usize,
@@ -50,24 +50,12 @@ fn stopped(reason: StopReason) -> Outcome {
     }
 }
 
-/// Drop a history committed outside a model call, saying so.
-#[cold]
-#[inline(never)]
-fn discard(stale: History) {
-    drop(stale);
-    tracing::warn!(
-        "a history committed outside a model call was discarded; commit from a before_model \
-         or after_model layer"
-    );
-}
-
-/// A model cannot answer calls: result parts in its message would break the history.
-#[cold]
-#[inline(never)]
-fn strip_results(message: &mut Message) {
-    message
-        .content
-        .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
+/// What a model call gave the loop.
+enum Answer {
+    /// The model's message and the call's own usage.
+    Message(Message, Usage),
+    /// The run ends here.
+    End(Outcome),
 }
 
 /// Write the arguments calls ran with into the calls of the history (newest first: the calls
@@ -118,202 +106,156 @@ where
         self.finish(result).await
     }
 
+    /// The rounds: call the model, append its message, run its tool calls, append their
+    /// results; until the model calls no tool or something ends the run.
     async fn drive(&mut self, input: AgentInput, replay: bool) -> Result<Outcome, Error> {
         if let Some(outcome) = self.prepare(input, replay).await? {
             return Ok(outcome);
         }
-
-        // The run's listeners are fixed when it starts.
-        let listening = self.ctx.events().is_enabled();
         loop {
             if self.ctx.is_cancelled() {
                 return Ok(cancelled_outcome());
             }
-            if let Some(reason) = self.ctx.take_stop() {
-                return Ok(stopped(reason));
-            }
             if self.rounds >= self.config.max_rounds {
-                return Ok(stopped(StopReason::MaxRounds {
-                    limit: self.config.max_rounds,
-                }));
+                let limit = self.config.max_rounds;
+                return Ok(stopped(StopReason::MaxRounds { limit }));
             }
             self.rounds += 1;
             let round = self.rounds;
-            if listening {
-                self.ctx.emit(Event::RoundStarted { round }).await?;
-            }
-            self.discard_stale_commit();
+            emit!(self.ctx, Event::RoundStarted { round })?;
 
-            let (config, history, ctx) = (&self.config, &self.session.history, &self.ctx);
-            let request = || ModelRequest {
-                system: config.system.clone(),
-                messages: history.clone(),
-                tools: Arc::clone(&config.tool_specs),
-                options: config.options.clone(),
-                ctx: ctx.with_round(round),
+            let (mut message, usage) = match self.call_model(round).await? {
+                Answer::Message(message, usage) => (message, usage),
+                Answer::End(outcome) => return Ok(outcome),
             };
-            let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
-            // Not started once cancelled; dropped if cancelled while pending.
-            let response = call_checked(
-                &mut self.model,
-                request,
-                self.ctx.cancellation_token(),
-                span,
-                // Without listeners nothing ran since the check above.
-                !listening,
-            )
-            .await;
-            // The request is gone: a history committed by a layer replaces ours before the
-            // model's message is appended.
-            let committed = self.apply_commit();
-            let ModelResponse {
-                mut message, usage, ..
-            } = match response {
-                Some(Ok(response)) => response,
-                None => return Ok(cancelled_outcome()),
-                Some(Err(failure)) => {
-                    let error = failure.into_model_error();
-                    if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() {
-                        return Ok(cancelled_outcome());
-                    }
-                    return Err(error);
-                }
-            };
-            self.usage += usage;
-            committed?;
-            // A layer stopped the run during the call: its calls could not be answered.
-            if let Some(reason) = self.ctx.take_stop() {
-                return Ok(stopped(reason));
-            }
-            message.role = Role::Assistant;
             let calls = self.normalize(&mut message, round);
-            if listening && message.has_text() {
-                let text = message.text();
-                self.ctx.emit(Event::Text { round, text }).await?;
+            if message.has_text() {
+                emit!(
+                    self.ctx,
+                    Event::Text {
+                        round,
+                        text: message.text()
+                    }
+                )?;
             }
-            if calls == 1 && !listening && self.config.tool_execution == ToolExecution::Sequential {
-                // One call nobody listens to: no round loop, no event, and the message joins
-                // the history with its result, in one write.
-                let Some(call) = message.tool_calls().next() else {
-                    unreachable!("one call");
-                };
-                execute_quietly(&mut self.tools, &self.ctx, round, call, &mut self.scratch).await;
-                match self.absorb_round(Some(message), false)? {
-                    Some(outcome) => return Ok(outcome),
-                    None => continue,
-                }
-            }
-            self.session.history.push(message);
-            let [.., message] = &self.session.history[..] else {
-                unreachable!("a message was just appended");
-            };
-            if listening {
-                let event = Event::RoundCompleted {
+            self.session.history.push(message.clone());
+            emit!(
+                self.ctx,
+                Event::RoundCompleted {
                     round,
                     message: message.clone(),
                     history: Some(self.session.history.clone()),
                     usage,
-                };
-                self.ctx.emit(event).await?;
+                }
+            )?;
+            if calls.is_empty() {
+                return Ok(Outcome::Completed { message });
             }
-            if calls == 0 {
-                return Ok(Outcome::Completed {
-                    message: message.clone(),
-                });
-            }
-            execute(
-                &mut self.tools,
-                &self.ctx,
-                round,
-                self.config.tool_execution,
-                &message.content,
-                None,
-                &mut self.scratch,
-            )
-            .await;
-            if let Some(outcome) = self.absorb_round(None, false)? {
+            let mode = self.config.tool_execution;
+            let out = execute(&mut self.tools, &self.ctx, round, mode, &calls, None).await;
+            if let Some(outcome) = self.absorb_round(out, false)? {
                 return Ok(outcome);
             }
         }
     }
 
-    /// Make the model's message safe to append: only text, reasoning and calls, each call with
-    /// an id no other call in the session uses. Returns how many calls it has.
-    fn normalize(&mut self, message: &mut Message, round: u32) -> usize {
-        let mut calls = 0;
-        let mut results = false;
-        for part in &mut message.content {
-            match part {
-                ContentPart::ToolCall(call) => {
-                    calls += 1;
-                    if call.id.is_empty() || !self.call_ids.insert(&call.id) {
-                        call.id = self.fresh_id(round, calls);
-                    }
+    /// Call the model with the history, and apply what its response did: the history a layer
+    /// committed, the usage, a stop. The model's message, or the outcome the run ends with.
+    async fn call_model(&mut self, round: u32) -> Result<Answer, Error> {
+        let request = ModelRequest {
+            system: self.config.system.clone(),
+            messages: self.session.history.clone(),
+            tools: Arc::clone(&self.config.tool_specs),
+            options: self.config.options.clone(),
+            ctx: self.ctx.with_round(round),
+        };
+        let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
+        let token = self.ctx.cancellation_token().clone();
+        let response = match call(&mut self.model, request, &token, span).await {
+            None => return Ok(Answer::End(cancelled_outcome())),
+            Some(Ok(response)) => response,
+            Some(Err(failure)) => {
+                let mut error = failure.into_model_error();
+                // What the layers did before the call failed (a summary) is kept.
+                self.usage += error.usage();
+                if let Some(history) = error.take_history() {
+                    self.commit(history)?;
                 }
-                ContentPart::ToolResult(_) => results = true,
-                _ => {}
+                if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() {
+                    return Ok(Answer::End(cancelled_outcome()));
+                }
+                return Err(error);
             }
+        };
+        let ModelResponse {
+            mut message,
+            usage,
+            history,
+            stop,
+            side_usage,
+            ..
+        } = response;
+        self.usage += usage + side_usage;
+        if let Some(history) = history {
+            self.commit(history)?;
         }
-        if results {
-            strip_results(message);
+        // A layer stopped the run at this call: its calls could not be answered.
+        if let Some(reason) = stop {
+            return Ok(Answer::End(stopped(reason)));
+        }
+        message.role = Role::Assistant;
+        Ok(Answer::Message(message, usage))
+    }
+
+    /// Make the model's message safe to append: only text, reasoning and calls, each call with
+    /// an id no other call in the session uses. Returns its calls.
+    fn normalize(&mut self, message: &mut Message, round: u32) -> Vec<ToolCall> {
+        // A model cannot answer calls: result parts in its message would break the history.
+        message
+            .content
+            .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
+        let mut calls = Vec::new();
+        for part in &mut message.content {
+            if let ContentPart::ToolCall(call) = part {
+                if call.id.is_empty() || self.call_ids.contains(&call.id) {
+                    call.id = self.fresh_id(round, calls.len() + 1);
+                }
+                self.call_ids.insert(call.id.clone());
+                calls.push(call.clone());
+            }
         }
         calls
     }
 
     /// An id for the `index`-th call of `round` whose own was empty or taken.
-    #[cold]
-    #[inline(never)]
-    fn fresh_id(&mut self, round: u32, index: usize) -> String {
+    fn fresh_id(&self, round: u32, index: usize) -> String {
         let prefix: String = self.ctx.run_id().chars().take(8).collect();
         let mut id = format!("call_{prefix}_{round}_{index}");
-        while !self.call_ids.insert(&id) {
+        while self.call_ids.contains(&id) {
             id.push('_');
         }
         id
     }
 
-    /// Append a round's results (after `message`, the model's message, when it is not in the
-    /// history yet); the outcome if the round ends the run. `resumed`: the results answer
-    /// calls that waited, and are put back in call order.
+    /// Append a round's results and apply what the tool responses did (arguments, usage);
+    /// the outcome if the round ends the run. `resumed`: the results answer calls that waited,
+    /// and are put back in call order.
     pub(super) fn absorb_round(
         &mut self,
-        message: Option<Message>,
+        out: RoundTools,
         resumed: bool,
     ) -> Result<Option<Outcome>, Error> {
-        // In place: the (empty) buffers are kept for the next round.
-        let out = &mut self.scratch;
-        let history = self.session.history.make_mut();
-        if let Some(message) = message {
-            history.push(message);
-        }
-        history.append(&mut out.results);
-        // The usual round: every call answered, nothing else to apply.
-        if !resumed
-            && out.is_plain()
-            && !self.ctx.has_recorded_arguments()
-            && !self.ctx.is_stopping()
-        {
-            return Ok(None);
-        }
-        self.settle_round(resumed)
-    }
-
-    /// The rest of [`Run::absorb_round`], for a round that ends the run, answers calls that
-    /// waited, or recorded arguments.
-    #[inline(never)]
-    fn settle_round(&mut self, resumed: bool) -> Result<Option<Outcome>, Error> {
-        let out = &mut self.scratch;
-        let mut interrupts = std::mem::take(&mut out.interrupts);
-        // Arguments a layer says a call ran with; not for a call that waits (it must stay the
-        // call stored) or was closed unrun.
-        let mut executed = self.ctx.take_recorded_arguments();
-        if !executed.is_empty() {
-            executed.retain(|(id, _)| !interrupts.iter().any(|i| i.call.id == *id));
-        }
-        let stop = out.stop.take();
-        let cancelled = std::mem::take(&mut out.cancelled);
-        let error = out.error.take();
-        let stop = stop.or_else(|| self.ctx.take_stop());
+        let RoundTools {
+            results,
+            mut interrupts,
+            arguments,
+            usage,
+            stop,
+            cancelled,
+            error,
+        } = out;
+        self.usage += usage;
+        self.session.history.make_mut().extend(results);
         // Calls that would wait for a decision cannot wait when the run ends otherwise.
         let closing = if error.is_some() {
             Some(RUN_FAILED.to_owned())
@@ -333,8 +275,8 @@ where
             self.session.history.order_results();
         }
         // Also when the run fails: the session it returns records what ran.
-        if !executed.is_empty() {
-            record_arguments(&mut self.session.history, executed);
+        if !arguments.is_empty() {
+            record_arguments(&mut self.session.history, arguments);
         }
         if let Some(error) = error {
             return Err(error);
@@ -351,16 +293,7 @@ where
         Ok(None)
     }
 
-    /// Apply the history a layer committed during the model call, after checking it.
-    #[inline]
-    fn apply_commit(&mut self) -> Result<(), Error> {
-        match self.ctx.take_committed_history() {
-            None => Ok(()),
-            Some(history) => self.commit(history),
-        }
-    }
-
-    #[inline(never)]
+    /// Make `history`, which a layer committed, the session's, after checking it.
     fn commit(&mut self, history: History) -> Result<(), Error> {
         if let Err(defect) = history.validate() {
             return Err(Error::bad_request(format!(
@@ -370,30 +303,19 @@ where
         // The run's own messages are the newest: they keep their place from the end.
         let own = self.session.history.len().saturating_sub(self.start);
         self.start = history.len().saturating_sub(own);
-        self.call_ids.clear();
-        self.call_ids.extend(
-            history
-                .iter()
-                .flat_map(Message::tool_calls)
-                .map(|call| call.id.as_str()),
-        );
+        self.call_ids = history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .map(|call| call.id.clone())
+            .collect();
         self.session.history = history;
         Ok(())
-    }
-
-    /// Commits are made during a model call; one made elsewhere is dropped.
-    #[inline]
-    fn discard_stale_commit(&mut self) {
-        if let Some(stale) = self.ctx.take_committed_history() {
-            discard(stale);
-        }
     }
 
     /// End the run: write the state back, tell the observers and the stream, close the stream.
     /// An observer failing on `RunFinished` fails the run: every consumer then gets
     /// `RunFailed`, so a stream reader always sees the run end.
     async fn finish(mut self, result: Result<Outcome, Error>) -> Result<AgentResponse, Error> {
-        self.discard_stale_commit();
         self.session.state = self.ctx.state_snapshot();
         let error = match result {
             Ok(mut outcome) => {
@@ -406,18 +328,14 @@ where
                 if let Outcome::Interrupted { interrupts } = &outcome {
                     self.session.interrupts = interrupts.clone();
                 }
-                let emitted = emit!(
-                    self.ctx,
-                    Event::RunFinished {
-                        outcome: outcome.clone(),
-                    }
-                );
-                match emitted {
+                let finished = Event::RunFinished {
+                    outcome: outcome.clone(),
+                };
+                match emit!(self.ctx, finished) {
                     Ok(()) => {
                         self.ctx.events().close();
                         let mut response = AgentResponse::new(self.session, outcome);
-                        // Nested runs (sub-agents) recorded theirs in the context.
-                        response.usage = self.usage + self.ctx.take_recorded_usage();
+                        response.usage = self.usage;
                         response.rounds = self.rounds;
                         return Ok(response);
                     }
@@ -450,7 +368,6 @@ where
                 .await;
         }
         events.close();
-        let usage = self.usage + self.ctx.take_recorded_usage();
-        Err(error.with_session(self.session).with_usage(usage))
+        Err(error.with_session(self.session).with_usage(self.usage))
     }
 }

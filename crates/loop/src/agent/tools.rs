@@ -2,9 +2,8 @@
 
 use futures_util::stream::{self, StreamExt};
 use tower_agent_core::{
-    BoxError, CancellationToken, ContentPart, Decisions, Error, ErrorKind, Event, Interrupt,
-    Message, Pause, RunContext, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse,
-    ToolResult,
+    BoxError, CancellationToken, Decisions, Error, ErrorKind, Event, Interrupt, Message, Pause,
+    RunContext, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -12,12 +11,16 @@ use super::ToolExecution;
 use super::call::{self, CallFailure, tool_span};
 use super::rounds::RUN_FAILED;
 
-/// What the tools of one round produced.
+/// What the tools of one round produced: everything the round's responses carried.
 #[derive(Default)]
 pub(super) struct RoundTools {
-    /// One tool-result message per call, in call order: appended to the history as they are.
+    /// One tool-result message per call that got a result, in call order.
     pub(super) results: Vec<Message>,
     pub(super) interrupts: Vec<Interrupt>,
+    /// Arguments calls ran with instead of the model's: `(call id, arguments)`.
+    pub(super) arguments: Vec<(String, String)>,
+    /// Tokens the tools used (sub-agents).
+    pub(super) usage: Usage,
     pub(super) stop: Option<StopReason>,
     pub(super) cancelled: bool,
     pub(super) error: Option<Error>,
@@ -25,15 +28,24 @@ pub(super) struct RoundTools {
 
 impl RoundTools {
     /// Add the result of a call.
-    #[inline]
     fn answer(&mut self, result: ToolResult) {
         self.results.push(Message::tool_result(result));
     }
 
-    /// Whether every call got a result and nothing ends the run.
-    #[inline]
-    pub(super) fn is_plain(&self) -> bool {
-        self.interrupts.is_empty() && self.stop.is_none() && !self.cancelled && self.error.is_none()
+    /// Answer `call` without running it when an earlier call of the round stopped the run,
+    /// failed it or saw it cancelled: whether it did.
+    fn answered_unrun(&mut self, call: &ToolCall) -> bool {
+        let result = if let Some(reason) = &self.stop {
+            ToolResult::error(call, not_executed(reason))
+        } else if self.error.is_some() {
+            ToolResult::error(call, RUN_FAILED)
+        } else if self.cancelled {
+            ToolResult::cancelled(call)
+        } else {
+            return false;
+        };
+        self.answer(result);
+        true
     }
 }
 
@@ -55,48 +67,45 @@ pub(super) async fn execute<T>(
     ctx: &RunContext,
     round: u32,
     mode: ToolExecution,
-    parts: &[ContentPart],
+    calls: &[ToolCall],
     resume: Option<&Decisions>,
-    out: &mut RoundTools,
-) where
+) -> RoundTools
+where
     T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
     T::Error: Into<BoxError>,
     T::Future: Send,
 {
-    let events = ctx.events().is_enabled();
+    let mut out = RoundTools::default();
     let token = ctx.cancellation_token();
     match mode {
         ToolExecution::Sequential => {
-            for call in parts.iter().filter_map(as_call) {
-                if answered_unrun(out, ctx, call) {
+            for call in calls {
+                if out.answered_unrun(call) {
                     continue;
                 }
-                if events {
-                    if let Err(error) = ctx.emit(started(round, call)).await {
-                        out.error = Some(error);
-                        out.answer(ToolResult::error(call, RUN_FAILED));
-                        continue;
-                    }
+                if let Err(error) = emit!(ctx, started(round, call)) {
+                    out.error = Some(error);
+                    out.answer(ToolResult::error(call, RUN_FAILED));
+                    continue;
                 }
-                let request = || tool_request(call, ctx, round, resume);
-                // Not started if the run is cancelled (e.g. while the event waited).
+                let request = tool_request(call, ctx, round, resume);
                 let outcome = call::call(&mut *tools, request, token, tool_span(call)).await;
-                let is_error = absorb(out, call, outcome, token);
-                if events {
-                    if let Err(error) = ctx.emit(finished(round, call, is_error)).await {
-                        out.error.get_or_insert(error);
-                    }
+                let is_error = absorb(&mut out, call, outcome, token);
+                if let Err(error) = emit!(ctx, finished(round, call, is_error)) {
+                    out.error.get_or_insert(error);
                 }
             }
         }
         ToolExecution::Concurrent { limit } => {
-            let calls: Vec<&ToolCall> = parts.iter().filter_map(as_call).collect();
             // Each future owns what it needs (no borrows), which keeps the run future `Send`.
-            let mut running = Vec::with_capacity(calls.len());
-            for (index, call) in calls.iter().enumerate() {
-                let request = tool_request(call, ctx, round, resume);
-                running.push(run_one(index, tools.clone(), request, events));
-            }
+            let running: Vec<_> = calls
+                .iter()
+                .enumerate()
+                .map(|(index, call)| {
+                    let request = tool_request(call, ctx, round, resume);
+                    run_one(index, tools.clone(), request)
+                })
+                .collect();
             let mut running = stream::iter(running).buffer_unordered(limit.max(1));
             // `None`: the call did not finish (cancelled, or the round failed first).
             let mut slots: Vec<Option<ToolOutcome>> = calls.iter().map(|_| None).collect();
@@ -112,13 +121,9 @@ pub(super) async fn execute<T>(
                     Ok(Some(outcome)) => {
                         let is_error = is_error(&outcome);
                         slots[index] = Some(outcome);
-                        if events {
-                            if let Err(error) =
-                                ctx.emit(finished(round, calls[index], is_error)).await
-                            {
-                                out.error = Some(error);
-                                break;
-                            }
+                        if let Err(error) = emit!(ctx, finished(round, &calls[index], is_error)) {
+                            out.error = Some(error);
+                            break;
                         }
                     }
                     Err(error) => {
@@ -131,7 +136,7 @@ pub(super) async fn execute<T>(
             for (call, slot) in calls.iter().zip(slots) {
                 match slot {
                     Some(outcome) => {
-                        absorb(out, call, Some(outcome), token);
+                        absorb(&mut out, call, Some(outcome), token);
                     }
                     None if out.error.is_some() => {
                         out.answer(ToolResult::error(call, RUN_FAILED));
@@ -144,62 +149,10 @@ pub(super) async fn execute<T>(
             }
         }
     }
+    out
 }
 
-/// Run the one tool call of a sequential round when nobody listens: no loop, no events and
-/// no second future around it (about 70 instructions less a round than [`execute`]).
-pub(super) async fn execute_quietly<T>(
-    tools: &mut T,
-    ctx: &RunContext,
-    round: u32,
-    call: &ToolCall,
-    out: &mut RoundTools,
-) where
-    T: Service<ToolRequest, Response = ToolResponse>,
-    T::Error: Into<BoxError>,
-{
-    if answered_unrun(out, ctx, call) {
-        return;
-    }
-    let token = ctx.cancellation_token();
-    let request = || tool_request(call, ctx, round, None);
-    let outcome = call::call(tools, request, token, tool_span(call)).await;
-    absorb(out, call, outcome, token);
-}
-
-/// Answer `call` without running it when an earlier call of the round stopped the run, failed
-/// it or saw it cancelled (or a layer stopped the run): whether it did.
-#[inline]
-fn answered_unrun(out: &mut RoundTools, ctx: &RunContext, call: &ToolCall) -> bool {
-    if out.stop.is_none() && out.error.is_none() && !out.cancelled && !ctx.is_stopping() {
-        return false;
-    }
-    answer_unrun(out, ctx, call)
-}
-
-#[cold]
-#[inline(never)]
-fn answer_unrun(out: &mut RoundTools, ctx: &RunContext, call: &ToolCall) -> bool {
-    // A layer that stopped the run stops it before the next call.
-    if out.stop.is_none() && ctx.is_stopping() {
-        out.stop = ctx.take_stop();
-    }
-    let result = if let Some(reason) = &out.stop {
-        ToolResult::error(call, not_executed(reason))
-    } else if out.error.is_some() {
-        ToolResult::error(call, RUN_FAILED)
-    } else if out.cancelled {
-        ToolResult::cancelled(call)
-    } else {
-        return false;
-    };
-    out.answer(result);
-    true
-}
-
-/// The request for `call`, with its decision when the round resumes. Inlined into the
-/// closure that makes it at the moment of the call, so it is built in place.
-#[inline(always)]
+/// The request for `call`, with its decision when the round resumes.
 fn tool_request(
     call: &ToolCall,
     ctx: &RunContext,
@@ -216,32 +169,22 @@ fn tool_request(
     }
 }
 
-fn as_call(part: &ContentPart) -> Option<&ToolCall> {
-    match part {
-        ContentPart::ToolCall(call) => Some(call),
-        _ => None,
-    }
-}
-
 /// One call of a concurrent round: announce it, run it.
 async fn run_one<T>(
     index: usize,
     mut service: T,
     request: ToolRequest,
-    events: bool,
 ) -> (usize, Result<Option<ToolOutcome>, Error>)
 where
     T: Service<ToolRequest, Response = ToolResponse>,
     T::Error: Into<BoxError>,
 {
     let ctx = request.ctx.clone();
-    if events {
-        if let Err(error) = ctx.emit(started(ctx.round(), &request.call)).await {
-            return (index, Err(error));
-        }
+    if let Err(error) = emit!(ctx, started(ctx.round(), &request.call)) {
+        return (index, Err(error));
     }
     let span = tool_span(&request.call);
-    let outcome = call::call(&mut service, || request, ctx.cancellation_token(), span).await;
+    let outcome = call::call(&mut service, request, ctx.cancellation_token(), span).await;
     (index, Ok(outcome))
 }
 
@@ -289,8 +232,12 @@ fn absorb(
         }
         Some(Ok(response)) => {
             let ToolResponse {
-                mut result, action, ..
+                mut result,
+                action,
+                arguments,
+                usage,
             } = response;
+            out.usage += usage;
             // The result answers this call, whatever the service wrote.
             if result.call_id != call.id {
                 result.call_id.clone_from(&call.id);
@@ -300,19 +247,19 @@ fn absorb(
             }
             match action {
                 ToolAction::Interrupt(pause) => {
+                    // A call that waits stays the call stored: its arguments are not rewritten.
                     let Pause { payload, allowed } = *pause;
                     out.interrupts
                         .push(Interrupt::new(call.clone(), payload).with_allowed(allowed));
                     return false;
                 }
-                ToolAction::Stop { reason } => {
-                    out.stop.get_or_insert(StopReason::Tool {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        reason,
-                    });
+                ToolAction::Stop(reason) => {
+                    out.stop.get_or_insert(reason);
                 }
                 _ => {}
+            }
+            if let Some(arguments) = arguments {
+                out.arguments.push((call.id.clone(), arguments));
             }
             result
         }

@@ -299,7 +299,6 @@ where
     type Error = Error;
     type Future = ResponseFuture;
 
-    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.inner.poll_ready(cx)
     }
