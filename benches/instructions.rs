@@ -52,8 +52,12 @@ fn main() {
         .expect("a runtime");
     let model =
         service_fn(|req: ModelRequest| ready(Ok::<_, Error>(model_answer(req.ctx.round()))));
-    let tools = service_fn(|req: ToolRequest| ready(Ok::<_, Error>(tool_answer(&req.call))));
-    let bare = Agent::builder().max_rounds(ROUNDS).build(model, tools);
+    let tools = DescribedTools::none(service_fn(|req: ToolRequest| {
+        ready(Ok::<_, Error>(tool_answer(&req.call)))
+    }));
+    let bare = Agent::builder()
+        .max_rounds(ROUNDS)
+        .build(model, tools.clone());
     let six = ServiceBuilder::new()
         .after_agent(|res: AgentResponse, _: RunContext| async move { Ok(res) })
         .before_agent(|req: AgentRequest| async move { Ok(Flow::Continue(req)) })
@@ -66,10 +70,10 @@ fn main() {
                 ServiceBuilder::new()
                     .after_tool(|res: ToolResponse, _: RunContext| async move { Ok(res) })
                     .before_tool(|req: ToolRequest| async move { Ok(Flow::Continue(req)) })
-                    .service(tools),
+                    .service(tools.clone()),
             ),
         );
-    let builtins = with_builtins(model, tools);
+    let builtins = with_builtins(model, tools.clone());
     let history_stack = with_history_stack(model, tools);
     for workload in workloads {
         // Setup, counted in every workload alike: fresh sessions, so no run copies another's.

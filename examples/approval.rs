@@ -88,9 +88,8 @@ fn agent(slow: bool) -> Agent<ScriptedModel, Approval<ToolSet>> {
         .build()
         .expect("a valid gate");
     let tools = ToolSet::new().tool(list).tool(shell);
-    let specs = tools.specs().to_vec();
     let tools = ServiceBuilder::new().approval(approval).service(tools);
-    Agent::builder().tool_specs(specs).build(model(), tools)
+    Agent::builder().build(model(), tools)
 }
 
 /// Where decisions come from.

@@ -214,7 +214,6 @@ async fn main() -> Result<(), Error> {
             "Write a text file (relative path).",
             write_file,
         ));
-    let specs = tools.specs().to_vec();
 
     // Gated tools ask on the terminal before they run (the built-in approval layer, inline);
     // anything but "y" rejects the call with an error the model sees. `prompted` tells the
@@ -262,7 +261,7 @@ async fn main() -> Result<(), Error> {
         .service(model);
     let agent = ServiceBuilder::new()
         .patch_dangling()
-        .service(Agent::builder().tool_specs(specs).build(model, tools));
+        .service(Agent::builder().build(model, tools));
 
     say(&format!(
         "chat with {name} — Ctrl-C cancels a run, Ctrl-D quits\n"

@@ -196,7 +196,6 @@ async fn main() -> Result<(), Error> {
     let tools = ToolSet::new().tool(write_file);
     let coder = Agent::builder()
         .system("You write Rust code with the write_file tool, then say what you wrote.")
-        .tool_specs(tools.specs())
         .build(models.coder, tools);
     let reviewer = Agent::builder()
         .system("You review the code written above. Say LGTM when it is good and tested.")

@@ -103,7 +103,6 @@ async fn main() -> Result<(), Error> {
         .tool(StubTool::returning("fetch_log", log()))
         .tool(StubTool::returning("inspect", inspect_report))
         .tool(evict.read_tool());
-    let specs = tools.specs().to_vec();
     let tools = ServiceBuilder::new().evict(evict).service(tools);
 
     // What each model request weighs, measured where the provider would get it.
@@ -149,7 +148,6 @@ async fn main() -> Result<(), Error> {
 
     let agent = Agent::builder()
         .system("You analyse logs.")
-        .tool_specs(specs)
         .max_rounds(40)
         .build(model, tools);
 

@@ -88,7 +88,6 @@ async fn main() -> Result<(), Error> {
     let tools = ToolSet::new()
         .tool(tool_fn("weather", "The forecast for a city.", weather))
         .tool(tool_fn("percent", "A percentage of a value.", percent));
-    let specs = tools.specs().to_vec();
 
     // A custom before_tool callback: a policy that answers forbidden calls itself, so the
     // tool service never sees them (a short-circuit).
@@ -116,7 +115,6 @@ async fn main() -> Result<(), Error> {
 
     let agent = Agent::builder()
         .system("You are a helpful assistant.")
-        .tool_specs(specs)
         .build(model, tools);
 
     let question = "What's the weather in Paris, and what is 12.5% of 80?";

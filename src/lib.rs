@@ -40,7 +40,6 @@
 //!     .service(tools.clone());
 //!
 //! let agent = Agent::builder()
-//!     .tool_specs(tools.get_ref().specs())
 //!     .build(model, tools);
 //! let res = agent.oneshot(AgentRequest::new(Session::new(), "What time is it?")).await?;
 //! assert_eq!(res.text().as_deref(), Some("It is noon."));
@@ -144,12 +143,13 @@ pub mod prelude {
     pub use tower_agent_core::{
         AfterCallback, AfterLayer, AgentInput, AgentNext, AgentRequest, AgentResponse,
         AroundCallback, AroundLayer, BeforeCallback, BeforeLayer, BoxError, CancellationToken,
-        ContentPart, Decision, DecisionKind, Decisions, Error, ErrorKind, Event, Flow,
-        GenerationOptions, Interrupt, Message, ModelNext, ModelRequest, ModelResponse, Next,
-        ObserveLayer, Observer, Outcome, Progress, Role, RunContext, ServiceBuilderExt, Session,
-        StopReason, ToolAction, ToolCall, ToolChoice, ToolNext, ToolRequest, ToolResponse,
-        ToolResult, ToolSpec, Usage, after_agent, after_model, after_tool, around_agent,
-        around_model, around_tool, before_agent, before_model, before_tool, observer_fn,
+        ContentPart, Decision, DecisionKind, Decisions, DescribeTools, DescribedTools, Error,
+        ErrorKind, Event, Flow, GenerationOptions, Interrupt, Message, ModelNext, ModelRequest,
+        ModelResponse, Next, ObserveLayer, Observer, Outcome, Progress, Role, RunContext,
+        ServiceBuilderExt, Session, StopReason, ToolAction, ToolCall, ToolChoice, ToolNext,
+        ToolRequest, ToolResponse, ToolResult, ToolSpec, Usage, after_agent, after_model,
+        after_tool, around_agent, around_model, around_tool, before_agent, before_model,
+        before_tool, observer_fn,
     };
     pub use tower_agent_loop::{Agent, AgentServiceExt};
 

@@ -37,8 +37,11 @@ pub(crate) fn stub_tools() -> impl Service<
     Response = ToolResponse,
     Error = Error,
     Future = Ready<Result<ToolResponse, Error>>,
-> + Clone {
-    service_fn(|req: ToolRequest| ready(Ok(tool_answer(&req.call))))
+> + DescribeTools
++ Clone {
+    DescribedTools::none(service_fn(|req: ToolRequest| {
+        ready(Ok(tool_answer(&req.call)))
+    }))
 }
 
 pub(crate) fn history(len: usize) -> Vec<Message> {
@@ -108,7 +111,11 @@ pub(crate) fn with_builtins<M, T>(
 where
     M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
     M::Future: Send,
-    T: Service<ToolRequest, Response = ToolResponse, Error = Error> + Clone + Send + 'static,
+    T: Service<ToolRequest, Response = ToolResponse, Error = Error>
+        + DescribeTools
+        + Clone
+        + Send
+        + 'static,
     T::Future: Send,
 {
     let model = ServiceBuilder::new()
@@ -130,7 +137,11 @@ pub(crate) fn with_history_stack<M, T>(
 where
     M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
     M::Future: Send + 'static,
-    T: Service<ToolRequest, Response = ToolResponse, Error = Error> + Clone + Send + 'static,
+    T: Service<ToolRequest, Response = ToolResponse, Error = Error>
+        + DescribeTools
+        + Clone
+        + Send
+        + 'static,
     T::Future: Send + 'static,
 {
     use tower_agent::layers::evict::EvictLayer;

@@ -80,4 +80,6 @@ pub use model::{
 };
 pub use session::{Progress, Step};
 pub use tokio_util::sync::CancellationToken;
-pub use tool::{Interrupt, Pause, ToolAction, ToolRequest, ToolResponse};
+pub use tool::{
+    DescribeTools, DescribedTools, Interrupt, Pause, ToolAction, ToolRequest, ToolResponse,
+};

@@ -1,11 +1,16 @@
 //! The tool service's request and response.
 
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tower_service::Service;
 
 use crate::context::RunContext;
 use crate::decision::DecisionKind;
 use crate::message::{ToolCall, ToolResult};
+use crate::model::ToolSpec;
 pub use crate::session::Interrupt;
 use crate::session::{StopReason, Usage};
 
@@ -173,5 +178,129 @@ impl ToolResponse {
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage += usage;
         self
+    }
+}
+
+/// A tool service that says which tools it serves. The agent offers the model the tools its
+/// tool stack reports, so tool specs never travel apart from the service that runs them.
+///
+/// A [`ToolSet`](https://docs.rs/tower-agent-tools) reports its tools; every layer of
+/// tower-agent reports what the service inside it reports (a layer that adds a tool, like
+/// eviction's read tool, adds it there). Another tool service says what it serves with
+/// [`DescribedTools`].
+///
+/// ```
+/// use serde_json::json;
+/// use tower::service_fn;
+/// use tower_agent_core::{DescribeTools, DescribedTools, Error, ToolRequest, ToolResponse, ToolSpec};
+///
+/// let echo = ToolSpec::new("echo", "Says it back.", json!({"type": "object"}));
+/// let tools = DescribedTools::new([echo], service_fn(|req: ToolRequest| async move {
+///     Ok::<_, Error>(ToolResponse::success(&req.call, req.call.arguments.clone()))
+/// }));
+/// assert_eq!(tools.tool_specs()[0].name, "echo");
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not say which tools it serves",
+    label = "the agent offers the model the tools its tool service reports",
+    note = "a `ToolSet` reports its tools, and every tower-agent layer around one passes them on; \
+            wrap any other tool service in `DescribedTools::new(specs, service)`, or \
+            `DescribedTools::none(service)` when the model is offered no tools"
+)]
+pub trait DescribeTools {
+    /// The specs of the tools it serves, in the order the model is offered them.
+    fn tool_specs(&self) -> Arc<[ToolSpec]>;
+}
+
+/// A tool service with the specs of the tools it serves ([`DescribeTools`]).
+#[derive(Debug, Clone)]
+pub struct DescribedTools<S> {
+    inner: S,
+    specs: Arc<[ToolSpec]>,
+}
+
+impl<S> DescribedTools<S> {
+    /// `inner`, serving the tools `specs` describe.
+    pub fn new(specs: impl IntoIterator<Item = ToolSpec>, inner: S) -> Self {
+        Self {
+            inner,
+            specs: specs.into_iter().collect(),
+        }
+    }
+
+    /// `inner`, offering the model no tools (a stub in a test, a service that only answers
+    /// calls a layer makes).
+    pub fn none(inner: S) -> Self {
+        Self::new([], inner)
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwrap the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> DescribeTools for DescribedTools<S> {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        Arc::clone(&self.specs)
+    }
+}
+
+impl<S: Service<ToolRequest>> Service<ToolRequest> for DescribedTools<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        self.inner.call(request)
+    }
+}
+
+impl<T: DescribeTools + ?Sized> DescribeTools for &T {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        (**self).tool_specs()
+    }
+}
+
+/// tower's own middleware around a tool service passes its tools on (those that expose their
+/// inner service: a concurrency limit, a rate limit, a timeout). Wrap any other middleware's
+/// result in [`DescribedTools`].
+#[cfg(feature = "tower")]
+mod tower_middleware {
+    use std::sync::Arc;
+
+    use super::DescribeTools;
+    use crate::model::ToolSpec;
+
+    impl<S: DescribeTools> DescribeTools for tower::limit::ConcurrencyLimit<S> {
+        fn tool_specs(&self) -> Arc<[ToolSpec]> {
+            self.get_ref().tool_specs()
+        }
+    }
+
+    impl<S: DescribeTools> DescribeTools for tower::limit::RateLimit<S> {
+        fn tool_specs(&self) -> Arc<[ToolSpec]> {
+            self.get_ref().tool_specs()
+        }
+    }
+
+    impl<S: DescribeTools> DescribeTools for tower::timeout::Timeout<S> {
+        fn tool_specs(&self) -> Arc<[ToolSpec]> {
+            self.get_ref().tool_specs()
+        }
     }
 }

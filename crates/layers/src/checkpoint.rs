@@ -346,6 +346,13 @@ fn add_waiting(ctx: &RunContext, call_id: &str) {
     });
 }
 
+/// Passes on the tools of the service inside it.
+impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for CheckpointService<S> {
+    fn tool_specs(&self) -> std::sync::Arc<[tower_agent_core::ToolSpec]> {
+        self.get_ref().tool_specs()
+    }
+}
+
 impl<S> Service<ToolRequest> for CheckpointService<S>
 where
     S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,

@@ -445,6 +445,13 @@ impl Config {
     }
 }
 
+/// Passes on the tools of the service inside it.
+impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for CallLimits<S> {
+    fn tool_specs(&self) -> std::sync::Arc<[tower_agent_core::ToolSpec]> {
+        self.get_ref().tool_specs()
+    }
+}
+
 impl<S> Service<ModelRequest> for CallLimits<S>
 where
     S: Service<ModelRequest, Response = ModelResponse>,

@@ -30,13 +30,13 @@ pub trait AgentServiceExt: Service<AgentRequest, Response = AgentResponse> + Siz
     ///
     /// ```
     /// use tower::service_fn;
-    /// use tower_agent_core::{AgentRequest, Error, Event, ModelRequest, ModelResponse, Session, ToolRequest, ToolResponse};
+    /// use tower_agent_core::{AgentRequest, DescribedTools, Error, Event, ModelRequest, ModelResponse, Session, ToolRequest, ToolResponse};
     /// use tower_agent_loop::{Agent, AgentServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Error> {
     /// let model = service_fn(|_: ModelRequest| async { Ok::<_, Error>(ModelResponse::text("hi")) });
-    /// let tools = service_fn(|r: ToolRequest| async move { Ok::<_, Error>(ToolResponse::success(&r.call, "")) });
+    /// let tools = DescribedTools::none(service_fn(|r: ToolRequest| async move { Ok::<_, Error>(ToolResponse::success(&r.call, "")) }));
     /// let agent = Agent::new(model, tools);
     ///
     /// let mut run = agent.spawn(AgentRequest::new(Session::new(), "hello"));
@@ -210,11 +210,11 @@ impl fmt::Debug for RunHandle {
 ///
 /// ```
 /// use tower::service_fn;
-/// use tower_agent_core::{AgentRequest, Error, ModelRequest, ModelResponse, Session, ToolRequest, ToolResponse};
+/// use tower_agent_core::{AgentRequest, DescribedTools, Error, ModelRequest, ModelResponse, Session, ToolRequest, ToolResponse};
 /// use tower_agent_loop::{Agent, Blocking};
 ///
 /// let model = service_fn(|_: ModelRequest| async { Ok::<_, Error>(ModelResponse::text("hi")) });
-/// let tools = service_fn(|r: ToolRequest| async move { Ok::<_, Error>(ToolResponse::success(&r.call, "")) });
+/// let tools = DescribedTools::none(service_fn(|r: ToolRequest| async move { Ok::<_, Error>(ToolResponse::success(&r.call, "")) }));
 /// let agent = Blocking::new(Agent::new(model, tools))?;
 /// let response = agent.run(AgentRequest::new(Session::new(), "hello"))?;
 /// assert_eq!(response.text().as_deref(), Some("hi"));

@@ -10,9 +10,9 @@ use std::time::Duration;
 use serde_json::json;
 use tower::{ServiceExt, service_fn};
 use tower_agent_core::{
-    AgentInput, AgentRequest, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse,
-    Outcome, Role, Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
-    observer_fn,
+    AgentInput, AgentRequest, DescribedTools, Error, ErrorKind, Event, Message, ModelRequest,
+    ModelResponse, Outcome, Role, Session, StopReason, ToolCall, ToolRequest, ToolResponse,
+    ToolResult, Usage, observer_fn,
 };
 use tower_agent_loop::Agent;
 use tower_agent_test::{
@@ -135,7 +135,9 @@ async fn concurrent_tools_append_in_call_order_within_the_bound() {
         .collect();
     let model = ScriptedModel::new([ModelResponse::tool_calls(calls), ModelResponse::text("ok")]);
     let recorder = EventRecorder::new();
-    let agent = Agent::builder().concurrent_tools(3).build(model, slow);
+    let agent = Agent::builder()
+        .concurrent_tools(3)
+        .build(model, DescribedTools::none(slow));
     let res = agent
         .oneshot(AgentRequest::new(Session::new(), "go").with_observer(recorder.clone()))
         .await

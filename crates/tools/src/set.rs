@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
-use tower_agent_core::{BoxError, Error, ToolRequest, ToolResponse, ToolSpec};
+use tower_agent_core::{BoxError, DescribeTools, Error, ToolRequest, ToolResponse, ToolSpec};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -27,10 +27,20 @@ pub struct ToolSet {
     inner: Arc<Inner>,
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Inner {
     services: HashMap<String, ToolService>,
-    specs: Vec<ToolSpec>,
+    /// Shared with every model request: rebuilt when a tool is added, never per call.
+    specs: Arc<[ToolSpec]>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            services: HashMap::new(),
+            specs: Arc::from(Vec::new()),
+        }
+    }
 }
 
 impl ToolSet {
@@ -88,7 +98,9 @@ impl ToolSet {
         inner
             .services
             .insert(spec.name.clone(), BoxCloneSyncService::new(service));
-        inner.specs.push(spec);
+        let mut specs = inner.specs.to_vec();
+        specs.push(spec);
+        inner.specs = specs.into();
         self
     }
 
@@ -117,6 +129,12 @@ impl ToolSet {
                 names.join(", ")
             )
         }
+    }
+}
+
+impl DescribeTools for ToolSet {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        Arc::clone(&self.inner.specs)
     }
 }
 

@@ -285,6 +285,13 @@ where
     }
 }
 
+/// Passes on the tools of the service inside it.
+impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for ToolRules<S> {
+    fn tool_specs(&self) -> std::sync::Arc<[tower_agent_core::ToolSpec]> {
+        self.get_ref().tool_specs()
+    }
+}
+
 impl<S> Service<ToolRequest> for ToolRules<S>
 where
     S: Service<ToolRequest, Response = ToolResponse>,

@@ -44,6 +44,7 @@ mod before;
 mod observe;
 
 use std::future::Future;
+use std::sync::Arc;
 
 pub use after::{After, AfterLayer, ResponseFuture as AfterFuture};
 pub use around::{
@@ -58,8 +59,8 @@ pub use observe::{
 use crate::agent::{AgentRequest, AgentResponse};
 use crate::context::RunContext;
 use crate::error::Error;
-use crate::model::{ModelRequest, ModelResponse};
-use crate::tool::{ToolRequest, ToolResponse};
+use crate::model::{ModelRequest, ModelResponse, ToolSpec};
+use crate::tool::{DescribeTools, ToolRequest, ToolResponse};
 
 /// What a before callback decided.
 #[derive(Debug, Clone, PartialEq)]
@@ -369,3 +370,16 @@ where
 {
     AroundLayer::new(f)
 }
+
+/// A callback layer passes on the tools of the service inside it.
+macro_rules! describe_inner {
+    ($($ty:ident<S $(, $param:ident)*>),*) => {$(
+        impl<S: DescribeTools, $($param),*> DescribeTools for $ty<S $(, $param)*> {
+            fn tool_specs(&self) -> Arc<[ToolSpec]> {
+                self.get_ref().tool_specs()
+            }
+        }
+    )*};
+}
+
+describe_inner!(Before<S, C>, After<S, C>, Around<S, C>, Observe<S, OnReq, OnRes>);

@@ -187,6 +187,13 @@ pub fn rejected(call: &ToolCall, reason: &str) -> String {
     }
 }
 
+/// Passes on the tools of the service inside it.
+impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for Approval<S> {
+    fn tool_specs(&self) -> std::sync::Arc<[tower_agent_core::ToolSpec]> {
+        self.get_ref().tool_specs()
+    }
+}
+
 impl<S> Service<ToolRequest> for Approval<S>
 where
     S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,

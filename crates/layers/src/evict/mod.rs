@@ -380,6 +380,13 @@ impl<S> Evict<S> {
     }
 }
 
+/// Passes on the tools of the service inside it.
+impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for Evict<S> {
+    fn tool_specs(&self) -> std::sync::Arc<[tower_agent_core::ToolSpec]> {
+        self.get_ref().tool_specs()
+    }
+}
+
 impl<S> Service<ToolRequest> for Evict<S>
 where
     S: Service<ToolRequest, Response = ToolResponse>,

@@ -82,6 +82,13 @@ impl<S: fmt::Debug> fmt::Debug for Retry<S> {
     }
 }
 
+/// Passes on the tools of the service inside it.
+impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for Retry<S> {
+    fn tool_specs(&self) -> std::sync::Arc<[tower_agent_core::ToolSpec]> {
+        self.get_ref().tool_specs()
+    }
+}
+
 impl<S, Req> Service<Req> for Retry<S>
 where
     S: Service<Req> + Clone,

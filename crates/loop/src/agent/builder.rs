@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tower_agent_core::{GenerationOptions, ToolSpec};
+use tower_agent_core::{DescribeTools, GenerationOptions, ToolSpec};
 
 use super::Agent;
 
@@ -29,8 +29,9 @@ pub struct AgentConfig {
     pub max_rounds: u32,
     /// How tool calls run.
     pub tool_execution: ToolExecution,
-    /// The tools offered to the model.
-    pub tool_specs: Arc<[ToolSpec]>,
+    /// The tools offered to the model instead of those the tool service reports
+    /// ([`DescribeTools`]); `None`: those.
+    pub tool_specs: Option<Arc<[ToolSpec]>>,
     /// The system instructions of every model call.
     pub system: Option<Arc<str>>,
     /// The generation options of every model call.
@@ -42,7 +43,7 @@ impl Default for AgentConfig {
         Self {
             max_rounds: AgentBuilder::DEFAULT_MAX_ROUNDS,
             tool_execution: ToolExecution::Sequential,
-            tool_specs: Arc::from(Vec::new()),
+            tool_specs: None,
             system: None,
             options: GenerationOptions::default(),
         }
@@ -59,8 +60,8 @@ impl AgentBuilder {
     /// The default for [`AgentBuilder::max_rounds`].
     pub const DEFAULT_MAX_ROUNDS: u32 = 32;
 
-    /// A builder with the defaults: 32 rounds, sequential tools, no tools offered, no system
-    /// prompt.
+    /// A builder with the defaults: 32 rounds, sequential tools, the tools the tool service
+    /// reports, no system prompt.
     pub fn new() -> Self {
         Self::default()
     }
@@ -92,9 +93,10 @@ impl AgentBuilder {
         self
     }
 
-    /// The tools offered to the model, e.g. `tool_set.specs()`.
+    /// Offer the model these tools instead of those the tool service reports (a subset, say,
+    /// or none).
     pub fn tool_specs(mut self, specs: impl Into<Arc<[ToolSpec]>>) -> Self {
-        self.config.tool_specs = specs.into();
+        self.config.tool_specs = Some(specs.into());
         self
     }
 
@@ -104,8 +106,9 @@ impl AgentBuilder {
         self
     }
 
-    /// The agent driving `model` and `tools`.
-    pub fn build<M, T>(self, model: M, tools: T) -> Agent<M, T> {
+    /// The agent driving `model` and `tools`. The model is offered the tools `tools` reports
+    /// ([`DescribeTools`]) unless [`AgentBuilder::tool_specs`] says otherwise.
+    pub fn build<M, T: DescribeTools>(self, model: M, tools: T) -> Agent<M, T> {
         Agent {
             model,
             tools,

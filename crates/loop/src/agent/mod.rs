@@ -18,8 +18,8 @@ use std::task::{Context, Poll};
 #[cfg(doc)]
 use tower_agent_core::Outcome;
 use tower_agent_core::{
-    AgentRequest, AgentResponse, BoxError, Error, ModelRequest, ModelResponse, ToolRequest,
-    ToolResponse, Usage,
+    AgentRequest, AgentResponse, BoxError, DescribeTools, Error, ModelRequest, ModelResponse,
+    ToolRequest, ToolResponse, Usage,
 };
 use tower_service::Service;
 use tracing::Instrument;
@@ -67,7 +67,7 @@ use rounds::Run;
 ///
 /// ```
 /// use tower::{service_fn, ServiceExt};
-/// use tower_agent_core::{AgentRequest, Error, ModelRequest, ModelResponse, Session, ToolRequest, ToolResponse};
+/// use tower_agent_core::{AgentRequest, DescribedTools, Error, ModelRequest, ModelResponse, Session, ToolRequest, ToolResponse};
 /// use tower_agent_loop::Agent;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -75,9 +75,11 @@ use rounds::Run;
 /// let model = service_fn(|req: ModelRequest| async move {
 ///     Ok::<_, Error>(ModelResponse::text(format!("{} messages", req.messages.len())))
 /// });
-/// let tools = service_fn(|req: ToolRequest| async move {
+/// // A tool service says which tools it serves: a `ToolSet` does; a bare function is
+/// // wrapped (here it serves none).
+/// let tools = DescribedTools::none(service_fn(|req: ToolRequest| async move {
 ///     Ok::<_, Error>(ToolResponse::success(&req.call, "unused"))
-/// });
+/// }));
 /// let agent = Agent::builder().build(model, tools);
 ///
 /// let res = agent.oneshot(AgentRequest::new(Session::new(), "hello")).await?;
@@ -101,8 +103,12 @@ impl Agent<(), ()> {
 }
 
 impl<M, T> Agent<M, T> {
-    /// An agent with the default configuration.
-    pub fn new(model: M, tools: T) -> Self {
+    /// An agent with the default configuration: the model is offered the tools `tools`
+    /// reports ([`DescribeTools`]).
+    pub fn new(model: M, tools: T) -> Self
+    where
+        T: DescribeTools,
+    {
         AgentBuilder::new().build(model, tools)
     }
 
@@ -135,7 +141,7 @@ where
     M: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
     M::Error: Into<BoxError>,
     M::Future: Send,
-    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T: Service<ToolRequest, Response = ToolResponse> + DescribeTools + Clone + Send + 'static,
     T::Error: Into<BoxError>,
     T::Future: Send,
 {

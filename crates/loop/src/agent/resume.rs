@@ -14,8 +14,8 @@ use std::collections::HashSet;
 
 use tower_agent_core::decision::check_decisions;
 use tower_agent_core::{
-    AgentInput, BoxError, Error, Message, ModelRequest, ModelResponse, Outcome, Role, Session,
-    StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult,
+    AgentInput, BoxError, DescribeTools, Error, Message, ModelRequest, ModelResponse, Outcome,
+    Role, Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult,
 };
 use tower_service::Service;
 
@@ -91,7 +91,7 @@ where
     M: Service<ModelRequest, Response = ModelResponse> + Send,
     M::Error: Into<BoxError>,
     M::Future: Send,
-    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T: Service<ToolRequest, Response = ToolResponse> + DescribeTools + Clone + Send + 'static,
     T::Error: Into<BoxError>,
     T::Future: Send,
 {

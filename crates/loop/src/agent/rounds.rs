@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use tower_agent_core::{
-    AgentInput, AgentResponse, BoxError, ContentPart, Error, ErrorKind, Event, History, Message,
-    ModelRequest, ModelResponse, Outcome, Progress, Role, RunContext, Session, StopReason,
-    ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
+    History, Message, ModelRequest, ModelResponse, Outcome, Progress, Role, RunContext, Session,
+    StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -81,7 +81,7 @@ where
     M: Service<ModelRequest, Response = ModelResponse> + Send,
     M::Error: Into<BoxError>,
     M::Future: Send,
-    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T: Service<ToolRequest, Response = ToolResponse> + DescribeTools + Clone + Send + 'static,
     T::Error: Into<BoxError>,
     T::Future: Send,
 {
@@ -165,7 +165,11 @@ where
         let request = ModelRequest {
             system: self.config.system.clone(),
             messages: self.session.history.clone(),
-            tools: Arc::clone(&self.config.tool_specs),
+            // Asked every round: a tool service may change what it serves.
+            tools: match &self.config.tool_specs {
+                Some(specs) => Arc::clone(specs),
+                None => self.tools.tool_specs(),
+            },
             options: self.config.options.clone(),
             ctx: self.ctx.with_round(round),
         };

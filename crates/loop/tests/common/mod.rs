@@ -43,9 +43,8 @@ pub(crate) async fn run(
     tools: ToolSet,
     input: &str,
 ) -> Result<AgentResponse, Error> {
-    let agent = Agent::builder()
-        .tool_specs(tools.specs())
-        .build(model, tools);
+    // The tool set says which tools it serves: the model is offered them.
+    let agent = Agent::new(model, tools);
     agent
         .oneshot(AgentRequest::new(Session::new(), input))
         .await
