@@ -64,7 +64,7 @@ pub enum ToolAction {
 
 impl ToolAction {
     /// Stop the run because the tool `call` said so, for `reason`
-    /// ([`StopReason::Tool`](crate::StopReason::Tool)).
+    /// ([`StopReason::Tool`]).
     pub fn stop(call: &ToolCall, reason: impl Into<String>) -> Self {
         ToolAction::Stop(StopReason::Tool {
             call_id: call.id.clone(),

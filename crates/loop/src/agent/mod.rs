@@ -5,7 +5,8 @@
 //! | `mod.rs` | [`Agent`] and its `Service` impl |
 //! | `builder` | [`AgentBuilder`], [`AgentConfig`], [`ToolExecution`] |
 //! | `rounds` | one run: the round state machine, history commits, the end of a run |
-//! | `resume` | checking the input against the session, and applying it (new messages, continue, resume) |
+//! | `input` | checking the input against the session, before anything changes |
+//! | `resume` | applying the input (new messages, continue, resume) |
 //! | `tools` | executing the tool calls of one round, sequentially or concurrently |
 //! | `call` | calling a service: readiness, panics, cancellation, spans |
 
@@ -39,6 +40,7 @@ macro_rules! emit {
 
 mod builder;
 mod call;
+mod input;
 mod resume;
 mod rounds;
 mod tools;

@@ -13,8 +13,8 @@ use tower_service::Service;
 
 use super::AgentConfig;
 use super::call::call;
-use super::resume::check_input;
-use super::tools::{RoundTools, execute, not_executed};
+use super::input::check_input;
+use super::tools::{RUN_FAILED, RoundTools, execute, not_executed};
 
 /// One run's state.
 pub(super) struct Run<M, T> {
@@ -31,9 +31,6 @@ pub(super) struct Run<M, T> {
     /// cancelled run.
     pub(super) start: usize,
 }
-
-/// The result of a call left without one when the run failed.
-pub(super) const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
 
 /// A cancelled outcome; its progress is filled in when the run ends.
 fn cancelled_outcome() -> Outcome {

@@ -9,7 +9,9 @@ use tower_service::Service;
 
 use super::ToolExecution;
 use super::call::{self, CallFailure, tool_span};
-use super::rounds::RUN_FAILED;
+
+/// The result of a call left without one when the run failed.
+pub(super) const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
 
 /// What the tools of one round produced: everything the round's responses carried.
 #[derive(Default)]
