@@ -1,6 +1,9 @@
 //! Calling a service: readiness, panics, cancellation and spans.
 
+use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::task::Poll;
 
 use futures_util::FutureExt;
 use tower_agent_core::{BoxError, CancellationToken, Error, ToolCall};
@@ -50,8 +53,20 @@ where
             .map_err(failed)?;
         service.call(request).await.map_err(failed)
     };
-    let guarded = AssertUnwindSafe(call).catch_unwind().instrument(span);
-    match token.run_until_cancelled(guarded).await? {
+    let mut call = pin!(AssertUnwindSafe(call).catch_unwind().instrument(span));
+    let mut cancelled = pin!(token.cancelled());
+    // The call first: the run waits for cancellation only while the call is pending. Once the
+    // run is cancelled, the call is not polled again.
+    let outcome = poll_fn(|cx| {
+        if token.is_cancelled() {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(outcome) = call.as_mut().poll(cx) {
+            return Poll::Ready(Some(outcome));
+        }
+        cancelled.as_mut().poll(cx).map(|()| None)
+    });
+    match outcome.await? {
         Ok(result) => Some(result),
         Err(panic) => Some(Err(panicked(&*panic))),
     }

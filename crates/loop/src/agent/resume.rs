@@ -61,7 +61,7 @@ where
                     .collect();
                 let mode = self.config.tool_execution;
                 let resume = Some(&decisions);
-                let out = execute(&mut self.tools, &self.ctx, 0, mode, &calls, resume).await;
+                let out = execute(&mut self.tools, &self.ctx, 0, mode, calls.iter(), resume).await;
                 self.absorb_round(out, true)?
             }
             AgentInput::Continue => {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
     History, Message, ModelRequest, ModelResponse, Outcome, Progress, Role, RunContext, Session,
-    StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    StopReason, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -135,7 +135,10 @@ where
                     }
                 )?;
             }
-            self.session.history.push(message.clone());
+            self.session.history.push(message);
+            let [.., message] = &self.session.history[..] else {
+                unreachable!("a message was just appended");
+            };
             emit!(
                 self.ctx,
                 Event::RoundCompleted {
@@ -145,11 +148,14 @@ where
                     usage,
                 }
             )?;
-            if calls.is_empty() {
-                return Ok(Outcome::Completed { message });
+            if calls == 0 {
+                return Ok(Outcome::Completed {
+                    message: message.clone(),
+                });
             }
             let mode = self.config.tool_execution;
-            let out = execute(&mut self.tools, &self.ctx, round, mode, &calls, None).await;
+            let calls = message.tool_calls();
+            let out = execute(&mut self.tools, &self.ctx, round, mode, calls, None).await;
             if let Some(outcome) = self.absorb_round(out, false)? {
                 return Ok(outcome);
             }
@@ -209,30 +215,29 @@ where
     }
 
     /// Make the model's message safe to append: only text, reasoning and calls, each call with
-    /// an id no other call in the session uses. Returns its calls.
-    fn normalize(&mut self, message: &mut Message, round: u32) -> Vec<ToolCall> {
+    /// an id no other call in the session uses. Returns how many calls it has.
+    fn normalize(&mut self, message: &mut Message, round: u32) -> usize {
         // A model cannot answer calls: result parts in its message would break the history.
         message
             .content
             .retain(|part| !matches!(part, ContentPart::ToolResult(_)));
-        let mut calls = Vec::new();
+        let mut calls = 0;
         for part in &mut message.content {
             if let ContentPart::ToolCall(call) = part {
-                if call.id.is_empty() || self.call_ids.contains(&call.id) {
-                    call.id = self.fresh_id(round, calls.len() + 1);
+                calls += 1;
+                if call.id.is_empty() || !self.call_ids.insert(call.id.clone()) {
+                    call.id = self.fresh_id(round, calls);
                 }
-                self.call_ids.insert(call.id.clone());
-                calls.push(call.clone());
             }
         }
         calls
     }
 
-    /// An id for the `index`-th call of `round` whose own was empty or taken.
-    fn fresh_id(&self, round: u32, index: usize) -> String {
+    /// A new id, taken, for the `index`-th call of `round` whose own was empty or taken.
+    fn fresh_id(&mut self, round: u32, index: usize) -> String {
         let prefix: String = self.ctx.run_id().chars().take(8).collect();
         let mut id = format!("call_{prefix}_{round}_{index}");
-        while self.call_ids.contains(&id) {
+        while !self.call_ids.insert(id.clone()) {
             id.push('_');
         }
         id

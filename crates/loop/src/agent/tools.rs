@@ -69,7 +69,7 @@ pub(super) async fn execute<T>(
     ctx: &RunContext,
     round: u32,
     mode: ToolExecution,
-    calls: &[ToolCall],
+    calls: impl Iterator<Item = &ToolCall> + Send,
     resume: Option<&Decisions>,
 ) -> RoundTools
 where
@@ -99,6 +99,7 @@ where
             }
         }
         ToolExecution::Concurrent { limit } => {
+            let calls: Vec<&ToolCall> = calls.collect();
             // Each future owns what it needs (no borrows), which keeps the run future `Send`.
             let running: Vec<_> = calls
                 .iter()
@@ -123,7 +124,7 @@ where
                     Ok(Some(outcome)) => {
                         let is_error = is_error(&outcome);
                         slots[index] = Some(outcome);
-                        if let Err(error) = emit!(ctx, finished(round, &calls[index], is_error)) {
+                        if let Err(error) = emit!(ctx, finished(round, calls[index], is_error)) {
                             out.error = Some(error);
                             break;
                         }
