@@ -101,8 +101,8 @@ async fn main() -> Result<(), Error> {
     let inspect_report = "cpu 12%, memory 41%, disk 63%, p99 latency 48 ms\n".repeat(80);
     let tools = ToolSet::new()
         .tool(StubTool::returning("fetch_log", log()))
-        .tool(StubTool::returning("inspect", inspect_report))
-        .tool(evict.read_tool());
+        .tool(StubTool::returning("inspect", inspect_report));
+    // The eviction layer serves its read tool itself, and the agent offers it.
     let tools = ServiceBuilder::new().evict(evict).service(tools);
 
     // What each model request weighs, measured where the provider would get it.

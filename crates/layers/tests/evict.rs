@@ -244,16 +244,39 @@ async fn an_excluded_tool_stays_inline() {
 async fn the_read_tools_results_are_never_evicted() {
     let storage = InMemory::new();
     let layer = EvictLayer::new(storage.clone()).limit(10);
-    // A huge page of the read tool (or anything answering under its name) stays inline.
-    let res = run(
-        &layer,
-        StubTool::returning(READ_TOOL, lines(500)),
-        ToolCall::new("r1", READ_TOOL, json!({})),
-        RunContext::new(),
-    )
-    .await;
-    assert_eq!(res.result.content, lines(500));
-    assert!(storage.list("").await.expect("listed").is_empty());
+    // One result is evicted...
+    let mut tools = layer.layer(ToolSet::new().tool(StubTool::returning("fetch", lines(500))));
+    let ask = |id: &str, name: &str, args: Value| {
+        ToolRequest::new(ToolCall::new(id, name, args), RunContext::new())
+    };
+    let res = tools
+        .ready()
+        .await
+        .expect("ready")
+        .call(ask("c1", "fetch", json!({})))
+        .await
+        .expect("ok");
+    assert!(res.result.content.contains("read_large_result"), "evicted");
+    // ...and a page of it, read with the layer's own read tool, is never evicted again.
+    let args = json!({"path": "/large_tool_results/fetch_c1", "limit": 500});
+    let res = tools
+        .ready()
+        .await
+        .expect("ready")
+        .call(ask("r1", READ_TOOL, args))
+        .await
+        .expect("ok");
+    assert!(!res.result.is_error, "{}", res.result.content);
+    assert!(
+        res.result.content.starts_with("     1\tline 1\n"),
+        "{}",
+        res.result.content
+    );
+    assert_eq!(
+        storage.list("").await.expect("listed").len(),
+        1,
+        "nothing more stored"
+    );
 }
 
 #[tokio::test]
@@ -883,9 +906,8 @@ async fn a_whole_run_pages_through_an_evicted_result() {
         .map(|i| format!("row {i:>5}: {}\n", "abcdefghij".repeat(4)))
         .collect();
     assert!(big.len() > 200_000);
-    let tools = ToolSet::new()
-        .tool(StubTool::returning("fetch", big.clone()))
-        .tool(evict.read_tool());
+    // The read tool is not in the set: the eviction layer serves it and reports it.
+    let tools = ToolSet::new().tool(StubTool::returning("fetch", big.clone()));
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([ToolCall::new("c1", "fetch", json!({}))]),
         ModelResponse::tool_calls([ToolCall::new(
@@ -895,7 +917,7 @@ async fn a_whole_run_pages_through_an_evicted_result() {
         )]),
         ModelResponse::text("done"),
     ]);
-    let agent = Agent::builder().tool_specs(tools.specs()).build(
+    let agent = Agent::new(
         model.clone(),
         ServiceBuilder::new().evict(evict).service(tools),
     );
@@ -908,6 +930,16 @@ async fn a_whole_run_pages_through_an_evicted_result() {
         .expect("the run completes");
 
     assert_valid_history(&res.session.history);
+    let offered: Vec<String> = model.requests()[0]
+        .tools
+        .iter()
+        .map(|spec| spec.name.clone())
+        .collect();
+    assert_eq!(
+        offered,
+        ["fetch", READ_TOOL],
+        "the model is offered the read tool"
+    );
     let results: Vec<_> = res
         .session
         .history
@@ -1079,4 +1111,22 @@ async fn forgetting_a_session_on_a_failing_backend_is_an_error() {
         .await
         .expect_err("the backend fails");
     assert!(error.to_string().contains("disk full"), "{error}");
+}
+
+#[test]
+fn the_read_tool_is_reported_once() {
+    use tower_agent_core::DescribeTools;
+    let evict = EvictLayer::new(InMemory::new());
+    let alone = ServiceBuilder::new()
+        .evict(evict.clone())
+        .service(ToolSet::new().tool(StubTool::returning("fetch", "x")));
+    let names: Vec<String> = alone.tool_specs().iter().map(|s| s.name.clone()).collect();
+    assert_eq!(names, ["fetch", READ_TOOL]);
+    // A host that also put it in its set (as before) gets it once.
+    let both = ServiceBuilder::new().evict(evict.clone()).service(
+        ToolSet::new()
+            .tool(StubTool::returning("fetch", "x"))
+            .tool(evict.read_tool()),
+    );
+    assert_eq!(both.tool_specs().len(), 2);
 }

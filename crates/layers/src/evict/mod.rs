@@ -49,26 +49,28 @@
 //! The read tool ([`EvictLayer::read_tool`], named [`READ_TOOL`]) takes `path`, `offset`
 //! (1-based, default 1), `limit` (lines, default 200) and `column` (the character of the first
 //! line to start at, default 1: a line of compact JSON is read on piece by piece) and answers
-//! with the lines in the same format; see [`ReadLargeResult`]. Add it to the host's `ToolSet`
-//! and to the specs offered to the model.
+//! with the lines in the same format; see [`ReadLargeResult`]. The layer serves it itself and
+//! reports it with the inner service's tools ([`DescribeTools`]), so the agent offers it to
+//! the model; nothing is to be added to the `ToolSet`.
 //!
 //! Stored results stay until the host deletes them: [`EvictLayer::forget_session`] deletes a
 //! session's when the session is closed or expires.
 //!
 //! # Where it goes
 //!
-//! Third on the tool service in the canonical stack of `docs/ordering.md`, outside in:
+//! The outermost built-in on the tool service in the canonical stack of `docs/ordering.md`,
+//! outside in:
 //!
 //! ```text
 //! tool service
 //!     .observe(..)                 1. sees every result: the preview of an evicted one
-//!     user after_tool              2. runs on results kept inline; skips an evicted one
-//!     .evict(evict.clone())        3. this layer
-//!     .call_limits(..)             4. before_tool layers: a result any of them answers with
+//!     .evict(evict.clone())        2. this layer: what it returns is what the model sees
+//!     .call_limits(..)             3. before_tool layers: a result any of them answers with
 //!     .checkpoint(..)                 is kept small too
 //!     .approval(..)
+//!     user after_tool              4. sees the tool's own result
 //!     user before_tool
-//!     ToolSet (with `evict.read_tool()`)
+//!     ToolSet
 //! ```
 //!
 //! # Memory
@@ -83,7 +85,7 @@
 //! ```
 //! use serde_json::json;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
-//! use tower_agent_core::{Error, RunContext, ToolCall, ToolRequest};
+//! use tower_agent_core::{DescribeTools, Error, RunContext, ToolCall, ToolRequest};
 //! use tower_agent_layers::ServiceBuilderExt;
 //! use tower_agent_layers::evict::{EvictLayer, READ_TOOL};
 //! use tower_agent_storage::InMemory;
@@ -94,10 +96,10 @@
 //! # async fn main() -> Result<(), Error> {
 //! let log: String = (1..=5000).map(|i| format!("event {i}\n")).collect();
 //! let evict = EvictLayer::new(InMemory::new()).limit(1_000);
-//! let tools = ToolSet::new()
-//!     .tool(StubTool::returning("logs", log))
-//!     .tool(evict.read_tool());
+//! let tools = ToolSet::new().tool(StubTool::returning("logs", log));
+//! // The layer serves its read tool and reports it with the set's tools.
 //! let mut tools = ServiceBuilder::new().evict(evict).service(tools);
+//! assert_eq!(tools.tool_specs().len(), 2);
 //!
 //! let call = ToolCall::new("call_1", "logs", json!({}));
 //! let res = tools.ready().await?.call(ToolRequest::new(call, RunContext::new())).await?;
@@ -134,12 +136,16 @@ mod preview;
 mod read;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use pin_project_lite::pin_project;
 use tower_agent_core::callback::{After, AfterFuture};
-use tower_agent_core::{Error, ToolRequest, ToolResponse};
+use tower_agent_core::{DescribeTools, Error, ToolRequest, ToolResponse, ToolSpec};
 use tower_agent_storage::{Storage, StorageError};
+use tower_agent_tools::Tool;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -260,7 +266,8 @@ impl EvictLayer {
     }
 
     /// The tool the model reads evicted results with, named [`READ_TOOL`], reading from this
-    /// layer's backend: add it to the host's `ToolSet`.
+    /// layer's backend. The layer's service serves it already; this is for a host that wants
+    /// it elsewhere (another agent reading the same backend).
     pub fn read_tool(&self) -> ReadLargeResult {
         ReadLargeResult::new(Arc::clone(&self.config))
     }
@@ -341,16 +348,20 @@ impl<S> Layer<S> for EvictLayer {
                     config: Arc::clone(&self.config),
                 },
             ),
+            read: self.read_tool(),
         }
     }
 }
 
-/// Moves large tool results to a backend, leaving a preview; see the [module docs](self).
+/// Moves large tool results to a backend, leaving a preview, and serves the read tool
+/// ([`READ_TOOL`]) itself; see the [module docs](self).
 ///
-/// `poll_ready` is the inner service's; the response future is [`After`]'s.
+/// `poll_ready` is the inner service's. It reports the inner service's tools and its read
+/// tool ([`DescribeTools`]).
 #[derive(Clone, Debug)]
 pub struct Evict<S> {
     inner: After<S, EvictLarge>,
+    read: ReadLargeResult,
 }
 
 impl<S> Evict<S> {
@@ -380,10 +391,15 @@ impl<S> Evict<S> {
     }
 }
 
-/// Passes on the tools of the service inside it.
-impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for Evict<S> {
-    fn tool_specs(&self) -> std::sync::Arc<[tower_agent_core::ToolSpec]> {
-        self.get_ref().tool_specs()
+/// The inner service's tools and the read tool, once: the layer serves it, whatever the inner
+/// service has under that name.
+impl<S: DescribeTools> DescribeTools for Evict<S> {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        let inner = self.get_ref().tool_specs();
+        if inner.iter().any(|spec| spec.name == READ_TOOL) {
+            return inner;
+        }
+        inner.iter().cloned().chain([self.read.spec()]).collect()
     }
 }
 
@@ -394,13 +410,62 @@ where
 {
     type Response = ToolResponse;
     type Error = S::Error;
-    type Future = AfterFuture<S::Future, EvictLarge, ToolResponse>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
-        self.inner.call(req)
+        // The read tool answers here, never evicted: reading a large result in slices cannot
+        // loop.
+        let kind = if req.call.name == READ_TOOL {
+            Kind::Read {
+                future: self.read.call(req),
+            }
+        } else {
+            Kind::Evict {
+                future: self.inner.call(req),
+            }
+        };
+        ResponseFuture { kind }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Evict`]: the inner service's, then the eviction; or the read
+    /// tool's.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        Evict { #[pin] future: AfterFuture<F, EvictLarge, ToolResponse> },
+        Read { #[pin] future: tower_agent_tools::ResponseFuture },
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<ToolResponse, E>>,
+    E: From<Error>,
+{
+    type Output = Result<ToolResponse, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Evict { future } => future.poll(cx),
+            KindProj::Read { future } => future.poll(cx).map_err(E::from),
+        }
     }
 }
