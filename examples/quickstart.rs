@@ -11,6 +11,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use tower_agent::layers::retry::RetryPolicy;
 use tower_agent::prelude::*;
 use tower_agent_test::ScriptedModel;
 
@@ -89,10 +90,22 @@ async fn main() -> Result<(), Error> {
         .tool(tool_fn("weather", "The forecast for a city.", weather))
         .tool(tool_fn("percent", "A percentage of a value.", percent));
 
-    // A custom before_tool callback: a policy that answers forbidden calls itself, so the
-    // tool service never sees them (a short-circuit).
-    let tools = ServiceBuilder::new()
-        .before_tool(|req: ToolRequest| async move {
+    // The agent places its built-ins (here dangling-call patching and retries of the
+    // provider's transient failures) and your own layers in named places.
+    let agent = Agent::builder()
+        .system("You are a helpful assistant.")
+        .patch()
+        .retry(RetryPolicy::new())
+        // A custom before_model callback: add the round to the system prompt of every call
+        // (a request-only edit: the session is not changed).
+        .model_layer(before_model(|mut req: ModelRequest| async move {
+            let round = req.ctx.round();
+            req.append_system(&format!("This is round {round}. Be concise."));
+            Ok(Flow::Continue(req))
+        }))
+        // A custom before_tool callback: a policy that answers forbidden calls itself, so the
+        // tool service never sees them (a short-circuit).
+        .tool_layer(before_tool(|req: ToolRequest| async move {
             if req.call.name == "shell" {
                 return Ok(Flow::Answer(ToolResponse::error(
                     &req.call,
@@ -100,22 +113,8 @@ async fn main() -> Result<(), Error> {
                 )));
             }
             Ok(Flow::Continue(req))
-        })
-        .service(tools);
-
-    // A custom before_model callback: add the round to the system prompt of every call
-    // (a request-only edit: the session is not changed).
-    let model = ServiceBuilder::new()
-        .before_model(|mut req: ModelRequest| async move {
-            let round = req.ctx.round();
-            req.append_system(&format!("This is round {round}. Be concise."));
-            Ok(Flow::Continue(req))
-        })
-        .service(demo_model());
-
-    let agent = Agent::builder()
-        .system("You are a helpful assistant.")
-        .build(model, tools);
+        }))
+        .build(demo_model(), tools);
 
     let question = "What's the weather in Paris, and what is 12.5% of 80?";
     println!("tower-agent quickstart (offline, scripted demo model)\n");

@@ -137,6 +137,11 @@ pub mod workflow {
     pub use tower_agent_workflow::*;
 }
 
+#[cfg(feature = "layers")]
+mod stack;
+#[cfg(feature = "layers")]
+pub use stack::{BoxAgent, BoxModel, BoxTools, Builtins, BuiltinsExt};
+
 /// What most host applications need, in one import.
 pub mod prelude {
     pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -171,6 +176,9 @@ pub mod prelude {
 
     #[cfg(feature = "workflow")]
     pub use tower_agent_workflow::WorkflowBuilderExt as _;
+
+    #[cfg(feature = "layers")]
+    pub use crate::BuiltinsExt;
 }
 
 /// Long-form guides. Their code examples are compiled and run as doctests.

@@ -1,0 +1,246 @@
+//! The agent that places its built-ins: the canonical order, pinned by what each of the
+//! host's layers sees from its named place, and the full stack in one run.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use tower_agent::layers::approval::{ApprovalLayer, Gate};
+use tower_agent::layers::evict::{EvictLayer, READ_TOOL};
+use tower_agent::layers::instructions::InstructionsLayer;
+use tower_agent::layers::limits::{CallLimitsLayer, Limit};
+use tower_agent::layers::memory::MemoryLayer;
+use tower_agent::layers::retry::RetryPolicy;
+use tower_agent::layers::summarize::{Keep, SummarizeLayer, Trigger, is_summary};
+use tower_agent::prelude::*;
+use tower_agent::storage::{InMemory, Storage, StoragePath};
+use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn push(log: &Log, line: String) {
+    log.lock().expect("the log").push(line);
+}
+
+#[test]
+fn the_canonical_order() {
+    let every = Agent::builder()
+        .memory(MemoryLayer::new())
+        .patch()
+        .limits(CallLimitsLayer::new())
+        .instructions(InstructionsLayer::new())
+        .summarize(SummarizeLayer::new(ScriptedModel::new([])))
+        .retry(RetryPolicy::new())
+        .approval(ApprovalLayer::builder().build().expect("valid"))
+        .checkpoint(tower_agent::layers::checkpoint::CheckpointLayer::interrupting().every(10))
+        .evict(EvictLayer::new(InMemory::new()))
+        .agent_layer(tower::layer::util::Identity::new())
+        .model_layer(tower::layer::util::Identity::new())
+        .provider_layer(tower::layer::util::Identity::new())
+        .tool_layer(tower::layer::util::Identity::new());
+    let [(_, agent), (_, model), (_, tools)] = every.order();
+    assert_eq!(agent, ["memory", "patch", "agent_layer", "loop"]);
+    assert_eq!(
+        model,
+        [
+            "limits",
+            "memory",
+            "instructions",
+            "summarize",
+            "model_layer",
+            "patch",
+            "retry",
+            "provider_layer",
+            "provider"
+        ]
+    );
+    assert_eq!(
+        tools,
+        [
+            "evict",
+            "limits",
+            "checkpoint",
+            "approval",
+            "tool_layer",
+            "tools"
+        ]
+    );
+    // The guide's picture is this order.
+    let guide = include_str!("../docs/ordering.md");
+    for (stack, slots) in every.order() {
+        let line = format!("{stack}: {}", slots.join(" → "));
+        assert!(guide.contains(&line), "docs/ordering.md shows `{line}`");
+    }
+}
+
+#[tokio::test]
+async fn each_place_sees_what_its_slot_promises() {
+    let log: Log = Arc::default();
+    let storage = InMemory::new();
+    storage
+        .put(
+            &StoragePath::parse("/memories/AGENTS.md").expect("a path"),
+            "Prefer metric units.".into(),
+        )
+        .await
+        .expect("stored");
+    let memory = MemoryLayer::from_storage(storage, ["/memories/AGENTS.md"]);
+
+    // Round 1: a large result and a call the approval rejects; then a rate limit, then the
+    // answer.
+    let model = ScriptedModel::with_results([
+        Ok(ModelResponse::tool_calls([
+            ToolCall::new("c1", "fetch", json!({})),
+            ToolCall::new("c2", "rm", json!({"path": "/"})),
+        ])),
+        Err(Error::rate_limited(
+            Some(std::time::Duration::ZERO),
+            "slow down",
+        )),
+        Ok(ModelResponse::text("done")),
+    ]);
+    let tools = ToolSet::new()
+        .tool(StubTool::returning("fetch", "row\n".repeat(20_000)))
+        .tool(StubTool::returning("rm", "removed"));
+    let approval = ApprovalLayer::builder()
+        .gate("rm", Gate::new())
+        .inline(tower_agent::layers::approval::approver_fn(
+            |_review, _ctx| async { Ok(Decision::reject("not today")) },
+        ))
+        .build()
+        .expect("valid");
+
+    let (m, p, t) = (log.clone(), log.clone(), log.clone());
+    let agent = Agent::builder()
+        .system("You help.")
+        .memory(memory)
+        .patch()
+        .instructions(InstructionsLayer::new().text("Answer briefly."))
+        .retry(RetryPolicy::new().max_attempts(3))
+        .approval(approval)
+        .evict(EvictLayer::new(InMemory::new()).limit(1_000))
+        .model_layer(around_model(
+            move |req: ModelRequest, mut next: ModelNext| {
+                let system = req.system.as_deref().unwrap_or_default().to_owned();
+                push(
+                    &m,
+                    format!("model_layer: {}", system.replace("\n\n", " | ")),
+                );
+                async move { next.run(req).await }
+            },
+        ))
+        .provider_layer(around_model(
+            move |req: ModelRequest, mut next: ModelNext| {
+                push(&p, format!("provider_layer: round {}", req.ctx.round()));
+                async move { next.run(req).await }
+            },
+        ))
+        .tool_layer(after_tool(move |res: ToolResponse, _ctx: RunContext| {
+            push(
+                &t,
+                format!(
+                    "tool_layer: {} ({} bytes)",
+                    res.result.name,
+                    res.result.content.len()
+                ),
+            );
+            async move { Ok(res) }
+        }))
+        .build(model.clone(), tools);
+
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "Fetch it."))
+        .await
+        .expect("the run completes");
+    assert_eq!(res.text().as_deref(), Some("done"));
+    assert_valid_history(&res.session.history);
+
+    let log = log.lock().expect("the log").clone();
+    const SYSTEM: &str = "model_layer: You help. | <memory path=\"/memories/AGENTS.md\">\nPrefer \
+                          metric units.\n</memory> | Answer briefly.";
+    assert_eq!(
+        log,
+        [
+            // Inside memory and instructions: the final system prompt.
+            SYSTEM,
+            "provider_layer: round 1",
+            // Inside the approval: the rejected call never reaches it; inside eviction: the
+            // tool's own result.
+            "tool_layer: fetch (80000 bytes)",
+            // Inside the retry: each attempt; outside it: one call.
+            SYSTEM,
+            "provider_layer: round 2",
+            "provider_layer: round 2",
+        ],
+        "{log:#?}"
+    );
+    // What the model saw: its tools and the read tool, the preview, the rejection.
+    let offered: Vec<String> = model.requests()[0]
+        .tools
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(offered, ["fetch", "rm", READ_TOOL]);
+    let results: Vec<&ToolResult> = res
+        .session
+        .history
+        .iter()
+        .flat_map(|m| m.tool_results())
+        .collect();
+    assert!(
+        results[0].content.contains("saved whole to"),
+        "{}",
+        results[0].content
+    );
+    assert!(
+        results[1].content.contains("not today"),
+        "{}",
+        results[1].content
+    );
+}
+
+#[tokio::test]
+async fn the_full_stack_in_a_dozen_lines() {
+    let model = ScriptedModel::from_fn(|req| {
+        let n = req.ctx.round();
+        Ok(ModelResponse::tool_calls([ToolCall::new(
+            format!("c{n}"),
+            "look",
+            json!({}),
+        )]))
+    });
+    let summarizer = ScriptedModel::from_fn(|_| Ok(ModelResponse::text("the gist")));
+    let tools = ToolSet::new().tool(StubTool::returning("look", "a long view\n".repeat(50)));
+
+    // The host app: every built-in, one line each.
+    let agent = Agent::builder()
+        .memory(MemoryLayer::new())
+        .patch()
+        .limits(CallLimitsLayer::new().model_calls(Limit::per_run(6)))
+        .approval(ApprovalLayer::builder().build().expect("valid"))
+        .evict(EvictLayer::new(InMemory::new()))
+        .summarize(
+            SummarizeLayer::new(summarizer)
+                .trigger(Trigger::messages(6))
+                .keep(Keep::messages(2)),
+        )
+        .retry(RetryPolicy::new())
+        .build(model, tools);
+
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "Look around."))
+        .await
+        .expect("the run ends");
+    assert!(
+        matches!(
+            &res.outcome,
+            Outcome::Stopped {
+                reason: StopReason::Limit { .. },
+                ..
+            }
+        ),
+        "{:?}",
+        res.outcome
+    );
+    assert!(is_summary(&res.session.history[0]), "summarized on the way");
+    assert_valid_history(&res.session.history);
+}
