@@ -1,0 +1,98 @@
+//! Memory per concurrent run: `cargo bench --bench memory -- [agent|baseline] [runs]`.
+//!
+//! Starts `runs` (100,000 by default) runs at once on a multi-threaded runtime. Each has 10
+//! rounds of a model that answers after 200 ms with one tool call, and a tool that answers at
+//! once; the tenth answer is text. `baseline` runs the same tasks without an agent: each holds
+//! a session and appends the same messages after the same sleeps. It prints the process's
+//! peak resident memory (`VmHWM`); the difference, divided by the runs, is what the agent
+//! costs per run. Run each mode in its own process (the peak is the process's).
+
+use std::time::{Duration, Instant};
+
+use tower::{ServiceExt, service_fn};
+use tower_agent::prelude::*;
+
+const ROUNDS: u32 = 10;
+const THINK: Duration = Duration::from_millis(200);
+
+fn answer(round: u32) -> ModelResponse {
+    if round < ROUNDS {
+        ModelResponse::tool_calls([ToolCall::raw(format!("call_{round}"), "echo", "{}")])
+    } else {
+        ModelResponse::text("done")
+    }
+}
+
+async fn agent_run(agent: impl Service<AgentRequest, Response = AgentResponse, Error = Error>) {
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .expect("the run completes");
+    assert_eq!(res.rounds, ROUNDS);
+}
+
+async fn baseline_run() {
+    let mut session = Session::new();
+    session.history.push(Message::user("go"));
+    for round in 1..=ROUNDS {
+        tokio::time::sleep(THINK).await;
+        let message = answer(round).message;
+        let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
+        session.history.push(message);
+        for call in calls {
+            session
+                .history
+                .push(Message::tool_result(ToolResult::success(&call, "ok")));
+        }
+    }
+    assert_eq!(session.history.len(), 2 * ROUNDS as usize);
+}
+
+fn peak_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let mode = args.first().map(String::as_str).unwrap_or("agent").to_owned();
+    let runs: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let started = Instant::now();
+    runtime.block_on(async {
+        let model = service_fn(|req: ModelRequest| async move {
+            tokio::time::sleep(THINK).await;
+            Ok::<_, Error>(answer(req.ctx.round()))
+        });
+        let tools = DescribedTools::none(service_fn(|req: ToolRequest| async move {
+            Ok::<_, Error>(ToolResponse::success(&req.call, "ok"))
+        }));
+        let agent = Agent::builder()
+            .max_rounds(ROUNDS + 1)
+            .build(model, tools);
+        let mut tasks = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            tasks.push(match mode.as_str() {
+                "baseline" => tokio::spawn(baseline_run()),
+                _ => tokio::spawn(agent_run(agent.clone())),
+            });
+        }
+        for task in tasks {
+            task.await.expect("no panic");
+        }
+    });
+    let peak = peak_mib();
+    println!(
+        "{mode}: {runs} concurrent runs of {ROUNDS} rounds, peak {peak:.0} MiB ({:.0} bytes per run), {:.1} s",
+        peak * 1024.0 * 1024.0 / runs as f64,
+        started.elapsed().as_secs_f64()
+    );
+}
