@@ -59,8 +59,15 @@ fn peak_mib() -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let mode = args.first().map(String::as_str).unwrap_or("agent").to_owned();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let mode = args
+        .first()
+        .map(String::as_str)
+        .unwrap_or("agent")
+        .to_owned();
     let runs: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -75,9 +82,7 @@ fn main() {
         let tools = DescribedTools::none(service_fn(|req: ToolRequest| async move {
             Ok::<_, Error>(ToolResponse::success(&req.call, "ok"))
         }));
-        let agent = Agent::builder()
-            .max_rounds(ROUNDS + 1)
-            .build(model, tools);
+        let agent = Agent::builder().max_rounds(ROUNDS + 1).build(model, tools);
         let mut tasks = Vec::with_capacity(runs);
         for _ in 0..runs {
             tasks.push(match mode.as_str() {

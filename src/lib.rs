@@ -137,6 +137,7 @@ pub mod workflow {
     pub use tower_agent_workflow::*;
 }
 
+pub mod chat;
 #[cfg(feature = "layers")]
 mod stack;
 #[cfg(feature = "layers")]

@@ -8,4 +8,4 @@ mod agent;
 mod run;
 
 pub use agent::{Agent, AgentBuilder, AgentConfig, ToolExecution};
-pub use run::{AgentServiceExt, Blocking, CANCEL_KEYWORDS, RunHandle, is_cancel_keyword};
+pub use run::{AgentServiceExt, Blocking, RunHandle};
