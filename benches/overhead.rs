@@ -154,7 +154,7 @@ fn agent_loop(c: &mut Criterion) {
 
     let human = {
         use tower_agent::layers::approval::{ApprovalLayer, Gate};
-        use tower_agent::layers::checkpoint::{CheckpointLayer, checkpoint_fn};
+        use tower_agent::layers::checkpoint::{CheckpointLayer, checkpointer_fn};
         use tower_agent::layers::limits::{CallLimitsLayer, Limit};
         let limits = CallLimitsLayer::new()
             .model_calls(Limit::per_run(1_000))
@@ -165,7 +165,7 @@ fn agent_loop(c: &mut Criterion) {
             .build()
             .expect("valid");
         let checkpoint =
-            CheckpointLayer::inline(checkpoint_fn(|_, _| async { Ok(true) })).every(1_000);
+            CheckpointLayer::inline(checkpointer_fn(|_, _| async { Ok(true) })).every(1_000);
         let model = ServiceBuilder::new()
             .call_limits(limits.clone())
             .service(stub_model());

@@ -67,7 +67,7 @@ pub mod tokens;
 #[cfg(feature = "approval")]
 pub use approval::{Approval, ApprovalLayer};
 #[cfg(feature = "checkpoint")]
-pub use checkpoint::{CheckpointLayer, CheckpointService};
+pub use checkpoint::{Checkpoint, CheckpointLayer};
 #[cfg(feature = "evict")]
 pub use evict::{Evict, EvictLayer};
 #[cfg(feature = "instructions")]

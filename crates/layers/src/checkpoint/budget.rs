@@ -1,0 +1,109 @@
+//! The run's tool-call budget, and the calls that wait at the checkpoint.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde_json::Value;
+use tower_agent_core::{Progress, RunContext, ToolAction, ToolResponse};
+
+use super::STATE_KEY;
+
+/// The run's budget, in the run context.
+#[derive(Clone, Default)]
+pub(super) struct Budget(pub(super) Arc<Shared>);
+
+#[derive(Default)]
+pub(super) struct Shared {
+    /// Calls since the budget was last given: counted without the lock.
+    pub(super) calls: AtomicU32,
+    pub(super) counts: Mutex<Counts>,
+    /// Held while the checkpoint is asked, so concurrent calls ask once.
+    pub(super) asking: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+pub(super) struct Counts {
+    /// How many times a budget was given: a call that waited sees whether another one got
+    /// the answer first.
+    pub(super) generation: u64,
+    /// The checkpoint stopped the run: calls that waited to ask are not run.
+    pub(super) stopped: bool,
+    /// The run's calls (recording one allocates nothing after a tool's first call).
+    pub(super) progress: Progress,
+}
+
+impl Budget {
+    pub(super) fn of(ctx: &RunContext) -> Self {
+        ctx.extension_or_insert_with(Budget::default)
+    }
+
+    pub(super) fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.0.counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Take one call of the budget, if any is left.
+    pub(super) fn take(&self, every: u32) -> bool {
+        self.0
+            .calls
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |calls| {
+                (calls < every).then_some(calls + 1)
+            })
+            .is_ok()
+    }
+
+    /// A fresh budget, of which the calling call takes one.
+    pub(super) fn renew(&self) {
+        let mut counts = self.counts();
+        counts.generation += 1;
+        self.0.calls.store(1, Ordering::Release);
+    }
+}
+
+pub(super) fn not_executed(calls: u32) -> String {
+    format!("not executed: the run was stopped at the checkpoint after {calls} tool calls")
+}
+
+/// Whether the call waited at this layer's checkpoint (it is in the session's list); takes it
+/// off the list.
+pub(super) fn take_waiting(ctx: &RunContext, call_id: &str) -> bool {
+    ctx.with_state(|state| {
+        let Some(Value::Array(waiting)) = state
+            .get_mut(STATE_KEY)
+            .and_then(|entry| entry.get_mut("waiting"))
+        else {
+            return false;
+        };
+        let before = waiting.len();
+        waiting.retain(|id| id.as_str() != Some(call_id));
+        let found = waiting.len() != before;
+        if waiting.is_empty() {
+            state.remove(STATE_KEY);
+        }
+        found
+    })
+}
+
+pub(super) fn add_waiting(ctx: &RunContext, call_id: &str) {
+    ctx.with_state(|state| {
+        let entry = state
+            .entry(STATE_KEY)
+            .or_insert_with(|| serde_json::json!({ "waiting": [] }));
+        if entry.get("waiting").is_none_or(|w| !w.is_array()) {
+            *entry = serde_json::json!({ "waiting": [] });
+        }
+        if let Some(Value::Array(waiting)) = entry.get_mut("waiting") {
+            waiting.push(Value::from(call_id));
+        }
+    });
+}
+
+/// Count a call that ran (not one that waits).
+pub(super) fn record(budget: &Budget, tool: &str, response: &ToolResponse) {
+    if matches!(response.action, ToolAction::Interrupt(_)) {
+        return;
+    }
+    budget
+        .counts()
+        .progress
+        .push(tool, !response.result.is_error);
+}

@@ -1,0 +1,112 @@
+//! The limits' response future: the model side checks the calls a message asks for.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tower_agent_core::{Error, ModelResponse, RunContext, ToolResponse};
+
+use super::count::{Config, check_calls};
+
+use sealed::Check;
+
+pin_project! {
+    /// The response future of [`CallLimits`]: the inner future, or a blocked call's answer.
+    pub struct ResponseFuture<F, T, E> {
+        #[pin]
+        kind: Kind<F, T, E>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F, T, E> {
+        Inner { #[pin] future: F, check: Check },
+        Ready { answer: Option<Result<T, E>> },
+    }
+}
+
+impl<F, T, E> ResponseFuture<F, T, E> {
+    pub(super) fn inner(future: F, check: Option<(Arc<Config>, RunContext)>) -> Self {
+        Self {
+            kind: Kind::Inner {
+                future,
+                check: Check(check),
+            },
+        }
+    }
+
+    pub(super) fn ready(answer: Result<T, E>) -> Self {
+        Self {
+            kind: Kind::Ready {
+                answer: Some(answer),
+            },
+        }
+    }
+}
+
+impl<F, T, E> fmt::Debug for ResponseFuture<F, T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+mod sealed {
+    use std::sync::Arc;
+
+    use super::{Config, Error, RunContext};
+
+    /// What the model side needs to check a response: set when a tool limit fails the run.
+    #[derive(Debug)]
+    pub struct Check(pub(super) Option<(Arc<Config>, RunContext)>);
+
+    /// What the model side checks in a response; nothing for a tool response.
+    pub trait Checked {
+        fn check(&self, check: &Check) -> Result<(), Error>;
+    }
+}
+
+use sealed::Checked;
+
+impl Checked for ModelResponse {
+    fn check(&self, check: &Check) -> Result<(), Error> {
+        match &check.0 {
+            Some((config, ctx)) => check_calls(config, ctx, self),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Checked for ToolResponse {
+    fn check(&self, _check: &Check) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+impl<F, T, E> Future for ResponseFuture<F, T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    T: Checked,
+    E: From<Error>,
+{
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Inner { future, check } => match future.poll(cx) {
+                Poll::Ready(Ok(response)) => Poll::Ready(match response.check(check) {
+                    Ok(()) => Ok(response),
+                    Err(error) => Err(error.into()),
+                }),
+                other => other,
+            },
+            KindProj::Ready { answer } => match answer.take() {
+                Some(answer) => Poll::Ready(answer),
+                None => panic!("ResponseFuture polled after completion"),
+            },
+        }
+    }
+}

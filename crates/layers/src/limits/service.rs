@@ -1,0 +1,84 @@
+//! The limits' service, on the model stack and on the tool stack.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower_agent_core::{Error, ModelRequest, ModelResponse, ToolAction, ToolRequest, ToolResponse};
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::{CallLimits, Exit};
+
+/// Passes on the tools of the service inside it.
+impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for CallLimits<S> {
+    fn tool_specs(&self) -> std::sync::Arc<[tower_agent_core::ToolSpec]> {
+        self.get_ref().tool_specs()
+    }
+}
+
+impl<S> Service<ModelRequest> for CallLimits<S>
+where
+    S: Service<ModelRequest, Response = ModelResponse>,
+    S::Error: From<Error>,
+{
+    type Response = ModelResponse;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ModelResponse, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: ModelRequest) -> Self::Future {
+        let config = &self.config;
+        if let Some(scope) = &config.model {
+            if let Err(blocked) = config.admit(&req.ctx, &[scope], None) {
+                return match blocked.scope.limit.exit {
+                    Exit::Error => ResponseFuture::ready(Err(blocked.error().into())),
+                    _ => ResponseFuture::ready(Ok(ModelResponse::stop(blocked.reason()))),
+                };
+            }
+        }
+        let check = config
+            .tool_errors
+            .then(|| (Arc::clone(config), req.ctx.clone()));
+        ResponseFuture::inner(self.inner.call(req), check)
+    }
+}
+
+impl<S> Service<ToolRequest> for CallLimits<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: From<Error>,
+{
+    type Response = ToolResponse;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ToolResponse, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        // Counted when it first came through, before it waited.
+        if req.resume.is_some() {
+            return ResponseFuture::inner(self.inner.call(req), None);
+        }
+        let config = &self.config;
+        let admitted = match config.tool_scopes(&req.call.name) {
+            [None, None] => Ok(()),
+            [Some(one), None] | [None, Some(one)] => config.admit(&req.ctx, &[one], None),
+            [Some(global), Some(own)] => config.admit(&req.ctx, &[global, own], None),
+        };
+        {
+            if let Err(blocked) = admitted {
+                let mut response = ToolResponse::error(&req.call, blocked.message());
+                if blocked.scope.limit.exit != Exit::Continue {
+                    response.action = ToolAction::Stop(blocked.reason());
+                }
+                return ResponseFuture::ready(Ok(response));
+            }
+        }
+        ResponseFuture::inner(self.inner.call(req), None)
+    }
+}
