@@ -53,6 +53,9 @@
 //!
 //! [`Outcome::Stopped`]: tower_agent_core::Outcome::Stopped
 //! [`Outcome::summary`]: tower_agent_core::Outcome::summary
+//! [`DecisionKind::Approve`]: tower_agent_core::DecisionKind::Approve
+//! [`DecisionKind::Reject`]: tower_agent_core::DecisionKind::Reject
+//! [`StopReason::Checkpoint`]: tower_agent_core::StopReason::Checkpoint
 
 mod budget;
 mod future;

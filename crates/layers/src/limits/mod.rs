@@ -54,6 +54,9 @@
 //! ```
 //!
 //! [`Outcome::Stopped`]: tower_agent_core::Outcome::Stopped
+//! [`ErrorKind::LimitReached`]: tower_agent_core::ErrorKind::LimitReached
+//! [`StopReason::Limit`]: tower_agent_core::StopReason::Limit
+//! [`ToolRequest::resume`]: tower_agent_core::ToolRequest::resume
 
 use crate::by_name::ByName;
 use std::fmt;
@@ -82,7 +85,7 @@ pub enum Exit {
     /// The run ends gracefully: outcome stopped, every call answered.
     #[default]
     End,
-    /// The run fails with [`ErrorKind::LimitReached`].
+    /// The run fails with [`ErrorKind::LimitReached`](tower_agent_core::ErrorKind::LimitReached).
     Error,
 }
 
