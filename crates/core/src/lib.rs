@@ -59,6 +59,7 @@ pub mod history;
 pub mod message;
 pub mod model;
 pub mod session;
+mod state;
 pub mod tool;
 
 pub use agent::{AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopReason};
@@ -79,6 +80,7 @@ pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,
 };
 pub use session::{Progress, Step};
+pub use state::StateKey;
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
     DescribeTools, DescribedTools, Interrupt, Pause, ToolAction, ToolRequest, ToolResponse,

@@ -501,7 +501,7 @@ async fn an_approved_tool_can_ask_its_own_question() {
         !done
             .session
             .state
-            .contains_key(tower_agent_layers::approval::STATE_KEY)
+            .contains_key(tower_agent_layers::approval::STATE_KEY.name())
     );
     assert_valid_history(&done.session.history);
 }

@@ -268,7 +268,7 @@ async fn the_checkpoint_can_be_answered_by_interrupting_and_resuming() {
         !done
             .session
             .state
-            .contains_key(tower_agent_layers::checkpoint::STATE_KEY),
+            .contains_key(tower_agent_layers::checkpoint::STATE_KEY.name()),
         "nothing left waiting"
     );
     assert_valid_history(&done.session.history);

@@ -173,7 +173,7 @@ async fn session_counts_persist_in_the_session_state() {
         .await
         .unwrap();
     assert_eq!(first.text().as_deref(), Some("first"));
-    assert_eq!(first.session.state[STATE_KEY], json!({"tools": 2}));
+    assert_eq!(first.session.state[STATE_KEY.name()], json!({"tools": 2}));
 
     // Another process: the session from JSON.
     let saved: Session =
@@ -182,7 +182,10 @@ async fn session_counts_persist_in_the_session_state() {
     let second = run(&limits, two_more, &tool, saved, false).await.unwrap();
     assert_eq!(stopped_by(&second), ("tool calls per session".into(), 3));
     assert_eq!(tool.calls().len(), 3);
-    assert_eq!(second.session.state[STATE_KEY]["tools"], Value::from(3));
+    assert_eq!(
+        second.session.state[STATE_KEY.name()]["tools"],
+        Value::from(3)
+    );
 }
 
 #[cfg(feature = "approval")]
@@ -211,12 +214,18 @@ async fn a_call_that_waited_is_counted_once() {
         .oneshot(AgentRequest::new(Session::new(), "go"))
         .await
         .unwrap();
-    assert_eq!(paused.session.state[STATE_KEY]["tools"], Value::from(1));
+    assert_eq!(
+        paused.session.state[STATE_KEY.name()]["tools"],
+        Value::from(1)
+    );
     let done = agent
         .oneshot(AgentRequest::resume_all(paused.session, Decision::Approve))
         .await
         .unwrap();
     assert_eq!(done.text().as_deref(), Some("done"));
-    assert_eq!(done.session.state[STATE_KEY]["tools"], Value::from(1));
+    assert_eq!(
+        done.session.state[STATE_KEY.name()]["tools"],
+        Value::from(1)
+    );
     assert_eq!(tool.calls().len(), 1);
 }

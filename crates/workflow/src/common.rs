@@ -1,13 +1,14 @@
 //! What the workflows share: boxed agents, paths, positions in the session state, totals.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tower::ServiceExt;
 use tower::util::BoxCloneService;
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, Error, Event, Outcome, Progress, RunContext, Session,
-    Usage,
+    StateKey, Usage,
 };
 use tower_service::Service;
 
@@ -38,8 +39,9 @@ where
     SharedAgent(Arc::new(Mutex::new(BoxCloneService::new(agent))))
 }
 
-/// The session-state key under which workflows keep their positions, by path.
-pub const STATE_KEY: &str = "tower_agent.workflow";
+/// Where workflows keep their positions in the session's state, by path (each read alone:
+/// one that cannot be read does not spoil the others).
+pub const STATE_KEY: StateKey<BTreeMap<String, Value>> = StateKey::new("tower_agent.workflow");
 
 /// Where a workflow stands: its path, and how its children's contexts are made.
 pub(crate) struct Scope {
@@ -66,9 +68,9 @@ impl Scope {
     }
 }
 
-/// The position a workflow at `path` saved in `session`.
-pub(crate) fn position<'a>(session: &'a Session, path: &str) -> Option<&'a Map<String, Value>> {
-    session.state.get(STATE_KEY)?.get(path)?.as_object()
+/// The position the workflow at `path` saved in `session`.
+pub(crate) fn position(session: &Session, path: &str) -> Option<Value> {
+    STATE_KEY.get(&session.state).remove(path)
 }
 
 /// Where the workflow at `path` starts: nowhere saved for new messages (their run starts
@@ -89,32 +91,23 @@ pub(crate) fn saved_start(
 
 /// Save the position of the workflow at `path`.
 pub(crate) fn set_position(session: &mut Session, path: &str, position: Value) {
-    let all = session
-        .state
-        .entry(STATE_KEY)
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !all.is_object() {
-        *all = Value::Object(Map::new());
-    }
-    if let Some(all) = all.as_object_mut() {
+    STATE_KEY.update_or_reset(&mut session.state, |all| {
         all.insert(path.to_owned(), position);
-    }
+    });
 }
 
 /// Forget the position of the workflow at `path` and of the workflows nested in it (and the
 /// key, when nothing is left): a fresh start or a finished run must not leave an inner
 /// workflow a stale place to resume from.
 pub(crate) fn clear_position(session: &mut Session, path: &str) {
-    let Some(Value::Object(all)) = session.state.get_mut(STATE_KEY) else {
-        return;
-    };
-    all.remove(path);
-    all.retain(|key, _| {
-        !(key.len() > path.len() && key.starts_with(path) && key[path.len()..].starts_with('/'))
+    STATE_KEY.update_or_reset(&mut session.state, |all| {
+        all.retain(|key, _| {
+            let nested = key.len() > path.len()
+                && key.starts_with(path)
+                && key[path.len()..].starts_with('/');
+            key != path && !nested
+        });
     });
-    if all.is_empty() {
-        session.state.remove(STATE_KEY);
-    }
 }
 
 /// Keep an input that a cancelled workflow did not deliver: new messages go into `session`, so

@@ -238,8 +238,7 @@ impl Sequential {
         let saved: Option<Session> = (first > 0 || !matches!(input, AgentInput::Messages(_)))
             .then(|| position(&session, &scope.path))
             .flatten()
-            .and_then(|p| p.get("session"))
-            .and_then(|s| serde_json::from_value(s.clone()).ok());
+            .and_then(|p| serde_json::from_value(p.get("session")?.clone()).ok());
         // The calls a resumed step waits on, shown on the workflow's session until it ran.
         let mut waiting = Vec::new();
         let mut input = match input {

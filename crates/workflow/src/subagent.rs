@@ -1,14 +1,15 @@
 //! Sub-agents as tools: any agent service called by a model as a tool (`task`-style
 //! delegation).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, Decisions, Error, Interrupt, Outcome, Session,
-    ToolAction, ToolCall, ToolRequest, ToolResponse, ToolSpec,
+    StateKey, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_agent_tools::{ResponseFuture, Tool};
 use tower_service::Service;
@@ -16,7 +17,8 @@ use tower_service::Service;
 use crate::common::{SharedAgent, boxed};
 
 /// The run-state key under which a paused sub-agent's session waits, by call id.
-pub const SUBAGENT_STATE_KEY: &str = "tower_agent.subagents";
+pub const SUBAGENT_STATE_KEY: StateKey<BTreeMap<String, Value>> =
+    StateKey::new("tower_agent.subagents");
 
 /// An agent service offered to a model as a tool: the tool's `task` argument becomes the
 /// sub-agent's input (a user message), its final answer the tool's result.
@@ -148,9 +150,10 @@ async fn run(
     use tower::ServiceExt;
 
     let ToolRequest { call, ctx, resume } = req;
+    // Each kept session read alone: one that cannot be read does not spoil the others.
     let saved = ctx
-        .state::<Map<String, Value>>(SUBAGENT_STATE_KEY)
-        .and_then(|mut all| all.remove(&call.id))
+        .get(&SUBAGENT_STATE_KEY)
+        .remove(&call.id)
         .and_then(|session| serde_json::from_value::<Session>(session).ok());
     // The paused session, kept until the resume is known to have gone through.
     let mut paused = None;
@@ -286,28 +289,14 @@ fn keep(ctx: &tower_agent_core::RunContext, call_id: &str, session: &Session) {
     let Ok(session) = serde_json::to_value(session) else {
         return;
     };
-    ctx.with_state(|state| {
-        let all = state
-            .entry(SUBAGENT_STATE_KEY)
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(all) = all {
-            all.insert(call_id.to_owned(), session);
-        }
+    ctx.update_or_reset(&SUBAGENT_STATE_KEY, |all| {
+        all.insert(call_id.to_owned(), session);
     });
 }
 
 /// Forget a sub-agent's kept session.
 fn forget(ctx: &tower_agent_core::RunContext, call_id: &str) {
-    ctx.with_state(|state| {
-        let empty = match state.get_mut(SUBAGENT_STATE_KEY) {
-            Some(Value::Object(all)) => {
-                all.remove(call_id);
-                all.is_empty()
-            }
-            _ => false,
-        };
-        if empty {
-            state.remove(SUBAGENT_STATE_KEY);
-        }
+    ctx.update_or_reset(&SUBAGENT_STATE_KEY, |all| {
+        all.remove(call_id);
     });
 }

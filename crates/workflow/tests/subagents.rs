@@ -188,7 +188,7 @@ async fn an_interrupt_inside_a_sub_agent_pauses_the_parent_and_resumes_into_it()
         interrupts[0].payload["interrupts"][0]["call"]["name"],
         json!("deploy")
     );
-    assert!(res.session.state[SUBAGENT_STATE_KEY]["c1"].is_object());
+    assert!(res.session.state[SUBAGENT_STATE_KEY.name()]["c1"].is_object());
     assert_eq!(deploy.calls().len(), 0);
 
     let loaded: Session =
@@ -204,7 +204,7 @@ async fn an_interrupt_inside_a_sub_agent_pauses_the_parent_and_resumes_into_it()
         ))
         .await
         .expect_err("not a decision");
-    assert!(refused.session().expect("session").state[SUBAGENT_STATE_KEY]["c1"].is_object());
+    assert!(refused.session().expect("session").state[SUBAGENT_STATE_KEY.name()]["c1"].is_object());
     assert_eq!(deploy.calls().len(), 0);
     let res = parent
         .oneshot(AgentRequest::resume_all(loaded, Decision::Approve))
@@ -213,7 +213,7 @@ async fn an_interrupt_inside_a_sub_agent_pauses_the_parent_and_resumes_into_it()
     assert_eq!(res.text().as_deref(), Some("Shipped."));
     assert_eq!(deploy.calls().len(), 1, "approved once, run once");
     assert_eq!(sub_model.request_count(), 2);
-    assert!(!res.session.state.contains_key(SUBAGENT_STATE_KEY));
+    assert!(!res.session.state.contains_key(SUBAGENT_STATE_KEY.name()));
     assert_valid_history(&res.session.history);
     let result = res.session.history[2]
         .tool_results()
@@ -279,7 +279,7 @@ async fn decisions_a_sub_agent_refuses_leave_it_and_the_parent_waiting() {
     };
     let error = interrupts[0].payload["error"].as_str().unwrap_or_default();
     assert!(error.contains("d2"), "{error}");
-    assert!(again.session.state[SUBAGENT_STATE_KEY]["c1"].is_object());
+    assert!(again.session.state[SUBAGENT_STATE_KEY.name()]["c1"].is_object());
     assert_eq!(deploy.calls().len(), 0);
 
     // Both decided, by a map: both run.
@@ -293,7 +293,7 @@ async fn decisions_a_sub_agent_refuses_leave_it_and_the_parent_waiting() {
         .expect("resumes");
     assert_eq!(done.text().as_deref(), Some("Shipped."));
     assert_eq!(deploy.calls().len(), 2);
-    assert!(!done.session.state.contains_key(SUBAGENT_STATE_KEY));
+    assert!(!done.session.state.contains_key(SUBAGENT_STATE_KEY.name()));
 }
 
 #[tokio::test(start_paused = true)]

@@ -69,7 +69,7 @@ async fn shared_steps_run_in_order_on_one_session() {
     // The reviewer saw everything before it.
     assert_eq!(reviewer.requests()[0].messages.len(), 3);
     assert!(
-        !res.session.state.contains_key(STATE_KEY),
+        !res.session.state.contains_key(STATE_KEY.name()),
         "no position left"
     );
 
@@ -115,7 +115,7 @@ async fn a_step_that_does_not_complete_ends_the_run_and_continue_goes_on_from_it
         }
     ));
     assert_eq!(second.request_count(), 0, "the second step did not run");
-    assert_eq!(res.session.state[STATE_KEY]["p"], json!({"step": 0}));
+    assert_eq!(res.session.state[STATE_KEY.name()]["p"], json!({"step": 0}));
 
     // Continue: the first step goes on, then the second runs.
     let res = pipeline
@@ -123,7 +123,7 @@ async fn a_step_that_does_not_complete_ends_the_run_and_continue_goes_on_from_it
         .await
         .expect("runs");
     assert_eq!(res.text().as_deref(), Some("summarized"));
-    assert!(!res.session.state.contains_key(STATE_KEY));
+    assert!(!res.session.state.contains_key(STATE_KEY.name()));
     assert_valid_history(&res.session.history);
 }
 
@@ -160,7 +160,7 @@ async fn a_failing_step_fails_the_workflow_with_the_session_and_its_position() {
         .expect_err("fails");
     assert_eq!(error.kind(), ErrorKind::Server);
     let session = error.session().expect("carries the session");
-    assert_eq!(session.state[STATE_KEY]["p"], json!({"step": 1}));
+    assert_eq!(session.state[STATE_KEY.name()]["p"], json!({"step": 1}));
     assert_eq!(
         session.history[1].text(),
         "ok",
@@ -453,7 +453,7 @@ async fn a_nested_interrupt_is_saved_loaded_and_resumed_at_its_iteration() {
     assert_eq!(interrupts[0].call.name, "merge");
     assert_eq!(res.session.interrupts.len(), 1);
     assert_eq!(
-        res.session.state[STATE_KEY],
+        res.session.state[STATE_KEY.name()],
         json!({"coding_loop": {"iteration": 2}, "coding_loop/2": {"step": 1}})
     );
     assert_eq!(kit.merge.calls().len(), 0);
@@ -476,7 +476,7 @@ async fn a_nested_interrupt_is_saved_loaded_and_resumed_at_its_iteration() {
         2,
         "the coder of iteration 2 did not run again"
     );
-    assert!(!res.session.state.contains_key(STATE_KEY));
+    assert!(!res.session.state.contains_key(STATE_KEY.name()));
     assert_valid_history(&res.session.history);
     let trace = trace(&recorder);
     assert_eq!(
@@ -514,7 +514,7 @@ async fn a_cancelled_workflow_keeps_its_place() {
         "{:?}",
         res.outcome
     );
-    assert_eq!(res.session.state[STATE_KEY]["l"], json!({"iteration": 1}));
+    assert_eq!(res.session.state[STATE_KEY.name()]["l"], json!({"iteration": 1}));
     assert_valid_history(&res.session.history);
 
     // A workflow cancelled before it starts runs nothing.
@@ -549,7 +549,7 @@ async fn a_fresh_start_forgets_the_places_of_nested_workflows() {
         .await
         .expect("runs");
     assert!(matches!(res.outcome, Outcome::Interrupted { .. }));
-    assert!(res.session.state[STATE_KEY].get("coding_loop/2").is_some());
+    assert!(res.session.state[STATE_KEY.name()].get("coding_loop/2").is_some());
     // New messages instead of a decision: the loop starts over, and the inner sequence's
     // place in iteration 2 is gone with the loop's.
     let writer = texts(&["fresh"]);
@@ -559,7 +559,7 @@ async fn a_fresh_start_forgets_the_places_of_nested_workflows() {
         .expect("runs");
     assert_eq!(res.text().as_deref(), Some("fresh"));
     assert!(
-        !res.session.state.contains_key(STATE_KEY),
+        !res.session.state.contains_key(STATE_KEY.name()),
         "{:?}",
         res.session.state
     );
@@ -595,7 +595,7 @@ async fn an_isolated_step_that_waits_is_resumed_on_its_own_session() {
     // kept in its state.
     assert_eq!(res.session.interrupts[0].call.id, "m1");
     assert_eq!(res.session.history.len(), 1, "only the input so far");
-    let position = &res.session.state[STATE_KEY]["p"];
+    let position = &res.session.state[STATE_KEY.name()]["p"];
     assert_eq!(position["step"], json!(1));
     assert_eq!(position["session"]["id"], json!("s/reviewer"));
 
@@ -609,7 +609,7 @@ async fn an_isolated_step_that_waits_is_resumed_on_its_own_session() {
         .expect_err("refused");
     let kept = refused.session().expect("the session");
     assert_eq!(kept.interrupts.len(), 1, "the waiting call is still shown");
-    assert_eq!(kept.state[STATE_KEY]["p"]["step"], json!(1));
+    assert_eq!(kept.state[STATE_KEY.name()]["p"]["step"], json!(1));
     let res = pipeline
         .oneshot(AgentRequest::resume_all(loaded, Decision::Approve))
         .await
@@ -617,7 +617,7 @@ async fn an_isolated_step_that_waits_is_resumed_on_its_own_session() {
     assert_eq!(res.text().as_deref(), Some("merged"));
     assert_eq!(kit.merge.calls().len(), 1);
     assert!(res.session.interrupts.is_empty());
-    assert!(!res.session.state.contains_key(STATE_KEY));
+    assert!(!res.session.state.contains_key(STATE_KEY.name()));
     let history: Vec<String> = res.session.history.iter().map(|m| m.text()).collect();
     assert_eq!(history, ["Build it.", "merged"]);
 }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::event::{Event, EventSink, EventStream, Observer};
 pub use crate::session::new_id;
+use crate::state::StateKey;
 
 mod nested;
 
@@ -259,6 +260,39 @@ impl RunContext {
         })?;
         state.insert(key.to_owned(), value);
         Ok(out)
+    }
+
+    /// The value under the typed `key` of the session's state ([`StateKey::get`]): its default
+    /// when there is none.
+    pub fn get<T>(&self, key: &StateKey<T>) -> T
+    where
+        T: Serialize + DeserializeOwned + Default + PartialEq,
+    {
+        key.get(&lock(&self.shared.state))
+    }
+
+    /// Change the value under the typed `key` of the session's state, atomically (other
+    /// clones wait meanwhile; `f` runs with the state locked: do not block or await in it); a
+    /// value back to its default is removed ([`StateKey::update`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::BadRequest`](crate::ErrorKind::BadRequest) when the stored value is not a
+    /// `T`; the state is left as it was.
+    pub fn update<T, R>(&self, key: &StateKey<T>, f: impl FnOnce(&mut T) -> R) -> Result<R, Error>
+    where
+        T: Serialize + DeserializeOwned + Default + PartialEq,
+    {
+        key.update(&mut lock(&self.shared.state), f)
+    }
+
+    /// [`RunContext::update`] for state a layer owns and can rebuild: a stored value that is not
+    /// a `T` is replaced, starting from the default ([`StateKey::update_or_reset`]).
+    pub fn update_or_reset<T, R>(&self, key: &StateKey<T>, f: impl FnOnce(&mut T) -> R) -> R
+    where
+        T: Serialize + DeserializeOwned + Default + PartialEq,
+    {
+        key.update_or_reset(&mut lock(&self.shared.state), f)
     }
 
     /// Run `f` with the JSON state locked. Do not block or await inside.

@@ -1,51 +1,38 @@
 //! The approval layer's response future, and what follows an approved call.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use serde_json::{Map, Value};
-use tower_agent_core::{RunContext, ToolAction, ToolRequest, ToolResponse};
+use tower_agent_core::{RunContext, StateKey, ToolAction, ToolRequest, ToolResponse};
 
-/// The key, in the session's JSON state, of approved calls that then asked a question of
-/// their own (so the value they resume with is theirs, not a decision).
-pub const STATE_KEY: &str = "tower_agent.approval";
+/// Approved calls that then asked a question of their own (so the value they resume with is
+/// theirs, not a decision), by call id, with the arguments they ran with when edited: in the
+/// session's state.
+pub const STATE_KEY: StateKey<BTreeMap<String, Option<String>>> =
+    StateKey::new("tower_agent.approval");
 
 fn is_interrupt(response: &ToolResponse) -> bool {
     matches!(response.action, ToolAction::Interrupt(_))
 }
 
 /// Note that the approved call `id` (run with `edited` arguments, if any) now waits for its
-/// own question.
+/// own question; a list that cannot be read is replaced.
 fn remember_approved(ctx: &RunContext, id: &str, edited: Option<&str>) {
-    ctx.with_state(|state| {
-        let entry = state
-            .entry(STATE_KEY)
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !entry.is_object() {
-            *entry = Value::Object(Map::new());
-        }
-        if let Value::Object(approved) = entry {
-            approved.insert(id.to_owned(), edited.map_or(Value::Null, Value::from));
-        }
+    ctx.update_or_reset(&STATE_KEY, |approved| {
+        approved.insert(id.to_owned(), edited.map(str::to_owned));
     });
 }
 
 /// Whether the call `id` was approved before it asked its own question: `Some(edited
 /// arguments)`; takes it off the list.
 pub(super) fn take_approved(ctx: &RunContext, id: &str) -> Option<Option<String>> {
-    ctx.with_state(|state| {
-        let Value::Object(approved) = state.get_mut(STATE_KEY)? else {
-            return None;
-        };
-        let edited = approved.remove(id)?;
-        if approved.is_empty() {
-            state.remove(STATE_KEY);
-        }
-        Some(edited.as_str().map(str::to_owned))
-    })
+    ctx.update(&STATE_KEY, |approved| approved.remove(id))
+        .ok()
+        .flatten()
 }
 
 /// What follows an approved call: the edited arguments go in the response for the history

@@ -3,7 +3,6 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use serde_json::Value;
 use tower_agent_core::{Progress, RunContext, ToolAction, ToolResponse};
 
 use super::STATE_KEY;
@@ -64,36 +63,21 @@ pub(super) fn not_executed(calls: u32) -> String {
 }
 
 /// Whether the call waited at this layer's checkpoint (it is in the session's list); takes it
-/// off the list.
+/// off the list. A list that cannot be read holds no call.
 pub(super) fn take_waiting(ctx: &RunContext, call_id: &str) -> bool {
-    ctx.with_state(|state| {
-        let Some(Value::Array(waiting)) = state
-            .get_mut(STATE_KEY)
-            .and_then(|entry| entry.get_mut("waiting"))
-        else {
-            return false;
-        };
-        let before = waiting.len();
-        waiting.retain(|id| id.as_str() != Some(call_id));
-        let found = waiting.len() != before;
-        if waiting.is_empty() {
-            state.remove(STATE_KEY);
-        }
-        found
-    })
+    let taken = ctx.update(&STATE_KEY, |waiting| {
+        let before = waiting.waiting.len();
+        waiting.waiting.retain(|id| id != call_id);
+        waiting.waiting.len() != before
+    });
+    taken.unwrap_or(false)
 }
 
+/// Put the call on the session's list of calls that wait at the checkpoint; a list that cannot
+/// be read is replaced.
 pub(super) fn add_waiting(ctx: &RunContext, call_id: &str) {
-    ctx.with_state(|state| {
-        let entry = state
-            .entry(STATE_KEY)
-            .or_insert_with(|| serde_json::json!({ "waiting": [] }));
-        if entry.get("waiting").is_none_or(|w| !w.is_array()) {
-            *entry = serde_json::json!({ "waiting": [] });
-        }
-        if let Some(Value::Array(waiting)) = entry.get_mut("waiting") {
-            waiting.push(Value::from(call_id));
-        }
+    ctx.update_or_reset(&STATE_KEY, |waiting| {
+        waiting.waiting.push(call_id.to_owned())
     });
 }
 

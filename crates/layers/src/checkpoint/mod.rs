@@ -68,7 +68,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tower_agent_core::{BoxError, Interrupt, Progress, RunContext};
+use tower_agent_core::{BoxError, Interrupt, Progress, RunContext, StateKey};
 use tower_layer::Layer;
 
 pub use future::ResponseFuture;
@@ -78,7 +78,15 @@ pub const DEFAULT_EVERY: u32 = 20;
 /// The default time to answer an inline checkpoint: 15 minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The key, in the session's JSON state, of the calls waiting at a checkpoint.
-pub const STATE_KEY: &str = "tower_agent.checkpoint";
+pub const STATE_KEY: StateKey<Waiting> = StateKey::new("tower_agent.checkpoint");
+
+/// The calls that wait at the checkpoint for the host's answer, in the session's state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// Their call ids.
+    #[serde(default)]
+    pub waiting: Vec<String>,
+}
 
 /// What the checkpoint is asked: how many calls were made since the budget was last given,
 /// what they were, and which call waits.

@@ -4,7 +4,8 @@ use crate::by_name::ByName;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
 use tower_agent_core::{Error, ErrorKind, ModelResponse, RunContext, StopReason};
 
 use super::{Exit, Limit, STATE_KEY};
@@ -78,36 +79,6 @@ pub(super) struct RunCounts(Arc<Mutex<Vec<LayerCounts>>>);
 
 pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
-pub(super) fn session_count(state: &Map<String, Value>, key: &str) -> u32 {
-    state
-        .get(STATE_KEY)
-        .and_then(|counts| counts.get(key))
-        .and_then(Value::as_u64)
-        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
-}
-
-/// Add one call to the session counts of `scopes` that have a session limit.
-pub(super) fn count_in_session(state: &mut Map<String, Value>, scopes: &[&Scope]) {
-    let entry = state
-        .entry(STATE_KEY)
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !entry.is_object() {
-        *entry = Value::Object(Map::new());
-    }
-    let Value::Object(saved) = entry else {
-        return;
-    };
-    for scope in scopes.iter().filter(|s| s.limit.session.is_some()) {
-        // In place once the key exists: no allocation per call.
-        match saved.get_mut(&scope.key) {
-            Some(n) => *n = Value::from(n.as_u64().unwrap_or(0) + 1),
-            None => {
-                saved.insert(scope.key.clone(), Value::from(1));
-            }
-        }
-    }
-}
-
 impl Config {
     /// Check the scopes and, when none blocks, count the call in each (one step, so
     /// concurrent calls cannot both take the last one). `extra`: calls asked for at once (the
@@ -134,18 +105,17 @@ impl Config {
         if counts.len() < self.slots {
             counts.resize(self.slots, 0);
         }
-        let check = |state: Option<&Map<String, Value>>| {
+        let check = |saved: Option<&BTreeMap<String, u32>>| {
             for (index, scope) in scopes.iter().enumerate() {
                 let asked = extra.map_or(1, |extra| extra[index]);
                 let per_run = scope
                     .limit
                     .run
                     .map(|limit| (limit, counts[scope.slot], "run"));
-                let per_session = scope
-                    .limit
-                    .session
-                    .zip(state)
-                    .map(|(limit, state)| (limit, session_count(state, &scope.key), "session"));
+                let per_session = scope.limit.session.zip(saved).map(|(limit, saved)| {
+                    let count = saved.get(&scope.key).copied().unwrap_or(0);
+                    (limit, count, "session")
+                });
                 for (limit, count, per) in per_run.into_iter().chain(per_session) {
                     if count.saturating_add(asked) > limit {
                         return Err(Blocked { scope, limit, per });
@@ -158,10 +128,13 @@ impl Config {
             // Run limits only: the session's state is not touched.
             check(None)?;
         } else {
-            ctx.with_state(|state| {
-                check(Some(state))?;
+            // Counts that cannot be read (a host wrote something else there) start again.
+            ctx.update_or_reset(&STATE_KEY, |saved| {
+                check(Some(saved))?;
                 if extra.is_none() {
-                    count_in_session(state, scopes);
+                    for scope in scopes.iter().filter(|s| s.limit.session.is_some()) {
+                        *saved.entry(scope.key.clone()).or_default() += 1;
+                    }
                 }
                 Ok(())
             })?;

@@ -58,23 +58,25 @@
 //! [`StopReason::Limit`]: tower_agent_core::StopReason::Limit
 //! [`ToolRequest::resume`]: tower_agent_core::ToolRequest::resume
 
-use crate::by_name::ByName;
-use std::fmt;
-
 mod count;
 mod future;
 mod service;
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use tower_agent_core::StateKey;
 use tower_layer::Layer;
+
+use crate::by_name::ByName;
 
 use count::{Config, NEXT_ID, Scope};
 pub use future::ResponseFuture;
 
-/// The key of the session counts in the JSON state.
-pub const STATE_KEY: &str = "tower_agent.calls";
+/// The calls counted per session, by limit, in the session's state.
+pub const STATE_KEY: StateKey<BTreeMap<String, u32>> = StateKey::new("tower_agent.calls");
 
 /// What happens to a call a limit blocks (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

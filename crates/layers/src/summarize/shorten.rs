@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tower::ServiceExt;
 use tower_agent_core::history::validate;
 use tower_agent_core::{
-    Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext, Usage,
+    Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext, StateKey, Usage,
 };
 use tower_agent_storage::StoragePath;
 use tower_service::Service;
@@ -19,8 +19,8 @@ use super::history::{
     summary_text, truncate_arguments,
 };
 
-/// The session-state key under which the layer keeps its [`Record`].
-pub(crate) const STATE_KEY: &str = "tower_agent.summarization";
+/// Where the layer keeps its [`Record`] in the session's state.
+pub(crate) const STATE_KEY: StateKey<Record> = StateKey::new("tower_agent.summarization");
 
 /// What the layer remembers of a session, in its state under [`STATE_KEY`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,11 +45,12 @@ pub(crate) struct Record {
 impl Record {
     /// The record of the run's session (a default one when there is none or it is not ours).
     pub(crate) fn load(ctx: &RunContext) -> Self {
-        ctx.state(STATE_KEY).unwrap_or_default()
+        ctx.get(&STATE_KEY)
     }
 
+    /// Keep it in the session's state (replacing what cannot be read there).
     pub(crate) fn save(&self, ctx: &RunContext) {
-        ctx.set_state(STATE_KEY, self);
+        ctx.update_or_reset(&STATE_KEY, |record| *record = self.clone());
     }
 
     /// Remember that a request of `tokens` overflowed the model's context.
