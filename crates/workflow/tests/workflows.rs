@@ -514,7 +514,10 @@ async fn a_cancelled_workflow_keeps_its_place() {
         "{:?}",
         res.outcome
     );
-    assert_eq!(res.session.state[STATE_KEY.name()]["l"], json!({"iteration": 1}));
+    assert_eq!(
+        res.session.state[STATE_KEY.name()]["l"],
+        json!({"iteration": 1})
+    );
     assert_valid_history(&res.session.history);
 
     // A workflow cancelled before it starts runs nothing.
@@ -549,7 +552,11 @@ async fn a_fresh_start_forgets_the_places_of_nested_workflows() {
         .await
         .expect("runs");
     assert!(matches!(res.outcome, Outcome::Interrupted { .. }));
-    assert!(res.session.state[STATE_KEY.name()].get("coding_loop/2").is_some());
+    assert!(
+        res.session.state[STATE_KEY.name()]
+            .get("coding_loop/2")
+            .is_some()
+    );
     // New messages instead of a decision: the loop starts over, and the inner sequence's
     // place in iteration 2 is gone with the loop's.
     let writer = texts(&["fresh"]);

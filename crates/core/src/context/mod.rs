@@ -2,6 +2,7 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -302,12 +303,12 @@ impl RunContext {
 
     /// Store a typed value for this run, replacing any value of the same type.
     pub fn insert_extension<T: Clone + Send + Sync + 'static>(&self, value: T) {
-        lock(&self.shared.extensions).insert(value);
+        lock(&self.shared.extensions).insert(None, value);
     }
 
     /// A clone of the typed value of type `T`, if one was stored.
     pub fn extension<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
-        lock(&self.shared.extensions).get::<T>()
+        lock(&self.shared.extensions).get::<T>(None)
     }
 
     /// A clone of the typed value of type `T`, storing `make()` first if there is none. One
@@ -330,11 +331,11 @@ impl RunContext {
         make: impl FnOnce() -> T,
     ) -> T {
         let mut extensions = lock(&self.shared.extensions);
-        if let Some(value) = extensions.get::<T>() {
+        if let Some(value) = extensions.get::<T>(None) {
             return value;
         }
         let value = make();
-        extensions.insert(value.clone());
+        extensions.insert(None, value.clone());
         value
     }
 
@@ -367,35 +368,145 @@ impl fmt::Debug for RunContext {
     }
 }
 
-/// Typed values by type, for one run.
+/// A slot in a run's extensions that belongs to one layer value and its clones: two layers of
+/// the same type keep their values apart ([`RunContext::extension_at`]). Make one when the layer
+/// is configured; its clones share it.
+///
+/// ```
+/// use tower_agent_core::{ExtensionKey, RunContext};
+///
+/// let (first, second) = (ExtensionKey::<u32>::new(), ExtensionKey::<u32>::new());
+/// let ctx = RunContext::new();
+/// ctx.insert_extension_at(&first, 1);
+/// ctx.insert_extension_at(&second.clone(), 2);
+/// assert_eq!((ctx.extension_at(&first), ctx.extension_at(&second)), (Some(1), Some(2)));
+/// assert_eq!(ctx.extension::<u32>(), None, "not the value by type alone");
+/// ```
+pub struct ExtensionKey<T> {
+    id: Arc<()>,
+    value: PhantomData<fn() -> T>,
+}
+
+impl<T> ExtensionKey<T> {
+    /// A new key, unlike every other.
+    pub fn new() -> Self {
+        Self {
+            id: Arc::new(()),
+            value: PhantomData,
+        }
+    }
+}
+
+impl<T> Default for ExtensionKey<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Clone for ExtensionKey<T> {
+    fn clone(&self) -> Self {
+        Self {
+            id: Arc::clone(&self.id),
+            value: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for ExtensionKey<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExtensionKey")
+            .field("type", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunContext {
+    /// A clone of the value stored under `key`, if one was.
+    pub fn extension_at<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: &ExtensionKey<T>,
+    ) -> Option<T> {
+        lock(&self.shared.extensions).get::<T>(Some(&key.id))
+    }
+
+    /// Store `value` under `key`, replacing the value stored there.
+    pub fn insert_extension_at<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: &ExtensionKey<T>,
+        value: T,
+    ) {
+        lock(&self.shared.extensions).insert(Some(&key.id), value);
+    }
+
+    /// A clone of the value under `key`, storing `make()` first if there is none (one step
+    /// under the lock, as [`RunContext::extension_or_insert_with`]).
+    pub fn extension_at_or_insert_with<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: &ExtensionKey<T>,
+        make: impl FnOnce() -> T,
+    ) -> T {
+        let mut extensions = lock(&self.shared.extensions);
+        if let Some(value) = extensions.get::<T>(Some(&key.id)) {
+            return value;
+        }
+        let value = make();
+        extensions.insert(Some(&key.id), value.clone());
+        value
+    }
+}
+
+/// Typed values by type (and by [`ExtensionKey`]), for one run.
 #[derive(Clone, Default)]
 struct Extensions {
-    /// A list, searched in order: a run holds a handful of extensions, and comparing a few
-    /// `TypeId`s is cheaper than hashing one.
-    list: Vec<(TypeId, Arc<dyn Any + Send + Sync>)>,
+    /// A list, searched in order: a run holds a handful of extensions.
+    list: Vec<Slot>,
+}
+
+#[derive(Clone)]
+struct Slot {
+    type_id: TypeId,
+    /// The key's identity; `None` for a value stored by type alone.
+    key: Option<Arc<()>>,
+    value: Arc<dyn Any + Send + Sync>,
+}
+
+impl Slot {
+    fn holds(&self, type_id: TypeId, key: Option<&Arc<()>>) -> bool {
+        let same_key = match (&self.key, key) {
+            (None, None) => true,
+            (Some(mine), Some(theirs)) => Arc::ptr_eq(mine, theirs),
+            _ => false,
+        };
+        self.type_id == type_id && same_key
+    }
 }
 
 impl Extensions {
-    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
-        let id = TypeId::of::<T>();
-        match self.list.iter_mut().find(|(t, _)| *t == id) {
+    fn insert<T: Clone + Send + Sync + 'static>(&mut self, key: Option<&Arc<()>>, value: T) {
+        let type_id = TypeId::of::<T>();
+        match self.list.iter_mut().find(|slot| slot.holds(type_id, key)) {
             // Replaced in place when no one else holds the old value (`get` hands out clones
-            // of the value, never the `Arc`): a layer updating its value every round (the
-            // summarizer's running count) allocates nothing.
-            Some(slot) => match Arc::get_mut(&mut slot.1).and_then(|old| old.downcast_mut::<T>()) {
-                Some(old) => *old = value,
-                None => slot.1 = Arc::new(value),
-            },
-            None => self.list.push((id, Arc::new(value))),
+            // of the value, never the `Arc`).
+            Some(slot) => {
+                match Arc::get_mut(&mut slot.value).and_then(|old| old.downcast_mut::<T>()) {
+                    Some(old) => *old = value,
+                    None => slot.value = Arc::new(value),
+                }
+            }
+            None => self.list.push(Slot {
+                type_id,
+                key: key.cloned(),
+                value: Arc::new(value),
+            }),
         }
     }
 
-    fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
-        let id = TypeId::of::<T>();
+    fn get<T: Clone + Send + Sync + 'static>(&self, key: Option<&Arc<()>>) -> Option<T> {
+        let type_id = TypeId::of::<T>();
         self.list
             .iter()
-            .find(|(t, _)| *t == id)?
-            .1
+            .find(|slot| slot.holds(type_id, key))?
+            .value
             .downcast_ref::<T>()
             .cloned()
     }

@@ -1,12 +1,11 @@
 //! What the limits count: per run in the run context, per session in the session state.
 
 use crate::by_name::ByName;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use std::collections::BTreeMap;
 
-use tower_agent_core::{Error, ErrorKind, ModelResponse, RunContext, StopReason};
+use tower_agent_core::{Error, ErrorKind, ExtensionKey, ModelResponse, RunContext, StopReason};
 
 use super::{Exit, Limit, STATE_KEY};
 
@@ -60,8 +59,8 @@ impl Blocked<'_> {
 
 #[derive(Debug, Clone)]
 pub(super) struct Config {
-    /// Tells this layer's run counts from another's.
-    pub(super) id: u64,
+    /// Where this layer keeps its run counts in the run's extensions.
+    pub(super) runs: ExtensionKey<RunCounts>,
     pub(super) model: Option<Scope>,
     pub(super) tools: Option<Scope>,
     pub(super) per_tool: ByName<Scope>,
@@ -70,14 +69,9 @@ pub(super) struct Config {
     pub(super) slots: usize,
 }
 
-/// One layer's run counts, one per scope slot, by layer id.
-pub(super) type LayerCounts = (u64, Vec<u32>);
-
-/// The run counts of every limits layer, in the run context.
-#[derive(Clone, Default)]
-pub(super) struct RunCounts(Arc<Mutex<Vec<LayerCounts>>>);
-
-pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+/// One layer's run counts, one per scope slot, in the run context.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RunCounts(Arc<Mutex<Vec<u32>>>);
 
 impl Config {
     /// Check the scopes and, when none blocks, count the call in each (one step, so
@@ -92,16 +86,8 @@ impl Config {
         if scopes.is_empty() {
             return Ok(());
         }
-        let runs = ctx.extension_or_insert_with(RunCounts::default);
-        let mut runs = runs.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = match runs.iter().position(|(id, _)| *id == self.id) {
-            Some(index) => index,
-            None => {
-                runs.push((self.id, Vec::new()));
-                runs.len() - 1
-            }
-        };
-        let counts = &mut runs[index].1;
+        let runs = ctx.extension_at_or_insert_with(&self.runs, RunCounts::default);
+        let mut counts = runs.0.lock().unwrap_or_else(PoisonError::into_inner);
         if counts.len() < self.slots {
             counts.resize(self.slots, 0);
         }

@@ -65,14 +65,13 @@ mod service;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use tower_agent_core::StateKey;
+use tower_agent_core::{ExtensionKey, StateKey};
 use tower_layer::Layer;
 
 use crate::by_name::ByName;
 
-use count::{Config, NEXT_ID, Scope};
+use count::{Config, Scope};
 pub use future::ResponseFuture;
 
 /// The calls counted per session, by limit, in the session's state.
@@ -161,7 +160,7 @@ impl CallLimitsLayer {
     pub fn new() -> Self {
         Self {
             config: Arc::new(Config {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                runs: ExtensionKey::new(),
                 model: None,
                 tools: None,
                 per_tool: ByName::default(),
@@ -174,7 +173,7 @@ impl CallLimitsLayer {
     fn with(self, scope: impl FnOnce(&mut Config, usize)) -> Self {
         let mut config = Arc::unwrap_or_clone(self.config);
         // Another configuration: its own run counts.
-        config.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        config.runs = ExtensionKey::new();
         let slot = config.slots;
         config.slots += 1;
         scope(&mut config, slot);

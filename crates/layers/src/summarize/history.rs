@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 use tower_agent_core::{
-    ContentPart, History, Message, ModelRequest, Role, RunContext, ToolSpec, Usage,
+    ContentPart, ExtensionKey, History, Message, ModelRequest, Role, RunContext, ToolSpec, Usage,
 };
 
 use crate::text::clip_chars;
@@ -335,12 +335,17 @@ impl Mark {
     }
 }
 
+/// Where one summarization layer keeps its counts in a run's extensions: two layers keep two.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Slots {
+    tally: ExtensionKey<Tally>,
+    reported: ExtensionKey<Reported>,
+}
+
 /// The running count of a run's history, kept in its context so that each round counts only
 /// the messages it added.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Tally {
-    /// The layer that counted (two summarization layers keep two counts).
-    owner: usize,
     /// The messages counted.
     len: usize,
     /// Their tokens.
@@ -354,12 +359,12 @@ pub(crate) struct Tally {
 impl Tally {
     /// The estimated tokens of `req` (system prompt, tool specs, messages), counting only the
     /// messages added since the last count of this run when the history still starts the same.
-    pub(crate) fn count(owner: usize, req: &ModelRequest, counter: &dyn TokenCounter) -> usize {
+    pub(crate) fn count(slots: &Slots, req: &ModelRequest, counter: &dyn TokenCounter) -> usize {
         let messages = req.messages.as_slice();
         let previous = req
             .ctx
-            .extension::<Tally>()
-            .filter(|tally| tally.owner == owner && tally.still_holds(messages));
+            .extension_at(&slots.tally)
+            .filter(|tally| tally.still_holds(messages));
         let (start, mut tokens) = previous.map_or((0, 0), |tally| (tally.len, tally.tokens));
         tokens += messages[start..]
             .iter()
@@ -370,31 +375,30 @@ impl Tally {
             Some(tally) if tally.tools.0 == tools_at => tally.tools.1,
             _ => tool_tokens(&req.tools, counter),
         };
-        Self::store(&req.ctx, owner, messages, tokens, (tools_at, tools));
+        Self::store(&req.ctx, slots, messages, tokens, (tools_at, tools));
         tokens + tools + req.system.as_deref().map_or(0, |s| counter.count_text(s))
     }
 
     /// Remember that `messages` hold `tokens`.
     pub(crate) fn store(
         ctx: &RunContext,
-        owner: usize,
+        slots: &Slots,
         messages: &[Message],
         tokens: usize,
         tools: (usize, usize),
     ) {
-        ctx.insert_extension(Tally {
-            owner,
+        let tally = Tally {
             len: messages.len(),
             tokens,
             mark: messages.last().map(Mark::of),
             tools,
-        });
+        };
+        ctx.insert_extension_at(&slots.tally, tally);
     }
 
     /// The tool count of the last count, to keep it when the messages change.
-    pub(crate) fn tools(ctx: &RunContext, owner: usize) -> (usize, usize) {
-        ctx.extension::<Tally>()
-            .filter(|tally| tally.owner == owner)
+    pub(crate) fn tools(ctx: &RunContext, slots: &Slots) -> (usize, usize) {
+        ctx.extension_at(&slots.tally)
             .map_or((0, 0), |tally| tally.tools)
     }
 
@@ -422,16 +426,19 @@ pub(crate) fn tool_tokens(specs: &[ToolSpec], counter: &dyn TokenCounter) -> usi
 
 /// The tokens of `req`: as the provider counted the part it reported ([`Reported`]), the rest
 /// estimated ([`Tally`]).
-pub(crate) fn count_request(owner: usize, req: &ModelRequest, counter: &dyn TokenCounter) -> usize {
-    let estimate = Tally::count(owner, req, counter);
-    Reported::count(&req.ctx, owner, &req.messages, counter).unwrap_or(estimate)
+pub(crate) fn count_request(
+    slots: &Slots,
+    req: &ModelRequest,
+    counter: &dyn TokenCounter,
+) -> usize {
+    let estimate = Tally::count(slots, req, counter);
+    Reported::count(&req.ctx, slots, &req.messages, counter).unwrap_or(estimate)
 }
 
 /// What the provider counted for the last call of a run that reported its usage: the
 /// tokens of its request and of its answer.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reported {
-    owner: usize,
     /// The messages the request held.
     len: usize,
     /// The last of them.
@@ -443,17 +450,17 @@ pub(crate) struct Reported {
 impl Reported {
     /// Remember what the provider counted for a request of `sent` (nothing when it reported
     /// no input tokens).
-    pub(crate) fn store(ctx: &RunContext, owner: usize, sent: &[Message], usage: Usage) {
+    pub(crate) fn store(ctx: &RunContext, slots: &Slots, sent: &[Message], usage: Usage) {
         if usage.input_tokens == 0 {
             return;
         }
         let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
-        ctx.insert_extension(Reported {
-            owner,
+        let reported = Reported {
             len: sent.len(),
             mark: sent.last().map(Mark::of),
             tokens: usize::try_from(tokens).unwrap_or(usize::MAX),
-        });
+        };
+        ctx.insert_extension_at(&slots.reported, reported);
     }
 
     /// The tokens of a request of `messages`: when it holds the last request that reported
@@ -461,11 +468,11 @@ impl Reported {
     /// estimate of the messages since; `None` otherwise.
     pub(crate) fn count(
         ctx: &RunContext,
-        owner: usize,
+        slots: &Slots,
         messages: &[Message],
         counter: &dyn TokenCounter,
     ) -> Option<usize> {
-        let reported = ctx.extension::<Reported>().filter(|r| r.owner == owner)?;
+        let reported = ctx.extension_at(&slots.reported)?;
         let answer = messages.get(reported.len)?;
         let prefix_holds = match reported.len.checked_sub(1) {
             None => true,
@@ -568,18 +575,19 @@ mod tests {
         let mut messages = vec![Message::user("a".repeat(40))];
         let mut req = ModelRequest::new(messages.clone());
         req.ctx = ctx.clone();
-        let first = Tally::count(1, &req, &counter);
+        let slots = Slots::default();
+        let first = Tally::count(&slots, &req, &counter);
         assert_eq!(first, 10 + crate::tokens::MESSAGE_OVERHEAD);
         messages.push(Message::assistant("b".repeat(8)));
         req.messages = messages.clone().into();
         assert_eq!(
-            Tally::count(1, &req, &counter),
+            Tally::count(&slots, &req, &counter),
             first + 2 + crate::tokens::MESSAGE_OVERHEAD
         );
         // Rewritten: counted whole again.
         req.messages = vec![Message::user("c".repeat(4))].into();
         assert_eq!(
-            Tally::count(1, &req, &counter),
+            Tally::count(&slots, &req, &counter),
             1 + crate::tokens::MESSAGE_OVERHEAD
         );
     }

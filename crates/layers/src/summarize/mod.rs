@@ -164,6 +164,7 @@ use tower_service::Service;
 
 use crate::tokens::{CharEstimate, TokenCounter};
 
+use history::Slots;
 pub use history::{SUMMARY_CLOSE, SUMMARY_OPEN, is_summary, summary_message, summary_text};
 pub use service::{ResponseFuture, Summarize};
 
@@ -287,6 +288,8 @@ pub(crate) struct Config {
     pub(crate) recover: bool,
     pub(crate) max_input: Option<usize>,
     pub(crate) max_summary: Option<usize>,
+    /// Where this layer keeps its counts in a run: a changed configuration is another layer.
+    pub(crate) slots: Slots,
 }
 
 /// Applies [`Summarize`]; see the [module docs](self).
@@ -333,13 +336,16 @@ impl SummarizeLayer {
                 recover: true,
                 max_input: None,
                 max_summary: None,
+                slots: Slots::default(),
             }),
             default_trigger: true,
         }
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
-        f(Arc::make_mut(&mut self.config));
+        let config = Arc::make_mut(&mut self.config);
+        f(config);
+        config.slots = Slots::default();
         self
     }
 

@@ -13,7 +13,7 @@ use tower_agent_core::{Error, ErrorKind, Event, History, ModelRequest, ModelResp
 use tower_service::Service;
 
 use super::history::{
-    Reported, clip_kept, count_request, cut_summary, drop_summary, is_summary, tool_tokens,
+    Reported, Slots, clip_kept, count_request, cut_summary, drop_summary, is_summary, tool_tokens,
 };
 use super::shorten::{Record, Shortened, shorten};
 use super::{Config, SummarizeLayer};
@@ -62,11 +62,6 @@ impl<S> Summarize<S> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// Tells this layer's counts from another summarization layer's in the same run.
-    fn owner(&self) -> usize {
-        Arc::as_ptr(&self.config) as *const () as usize
-    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Summarize<S> {
@@ -95,7 +90,7 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture {
-            inner: Box::pin(run(Arc::clone(&self.config), self.owner(), inner, req)),
+            inner: Box::pin(run(Arc::clone(&self.config), inner, req)),
         }
     }
 }
@@ -158,18 +153,13 @@ impl Effects {
 }
 
 /// One model call, with what the layer did in its response.
-async fn run<S>(
-    config: Arc<Config>,
-    owner: usize,
-    inner: S,
-    req: ModelRequest,
-) -> Result<ModelResponse, Error>
+async fn run<S>(config: Arc<Config>, inner: S, req: ModelRequest) -> Result<ModelResponse, Error>
 where
     S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Send,
     S::Future: Send,
 {
     let mut effects = Effects::default();
-    let result = shorten_and_call(&config, owner, inner, req, &mut effects).await;
+    let result = shorten_and_call(&config, inner, req, &mut effects).await;
     effects.apply(result)
 }
 
@@ -177,7 +167,6 @@ where
 /// overflow.
 async fn shorten_and_call<S>(
     config: &Config,
-    owner: usize,
     mut inner: S,
     mut req: ModelRequest,
     effects: &mut Effects,
@@ -187,7 +176,7 @@ where
     S::Future: Send,
 {
     let counter = &*config.counter;
-    let tokens = count_request(owner, &req, counter);
+    let tokens = count_request(&config.slots, &req, counter);
     let record = Record::load(&req.ctx);
     if config.recover {
         // As large as a request that overflowed: it would fail again, so it is shrunk as an
@@ -200,7 +189,7 @@ where
                      before, and this one has {tokens}"
                 ),
             );
-            return recover(config, owner, inner, req, error, effects).await;
+            return recover(config, inner, req, error, effects).await;
         }
     }
     let fires = config
@@ -210,32 +199,32 @@ where
     let rested = record.wait_until_tokens.is_none_or(|at| tokens >= at);
     if fires && rested {
         let keep = config.keep_count(&req.messages);
-        let shortened = shorten(config, owner, &req, tokens, keep, false, &mut effects.spent);
+        let shortened = shorten(config, &req, tokens, keep, false, &mut effects.spent);
         if let Shortened::Cut(history) = shortened.await? {
             effects.commit(Some(history.clone()));
             req.messages = history;
         }
     }
     if !config.recover {
-        return call(owner, &mut inner, req).await;
+        return call(&config.slots, &mut inner, req).await;
     }
     let spare = req.clone();
-    match call(owner, &mut inner, req).await {
+    match call(&config.slots, &mut inner, req).await {
         Err(error) if error.kind() == ErrorKind::ContextTooLong => {
-            recover(config, owner, inner, spare, error, effects).await
+            recover(config, inner, spare, error, effects).await
         }
         other => other,
     }
 }
 
 /// Call the ready `inner` with `req`; on success, remember what the provider counted.
-async fn call<S>(owner: usize, inner: &mut S, req: ModelRequest) -> Result<ModelResponse, Error>
+async fn call<S>(slots: &Slots, inner: &mut S, req: ModelRequest) -> Result<ModelResponse, Error>
 where
     S: Service<ModelRequest, Response = ModelResponse, Error = Error>,
 {
     let (ctx, sent) = (req.ctx.clone(), req.messages.clone());
     let response = inner.call(req).await?;
-    Reported::store(&ctx, owner, &sent, response.usage);
+    Reported::store(&ctx, slots, &sent, response.usage);
     Ok(response)
 }
 
@@ -253,7 +242,6 @@ const SUMMARY_CUTS: usize = 3;
 /// drop it.
 async fn recover<S>(
     config: &Config,
-    owner: usize,
     mut inner: S,
     mut req: ModelRequest,
     mut error: Error,
@@ -272,12 +260,12 @@ where
     let mut summary_cuts = 0;
     let mut dropped = false;
     loop {
-        let tokens = count_request(owner, &req, counter);
+        let tokens = count_request(&config.slots, &req, counter);
         Record::overflowed(&req.ctx, tokens);
         let shorter = if let Some(more) = keep {
             let less = (more / 2).max(1);
             keep = (less > 1).then_some(less);
-            match shorten(config, owner, &req, tokens, less, true, &mut effects.spent).await? {
+            match shorten(config, &req, tokens, less, true, &mut effects.spent).await? {
                 Shortened::Cut(history) => effects.commit(Some(history)),
                 Shortened::Uncut => None,
                 Shortened::Failed(error) => {
@@ -314,7 +302,7 @@ where
             continue;
         };
         req.messages = history;
-        match call(owner, inner.ready().await?, req.clone()).await {
+        match call(&config.slots, inner.ready().await?, req.clone()).await {
             Err(again) if again.kind() == ErrorKind::ContextTooLong => error = again,
             other => return other,
         }

@@ -90,7 +90,6 @@ pub(super) enum Shortened {
 /// [`Shortened::Failed`].
 pub(super) async fn shorten(
     config: &Config,
-    owner: usize,
     req: &ModelRequest,
     tokens_before: usize,
     keep: usize,
@@ -109,7 +108,7 @@ pub(super) async fn shorten(
         .map(|m| counter.count_message(m))
         .sum();
     let kept_tokens: usize = kept.iter().map(|m| counter.count_message(m)).sum();
-    let tools = Tally::tools(ctx, owner);
+    let tools = Tally::tools(ctx, &config.slots);
     // What a summary may take and still be smaller than what it replaces; with no room for
     // a few words, no summarizer call can save anything.
     let room = replaced.saturating_sub(counter.count_message(&summary_message("")) + 1);
@@ -128,7 +127,13 @@ pub(super) async fn shorten(
                 if validate(&history, &trailing_calls(&history)).is_err() {
                     return Ok(Shortened::Uncut);
                 }
-                Tally::store(ctx, owner, &history, older_tokens + kept_tokens, tools);
+                Tally::store(
+                    ctx,
+                    &config.slots,
+                    &history,
+                    older_tokens + kept_tokens,
+                    tools,
+                );
                 ctx.emit(Event::Warning {
                     source: "summarize",
                     message: format!(
@@ -204,7 +209,13 @@ pub(super) async fn shorten(
     }
 
     let history = History::from(shortened);
-    Tally::store(ctx, owner, &history, summary_tokens + kept_tokens, tools);
+    Tally::store(
+        ctx,
+        &config.slots,
+        &history,
+        summary_tokens + kept_tokens,
+        tools,
+    );
     let mut record = Record::load(ctx);
     record.summaries += 1;
     record.messages_summarized += since.len() as u64;
