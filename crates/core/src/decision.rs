@@ -51,7 +51,45 @@ pub enum Decision {
     },
 }
 
+/// Why a decision cannot be taken where it was given ([`Decision::check`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// Its kind is not among those allowed there.
+    #[error("`{0}` is not allowed")]
+    NotAllowed(DecisionKind),
+    /// An edit whose arguments are not a JSON object.
+    #[error("edited arguments that are not a JSON object: {0}")]
+    EditNotAnObject(Value),
+}
+
 impl Decision {
+    /// Whether this decision may be taken where `allowed` are: its kind is one of them, and
+    /// edited arguments are a JSON object. The one check of a decision, for the approval layer
+    /// and for a resume ([`Interrupt::check`]).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::decision::DecisionError;
+    /// use tower_agent_core::{Decision, DecisionKind};
+    ///
+    /// let allowed = [DecisionKind::Approve, DecisionKind::Edit];
+    /// assert!(Decision::Approve.check(&allowed).is_ok());
+    /// assert_eq!(Decision::reject("no").check(&allowed), Err(DecisionError::NotAllowed(DecisionKind::Reject)));
+    /// assert!(Decision::edit(json!("rm")).check(&allowed).is_err());
+    /// ```
+    pub fn check(&self, allowed: &[DecisionKind]) -> Result<(), DecisionError> {
+        if !allowed.contains(&self.kind()) {
+            return Err(DecisionError::NotAllowed(self.kind()));
+        }
+        match self {
+            Decision::Edit { arguments } if !arguments.is_object() => {
+                Err(DecisionError::EditNotAnObject(arguments.clone()))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Run the call with `arguments` instead of the model's.
     pub fn edit(arguments: Value) -> Self {
         Decision::Edit { arguments }
@@ -377,17 +415,12 @@ impl Interrupt {
             got,
         };
         match Decision::deserialize(value) {
-            Ok(decision) if self.allowed.contains(&decision.kind()) => {
-                if let Decision::Edit { arguments } = &decision {
-                    if !arguments.is_object() {
-                        return Err(not_allowed(format!(
-                            "edited arguments that are not a JSON object: {arguments}"
-                        )));
-                    }
-                }
-                Ok(())
-            }
-            Ok(decision) => Err(not_allowed(format!("`{}`", decision.kind()))),
+            Ok(decision) => decision.check(&self.allowed).map_err(|problem| {
+                not_allowed(match problem {
+                    DecisionError::NotAllowed(kind) => format!("`{kind}`"),
+                    other => other.to_string(),
+                })
+            }),
             Err(error) => Err(not_allowed(format!(
                 "a value that is not a decision ({error})"
             ))),

@@ -85,6 +85,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tower_agent_core::{
     Decision, DecisionKind, Event, RunContext, ToolCall, ToolRequest, ToolResponse,
+    decision::DecisionError,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -316,20 +317,13 @@ where
     }
 }
 
-/// Whether `decision` is one of `allowed`, with edited arguments that are a JSON object.
+/// Whether `decision` may be taken for this tool ([`Decision::check`]), in the words the model
+/// sees.
 fn acceptable(decision: &Decision, allowed: &[DecisionKind]) -> Result<(), String> {
-    if !allowed.contains(&decision.kind()) {
-        return Err(format!(
-            "`{}` is not allowed for this tool",
-            decision.kind()
-        ));
-    }
-    match decision {
-        Decision::Edit { arguments } if !arguments.is_object() => {
-            Err("`edit` needs arguments that are a JSON object".to_owned())
-        }
-        _ => Ok(()),
-    }
+    decision.check(allowed).map_err(|problem| match problem {
+        DecisionError::NotAllowed(kind) => format!("`{kind}` is not allowed for this tool"),
+        _ => "`edit` needs arguments that are a JSON object".to_owned(),
+    })
 }
 
 enum Decided {
