@@ -59,6 +59,8 @@ pub mod history;
 pub mod message;
 pub mod model;
 pub mod session;
+#[cfg(feature = "tower")]
+mod side;
 mod state;
 pub mod tool;
 
@@ -80,6 +82,8 @@ pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,
 };
 pub use session::{Progress, Step};
+#[cfg(feature = "tower")]
+pub use side::SideModel;
 pub use state::StateKey;
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{

@@ -5,11 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tower::ServiceExt;
-use tower::util::BoxCloneSyncService;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentResponse, Error, Message, ModelRequest, ModelResponse, RunContext, Usage,
+    AgentResponse, BoxError, Error, Message, ModelRequest, ModelResponse, RunContext, SideModel,
+    Usage,
 };
 use tower_service::Service;
 
@@ -171,23 +170,21 @@ result of the latest iteration of the work. Answer with one JSON object and noth
 /// stops with a clear reason.
 #[derive(Clone)]
 pub struct ModelJudge {
-    model: BoxCloneSyncService<ModelRequest, ModelResponse, Error>,
+    model: SideModel,
     prompt: Arc<str>,
 }
 
 impl ModelJudge {
-    /// A judge asking `model`.
+    /// A judge asking `model` (any model service; its calls go through whatever stack it
+    /// has, a retry among them).
     pub fn new<M>(model: M) -> Self
     where
-        M: Service<ModelRequest, Response = ModelResponse, Error = Error>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
+        M: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+        M::Error: Into<BoxError>,
         M::Future: Send + 'static,
     {
         Self {
-            model: BoxCloneSyncService::new(model),
+            model: SideModel::new(model),
             prompt: JUDGE_PROMPT.into(),
         }
     }
@@ -207,8 +204,7 @@ impl ModelJudge {
         let mut req = ModelRequest::new(messages);
         req.system = Some(Arc::clone(&self.prompt));
         req.ctx = ctx.side_call();
-        let mut model = self.model.clone();
-        let res = model.ready().await?.call(req).await?;
+        let res = self.model.ask(req).await?;
         // The loop adds the judge's tokens to the workflow's usage.
         *usage += res.usage + res.side_usage;
         Ok(res.message.text())

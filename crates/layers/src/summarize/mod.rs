@@ -154,10 +154,9 @@ mod service;
 mod shorten;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use tower::util::BoxCloneService;
-use tower_agent_core::{Error, ModelRequest, ModelResponse};
+use tower_agent_core::{Error, ModelRequest, ModelResponse, SideModel};
 use tower_agent_storage::Storage;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -257,28 +256,9 @@ numbers, identifiers), what each tool call did and found, the errors met and how
 handled, and what remains to be done. If a summary so far is given, fold it in. Do not invent \
 anything. Answer with the summary only.";
 
-/// The summarizer, shared by every clone of the layer and its services whether or not it is
-/// `Sync`: each use clones it out (a boxed service clones cheaply).
-pub(crate) struct Summarizer(Mutex<BoxCloneService<ModelRequest, ModelResponse, Error>>);
-
-impl Summarizer {
-    pub(crate) fn service(&self) -> BoxCloneService<ModelRequest, ModelResponse, Error> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl Clone for Summarizer {
-    fn clone(&self) -> Self {
-        Summarizer(Mutex::new(self.service()))
-    }
-}
-
 #[derive(Clone)]
 pub(crate) struct Config {
-    pub(crate) summarizer: Summarizer,
+    pub(crate) summarizer: SideModel,
     pub(crate) triggers: Vec<Trigger>,
     pub(crate) keep: Keep,
     pub(crate) counter: Arc<dyn TokenCounter>,
@@ -326,7 +306,7 @@ impl SummarizeLayer {
     {
         Self {
             config: Arc::new(Config {
-                summarizer: Summarizer(Mutex::new(BoxCloneService::new(summarizer))),
+                summarizer: SideModel::new(summarizer),
                 triggers: vec![Trigger::Tokens(Self::DEFAULT_TOKENS)],
                 keep: Keep::Messages(Self::DEFAULT_KEEP),
                 counter: Arc::new(CharEstimate),

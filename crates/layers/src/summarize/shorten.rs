@@ -5,13 +5,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use tower::ServiceExt;
 use tower_agent_core::history::validate;
 use tower_agent_core::{
     Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext, StateKey, Usage,
 };
 use tower_agent_storage::StoragePath;
-use tower_service::Service;
 
 use super::Config;
 use super::history::{
@@ -370,15 +368,7 @@ async fn summarize(
     let failed = |error: Error| {
         Error::new(error.kind(), format!("summarization failed: {error}")).with_source(error)
     };
-    let response = config
-        .summarizer
-        .service()
-        .ready()
-        .await
-        .map_err(failed)?
-        .call(req)
-        .await
-        .map_err(failed)?;
+    let response = config.summarizer.ask(req).await.map_err(failed)?;
     // The summarizer's tokens count in the run's usage.
     *spent += response.usage;
     let text = response.message.text();

@@ -96,8 +96,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tower::util::BoxCloneSyncService;
-use tower_agent_core::{AgentRequest, AgentResponse, Error, ModelRequest, ModelResponse};
+use tower_agent_core::{
+    AgentRequest, AgentResponse, BoxError, Error, ModelRequest, ModelResponse, SideModel,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -120,7 +121,7 @@ type OnSummary = Arc<dyn Fn(&str) + Send + Sync>;
 
 #[derive(Clone)]
 struct Config {
-    summarizer: BoxCloneSyncService<ModelRequest, ModelResponse, Error>,
+    summarizer: SideModel,
     every: Duration,
     every_events: usize,
     max_events: usize,
@@ -152,19 +153,17 @@ impl ProgressLayer {
     /// The default of [`ProgressLayer::max_events`].
     pub const DEFAULT_MAX_EVENTS: usize = 50;
 
-    /// Summaries written by `summarizer`: any model service (a cheap one will do).
+    /// Summaries written by `summarizer`: any model service (a cheap one will do; its calls go
+    /// through whatever stack it has, a retry among them).
     pub fn new<M>(summarizer: M) -> Self
     where
-        M: Service<ModelRequest, Response = ModelResponse, Error = Error>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
+        M: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+        M::Error: Into<BoxError>,
         M::Future: Send + 'static,
     {
         Self {
             config: Arc::new(Config {
-                summarizer: BoxCloneSyncService::new(summarizer),
+                summarizer: SideModel::new(summarizer),
                 every: Self::DEFAULT_EVERY,
                 every_events: Self::DEFAULT_EVERY_EVENTS,
                 max_events: Self::DEFAULT_MAX_EVENTS,

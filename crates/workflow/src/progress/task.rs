@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
-use tower::ServiceExt;
 use tower_agent_core::{
     CancellationToken, Event, EventSink, Message, ModelRequest, ModelResponse, RunContext,
 };
@@ -65,7 +64,7 @@ impl Summaries {
         request.ctx = RunContext::new()
             .with_session_id(Arc::clone(&self.session_id))
             .with_cancellation(self.token.child_token());
-        self.config.summarizer.clone().oneshot(request).await
+        self.config.summarizer.ask(request).await
     }
 
     async fn deliver(&self, answer: Result<ModelResponse, tower_agent_core::Error>) {
