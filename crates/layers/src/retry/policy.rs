@@ -155,3 +155,25 @@ impl Future for Backoff {
         self.inner.as_mut().poll(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clones_draw_their_own_jitter() {
+        let policy = RetryPolicy::new();
+        let error = Error::new(ErrorKind::Server, "500");
+        let mut waits: Vec<Duration> = (0..1_000)
+            .map(|_| policy.clone().delay(1, &error))
+            .collect();
+        assert!(
+            waits
+                .iter()
+                .all(|w| *w >= Duration::from_secs(1) && *w < Duration::from_secs(3))
+        );
+        waits.sort();
+        waits.dedup();
+        assert_eq!(waits.len(), 1_000, "every draw differs");
+    }
+}
