@@ -129,10 +129,11 @@ impl ToolResult {
     pub const NOT_DECIDED: &'static str = "not executed: the run was interrupted here and \
          continued with new input instead of a decision";
 
-    /// The content of the result of a call a previous run left without a result (it stopped
-    /// or crashed while the call ran).
-    pub const DANGLING: &'static str =
-        "cancelled: the previous run ended before this tool call completed";
+    /// The content of the synthetic result of a call left without one (a run that stopped or
+    /// crashed while the call ran, a history edited by hand): the one text the loop's repair
+    /// and the patch layer answer it with.
+    pub const UNANSWERED: &'static str = "error: this tool call did not complete. It may have \
+         been cancelled or interrupted, and no result was recorded: do not assume it took effect.";
 
     /// The same result with `content` instead: for an `after_tool` callback that rewrites what
     /// the model sees. The call id, the tool name and the error flag are kept.

@@ -71,7 +71,7 @@ impl Session {
 
     /// Append new input: first, calls that waited for a decision get a
     /// [`ToolResult::NOT_DECIDED`] result (the user moved on) and calls a previous run left
-    /// without a result get a [`ToolResult::DANGLING`] one, each right after its call; the
+    /// without a result get a [`ToolResult::UNANSWERED`] one, each right after its call; the
     /// pending interrupts are cleared; then `messages` are appended.
     ///
     /// ```
@@ -98,21 +98,21 @@ impl Session {
                 if pending.iter().any(|i| i.call.id == call.id) {
                     ToolResult::error(call, ToolResult::NOT_DECIDED)
                 } else {
-                    ToolResult::error(call, ToolResult::DANGLING)
+                    ToolResult::error(call, ToolResult::UNANSWERED)
                 }
             },
         );
         self.history.extend(messages);
     }
 
-    /// Give calls a previous run left without a result a [`ToolResult::DANGLING`] one, right
+    /// Give calls a previous run left without a result a [`ToolResult::UNANSWERED`] one, right
     /// after its call; calls of pending interrupts keep waiting. Returns how many were
     /// answered.
     pub fn answer_dangling_calls(&mut self) -> usize {
         let pending = &self.interrupts;
         self.history.answer_last_unanswered(
             |call| pending.iter().any(|i| i.call.id == call.id),
-            |call| ToolResult::error(call, ToolResult::DANGLING),
+            |call| ToolResult::error(call, ToolResult::UNANSWERED),
         )
     }
 }

@@ -197,7 +197,7 @@ async fn a_frontier_without_interrupts_is_answered_by_the_agent_not_patched_twic
         .flat_map(Message::tool_results)
         .collect();
     assert_eq!(results.len(), 1, "one result, from the agent's own repair");
-    assert_eq!(results[0].content, ToolResult::DANGLING);
+    assert_eq!(results[0].content, ToolResult::UNANSWERED);
 }
 
 /// A layer outside the patching one that breaks the request in the round given.

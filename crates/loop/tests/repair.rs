@@ -42,7 +42,7 @@ async fn continue_answers_a_dangling_call_right_after_its_message() {
         .expect("c1 answered at index 2");
     assert_eq!(
         (answer.call_id.as_str(), answer.content.as_str()),
-        ("c1", ToolResult::DANGLING)
+        ("c1", ToolResult::UNANSWERED)
     );
     assert_eq!(history[3].text(), "are you there?");
     // The model saw the repaired history.

@@ -25,8 +25,7 @@ pub enum Unanswered {
 }
 
 /// The content of the synthetic result of a call that never got one.
-pub const UNANSWERED: &str = "error: this tool call did not complete. It may have been \
-     cancelled or interrupted, and no result was recorded: do not assume it took effect.";
+pub const UNANSWERED: &str = ToolResult::UNANSWERED;
 
 /// The start of the content of the synthetic result of a call whose arguments are not valid
 /// JSON; the parser's message follows.

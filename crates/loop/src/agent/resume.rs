@@ -132,7 +132,7 @@ where
             let pending = &self.session.interrupts;
             let answered = self.session.history.answer_unanswered(
                 |call| pending.iter().any(|i| i.call.id == call.id),
-                |call| ToolResult::error(call, ToolResult::DANGLING),
+                |call| ToolResult::error(call, ToolResult::UNANSWERED),
             );
             tracing::warn!(
                 answered,
