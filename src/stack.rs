@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower::util::{BoxCloneService, BoxCloneSyncService};
-use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 use tower_agent_core::{
     AgentRequest, AgentResponse, BoxError, DescribeTools, Error, ModelRequest, ModelResponse,
     ToolRequest, ToolResponse, ToolSpec,
@@ -229,9 +229,7 @@ impl Builtins {
         <L::Service as Service<AgentRequest>>::Error: Into<BoxError>,
         <L::Service as Service<AgentRequest>>::Future: Send + 'static,
     {
-        self.agent_layers.push(Arc::new(move |inner| {
-            BoxCloneService::new(layer.layer(inner).map_err(into_error))
-        }));
+        self.agent_layers.push(wrap(layer));
         self
     }
 
@@ -245,7 +243,7 @@ impl Builtins {
         <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
         <L::Service as Service<ModelRequest>>::Future: Send + 'static,
     {
-        self.model_layers.push(wrap_model(layer));
+        self.model_layers.push(wrap(layer));
         self
     }
 
@@ -258,7 +256,7 @@ impl Builtins {
         <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
         <L::Service as Service<ModelRequest>>::Future: Send + 'static,
     {
-        self.provider_layers.push(wrap_model(layer));
+        self.provider_layers.push(wrap(layer));
         self
     }
 
@@ -277,45 +275,88 @@ impl Builtins {
         <L::Service as Service<ToolRequest>>::Error: Into<BoxError>,
         <L::Service as Service<ToolRequest>>::Future: Send + 'static,
     {
-        self.tool_layers
-            .push(Arc::new(move |inner| BoxTools::new(layer.layer(inner))));
+        self.tool_layers.push(wrap_tools(layer));
         self
     }
 
     /// The order the stacks are built in, outside in, by the names of their slots: what the
-    /// diagram above shows, for the slots in use.
+    /// diagram above shows, for the slots in use. It is read from the lists [`Builtins::build`]
+    /// builds from.
     pub fn order(&self) -> [(&'static str, Vec<&'static str>); 3] {
-        let on = |set: bool, name: &'static str| set.then_some(name);
-        let agent = [
-            on(self.memory.is_some(), "memory"),
-            on(self.patch.is_some(), "patch"),
-            on(!self.agent_layers.is_empty(), "agent_layer"),
-            Some("loop"),
-        ];
-        let model = [
-            on(self.limits.is_some(), "limits"),
-            on(self.memory.is_some(), "memory"),
-            on(self.instructions.is_some(), "instructions"),
-            on(self.summarize.is_some(), "summarize"),
-            on(!self.model_layers.is_empty(), "model_layer"),
-            on(self.patch.is_some(), "patch"),
-            on(self.retry.is_some(), "retry"),
-            on(!self.provider_layers.is_empty(), "provider_layer"),
-            Some("provider"),
-        ];
-        let tools = [
-            on(self.evict.is_some(), "evict"),
-            on(self.limits.is_some(), "limits"),
-            on(self.checkpoint.is_some(), "checkpoint"),
-            on(self.approval.is_some(), "approval"),
-            on(!self.tool_layers.is_empty(), "tool_layer"),
-            Some("tools"),
-        ];
-        let names = |slots: &[Option<&'static str>]| slots.iter().flatten().copied().collect();
+        fn names<S>(slots: &[Slot<S>], innermost: &'static str) -> Vec<&'static str> {
+            let used = slots.iter().filter(|(_, wraps)| !wraps.is_empty());
+            used.map(|(name, _)| *name).chain([innermost]).collect()
+        }
         [
-            ("agent", names(&agent)),
-            ("model", names(&model)),
-            ("tools", names(&tools)),
+            ("agent", names(&self.agent_slots(), "loop")),
+            ("model", names(&self.model_slots(), "provider")),
+            ("tools", names(&self.tool_slots(), "tools")),
+        ]
+    }
+
+    /// The agent service's slots, outside in.
+    fn agent_slots(&self) -> Vec<Slot<BoxAgent>> {
+        vec![
+            (
+                "memory",
+                self.memory.clone().map(wrap).into_iter().collect(),
+            ),
+            ("patch", self.patch.map(wrap).into_iter().collect()),
+            ("agent_layer", self.agent_layers.clone()),
+        ]
+    }
+
+    /// The model service's slots, outside in.
+    fn model_slots(&self) -> Vec<Slot<BoxModel>> {
+        let retry = self.retry.clone().map(RetryLayer::new);
+        vec![
+            (
+                "limits",
+                self.limits.clone().map(wrap).into_iter().collect(),
+            ),
+            (
+                "memory",
+                self.memory.clone().map(wrap).into_iter().collect(),
+            ),
+            (
+                "instructions",
+                self.instructions.clone().map(wrap).into_iter().collect(),
+            ),
+            (
+                "summarize",
+                self.summarize.clone().map(wrap).into_iter().collect(),
+            ),
+            ("model_layer", self.model_layers.clone()),
+            ("patch", self.patch.map(wrap).into_iter().collect()),
+            ("retry", retry.map(wrap).into_iter().collect()),
+            ("provider_layer", self.provider_layers.clone()),
+        ]
+    }
+
+    /// The tool service's slots, outside in.
+    fn tool_slots(&self) -> Vec<Slot<BoxTools>> {
+        vec![
+            (
+                "evict",
+                self.evict.clone().map(wrap_tools).into_iter().collect(),
+            ),
+            (
+                "limits",
+                self.limits.clone().map(wrap_tools).into_iter().collect(),
+            ),
+            (
+                "checkpoint",
+                self.checkpoint
+                    .clone()
+                    .map(wrap_tools)
+                    .into_iter()
+                    .collect(),
+            ),
+            (
+                "approval",
+                self.approval.clone().map(wrap_tools).into_iter().collect(),
+            ),
+            ("tool_layer", self.tool_layers.clone()),
         ]
     }
 
@@ -335,81 +376,46 @@ impl Builtins {
         T::Error: Into<BoxError>,
         T::Future: Send + 'static,
     {
-        // Inside out: each slot wraps what is built so far.
-        let mut model: BoxModel = BoxCloneService::new(model.map_err(into_error));
-        for layer in self.provider_layers.iter().rev() {
-            model = layer(model);
-        }
-        model = boxed(model, self.retry.clone().map(RetryLayer::new));
-        model = boxed(model, self.patch);
-        for layer in self.model_layers.iter().rev() {
-            model = layer(model);
-        }
-        model = boxed(model, self.summarize.clone());
-        model = boxed(model, self.instructions.clone());
-        model = boxed(model, self.memory.clone());
-        model = boxed(model, self.limits.clone());
-
-        let mut tools = BoxTools::new(tools);
-        for layer in self.tool_layers.iter().rev() {
-            tools = layer(tools);
-        }
-        tools = boxed_tools(tools, self.approval.clone());
-        tools = boxed_tools(tools, self.checkpoint.clone());
-        tools = boxed_tools(tools, self.limits.clone());
-        tools = boxed_tools(tools, self.evict.clone());
-
-        let mut agent: BoxAgent = BoxCloneService::new(self.agent.build(model, tools));
-        for layer in self.agent_layers.iter().rev() {
-            agent = layer(agent);
-        }
-        agent = boxed(agent, self.patch);
-        boxed(agent, self.memory)
+        let model = wrap_in(
+            &self.model_slots(),
+            BoxCloneService::new(model.map_err(into_error)),
+        );
+        let tools = wrap_in(&self.tool_slots(), BoxTools::new(tools));
+        let agent = BoxCloneService::new(self.agent.clone().build(model, tools));
+        wrap_in(&self.agent_slots(), agent)
     }
+}
+
+/// A slot of a stack: its name, and the layers in it (outermost first).
+type Slot<S> = (&'static str, Vec<Wrap<S>>);
+
+/// `service` inside every layer of `slots` (outside in).
+fn wrap_in<S>(slots: &[Slot<S>], service: S) -> S {
+    let layers = slots.iter().rev().flat_map(|(_, wraps)| wraps.iter().rev());
+    layers.fold(service, |service, layer| layer(service))
 }
 
 fn into_error(error: impl Into<BoxError>) -> Error {
     Error::from_boxed(error.into())
 }
 
-fn wrap_model<L>(layer: L) -> Wrap<BoxModel>
-where
-    L: Layer<BoxModel> + Send + Sync + 'static,
-    L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
-    <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
-    <L::Service as Service<ModelRequest>>::Future: Send + 'static,
-{
-    Arc::new(move |inner| BoxCloneService::new(layer.layer(inner).map_err(into_error)))
-}
-
-/// `service` under `layer`, if there is one, boxed again.
-fn boxed<Req, Res, L>(
-    service: BoxCloneService<Req, Res, Error>,
-    layer: Option<L>,
-) -> BoxCloneService<Req, Res, Error>
+/// A layer over a boxed service, boxing again what it makes.
+fn wrap<Req, Res, L>(layer: L) -> Wrap<BoxCloneService<Req, Res, Error>>
 where
     Req: 'static,
     Res: 'static,
-    L: Layer<BoxCloneService<Req, Res, Error>>,
+    L: Layer<BoxCloneService<Req, Res, Error>> + Send + Sync + 'static,
     L::Service: Service<Req, Response = Res> + Clone + Send + 'static,
     <L::Service as Service<Req>>::Error: Into<BoxError>,
     <L::Service as Service<Req>>::Future: Send + 'static,
 {
-    match layer {
-        Some(layer) => BoxCloneService::new(
-            ServiceBuilder::new()
-                .layer(layer)
-                .service(service)
-                .map_err(into_error),
-        ),
-        None => service,
-    }
+    Arc::new(move |inner| BoxCloneService::new(layer.layer(inner).map_err(into_error)))
 }
 
-/// `tools` under `layer`, if there is one, boxed again.
-fn boxed_tools<L>(tools: BoxTools, layer: Option<L>) -> BoxTools
+/// A layer over the boxed tools, boxing again what it makes (which still says its tools).
+fn wrap_tools<L>(layer: L) -> Wrap<BoxTools>
 where
-    L: Layer<BoxTools>,
+    L: Layer<BoxTools> + Send + Sync + 'static,
     L::Service: Service<ToolRequest, Response = ToolResponse>
         + DescribeTools
         + Clone
@@ -419,10 +425,7 @@ where
     <L::Service as Service<ToolRequest>>::Error: Into<BoxError>,
     <L::Service as Service<ToolRequest>>::Future: Send + 'static,
 {
-    match layer {
-        Some(layer) => BoxTools::new(layer.layer(tools)),
-        None => tools,
-    }
+    Arc::new(move |inner| BoxTools::new(layer.layer(inner)))
 }
 
 /// The built-in methods on [`AgentBuilder`]: `Agent::builder().patch().limits(..)...` starts
