@@ -1122,6 +1122,11 @@ fn the_read_tool_is_reported_once() {
         .service(ToolSet::new().tool(StubTool::returning("fetch", "x")));
     let names: Vec<String> = alone.tool_specs().iter().map(|s| s.name.clone()).collect();
     assert_eq!(names, ["fetch", READ_TOOL]);
+    // Asked again (every round), the same list: no spec is copied while the tools stay.
+    assert!(std::sync::Arc::ptr_eq(
+        &alone.tool_specs(),
+        &alone.clone().tool_specs()
+    ));
     // A host that also put it in its set (as before) gets it once.
     let both = ServiceBuilder::new().evict(evict.clone()).service(
         ToolSet::new()

@@ -138,7 +138,7 @@ mod read;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
@@ -349,6 +349,7 @@ impl<S> Layer<S> for EvictLayer {
                 },
             ),
             read: self.read_tool(),
+            offered: Offered::default(),
         }
     }
 }
@@ -362,7 +363,16 @@ impl<S> Layer<S> for EvictLayer {
 pub struct Evict<S> {
     inner: After<S, EvictLarge>,
     read: ReadLargeResult,
+    offered: Offered,
 }
+
+/// The tools the layer last reported: the inner service's list (to tell when it changes) and
+/// that list with the read tool. A round whose inner list did not change copies no spec.
+#[derive(Clone, Debug, Default)]
+struct Offered(Arc<Mutex<Option<Lists>>>);
+
+/// The inner list, and the list reported.
+type Lists = (Arc<[ToolSpec]>, Arc<[ToolSpec]>);
 
 impl<S> Evict<S> {
     /// Wrap `inner` with the configuration of `layer`.
@@ -396,10 +406,23 @@ impl<S> Evict<S> {
 impl<S: DescribeTools> DescribeTools for Evict<S> {
     fn tool_specs(&self) -> Arc<[ToolSpec]> {
         let inner = self.get_ref().tool_specs();
-        if inner.iter().any(|spec| spec.name == READ_TOOL) {
-            return inner;
+        let mut offered = self
+            .offered
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((seen, all)) = &*offered {
+            if Arc::ptr_eq(seen, &inner) {
+                return Arc::clone(all);
+            }
         }
-        inner.iter().cloned().chain([self.read.spec()]).collect()
+        let all: Arc<[ToolSpec]> = if inner.iter().any(|spec| spec.name == READ_TOOL) {
+            Arc::clone(&inner)
+        } else {
+            inner.iter().cloned().chain([self.read.spec()]).collect()
+        };
+        *offered = Some((inner, Arc::clone(&all)));
+        all
     }
 }
 
