@@ -152,8 +152,8 @@ pub mod prelude {
         ContentPart, Decision, DecisionKind, Decisions, DescribeTools, DescribedTools, Error,
         ErrorKind, Event, Flow, GenerationOptions, Interrupt, Message, ModelNext, ModelRequest,
         ModelResponse, Next, ObserveLayer, Observer, Outcome, Progress, Role, RunContext,
-        ServiceBuilderExt, Session, StopReason, ToolAction, ToolCall, ToolChoice, ToolNext,
-        ToolRequest, ToolResponse, ToolResult, ToolSpec, Usage, after_agent, after_model,
+        ServiceBuilderExt, Session, StateKey, StopReason, ToolAction, ToolCall, ToolChoice,
+        ToolNext, ToolRequest, ToolResponse, ToolResult, ToolSpec, Usage, after_agent, after_model,
         after_tool, around_agent, around_model, around_tool, before_agent, before_model,
         before_tool, observer_fn,
     };

@@ -275,6 +275,15 @@ impl ModelResponse {
     /// that one was made from the request this layer passed on, so it holds this layer's
     /// edit too. Use it in an around (or hand-written) model layer whose edit must outlast the
     /// request (summarization, patching); request edits otherwise shape that request only.
+    ///
+    /// ```
+    /// use tower_agent_core::{History, Message, ModelResponse};
+    ///
+    /// let mut res = ModelResponse::text("ok");
+    /// res.commit(History::from(vec![Message::user("the inner layer's")]));
+    /// res.commit(History::from(vec![Message::user("an outer layer's")]));
+    /// assert_eq!(res.history.unwrap()[0].text(), "the inner layer's");
+    /// ```
     pub fn commit(&mut self, history: History) {
         self.history.get_or_insert(history);
     }

@@ -189,6 +189,7 @@ impl ToolResponse {
 /// eviction's read tool, adds it there). Another tool service says what it serves with
 /// [`DescribedTools`].
 ///
+///
 /// ```
 /// use serde_json::json;
 /// use tower::service_fn;

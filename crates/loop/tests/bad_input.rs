@@ -200,3 +200,43 @@ async fn a_failed_run_carries_the_tokens_it_used() {
     assert_eq!(err.kind(), ErrorKind::Server);
     assert_eq!(err.usage(), Usage::new(120 + 14, 30 + 6));
 }
+
+#[tokio::test]
+async fn a_failed_call_keeps_what_its_layers_committed() {
+    // A layer commits a shorter history (a summary it paid for), then the provider fails: the
+    // session the error carries has that history, and the run's usage the layer's tokens.
+    let model = ScriptedModel::with_results([
+        Ok(ModelResponse::tool_calls([call(
+            "c1",
+            "add",
+            json!({"a": 1, "b": 1}),
+        )])),
+        Err(Error::new(ErrorKind::Server, "the provider is down")),
+    ]);
+    let model = ServiceBuilder::new()
+        .around_model(|req: ModelRequest, mut next: ModelNext| async move {
+            let round = req.ctx.round();
+            let kept: History = req.messages.iter().skip(1).cloned().collect();
+            match next.run(req).await {
+                Err(error) if round == 2 => {
+                    Err(error.with_history(kept).with_usage(Usage::new(50, 5)))
+                }
+                other => other,
+            }
+        })
+        .service(model);
+    let mut err = Agent::new(model, calculator())
+        .oneshot(AgentRequest::new(Session::new(), "1+1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Server);
+    assert_eq!(err.usage(), Usage::new(50, 5));
+    let session = err.take_session().unwrap();
+    assert_eq!(
+        session.history.len(),
+        2,
+        "the call and its result, the input cut"
+    );
+    assert_eq!(session.history[0].role, tower_agent_core::Role::Assistant);
+    assert_valid_history(&session.history);
+}

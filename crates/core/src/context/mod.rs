@@ -224,45 +224,6 @@ impl RunContext {
         lock(&self.shared.state).insert(key.into(), value);
     }
 
-    /// Read, change and write back a typed value of the JSON state, atomically (other clones
-    /// wait meanwhile): a missing key starts from `T::default()`. Returns what `f` returns.
-    /// `f` runs with the state locked: do not block, await or use the context inside it.
-    ///
-    /// ```
-    /// use tower_agent_core::RunContext;
-    ///
-    /// let ctx = RunContext::new();
-    /// let n = ctx.update_state("tool_calls", |n: &mut u32| { *n += 1; *n }).unwrap();
-    /// assert_eq!(n, 1);
-    /// ctx.update_state("tool_calls", |n: &mut u32| *n += 1).unwrap();
-    /// assert_eq!(ctx.state::<u32>("tool_calls"), Some(2));
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::BadRequest`](crate::ErrorKind::BadRequest) when the stored value is not a
-    /// `T`, or the new value does not serialize; the state is left as it was.
-    pub fn update_state<T, R>(&self, key: &str, f: impl FnOnce(&mut T) -> R) -> Result<R, Error>
-    where
-        T: Serialize + DeserializeOwned + Default,
-    {
-        let mut state = lock(&self.shared.state);
-        let mut value = match state.get(key) {
-            None => T::default(),
-            Some(stored) => T::deserialize(stored).map_err(|error| {
-                Error::bad_request(format!(
-                    "the run state `{key}` is not of the expected type: {error}"
-                ))
-            })?,
-        };
-        let out = f(&mut value);
-        let value = serde_json::to_value(value).map_err(|error| {
-            Error::bad_request(format!("the run state `{key}` does not serialize: {error}"))
-        })?;
-        state.insert(key.to_owned(), value);
-        Ok(out)
-    }
-
     /// The value under the typed `key` of the session's state ([`StateKey::get`]): its default
     /// when there is none.
     pub fn get<T>(&self, key: &StateKey<T>) -> T
@@ -570,22 +531,21 @@ mod tests {
     }
 
     #[test]
-    fn update_state_refuses_another_type_and_changes_nothing() {
+    fn update_refuses_another_type_and_changes_nothing() {
+        const N: StateKey<u32> = StateKey::new("n");
+        const LIST: StateKey<Vec<String>> = StateKey::new("list");
         let ctx = RunContext::new();
         ctx.set_state("n", "text");
-        let err = ctx.update_state("n", |n: &mut u32| *n += 1).unwrap_err();
+        let err = ctx.update(&N, |n| *n += 1).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::BadRequest);
         assert_eq!(ctx.state::<String>("n").as_deref(), Some("text"));
         let items = ctx
-            .update_state("list", |v: &mut Vec<String>| {
+            .update(&LIST, |v| {
                 v.push("a".into());
                 v.len()
             })
             .unwrap();
         assert_eq!(items, 1);
-        assert_eq!(
-            ctx.state::<Vec<String>>("list"),
-            Some(vec!["a".to_string()])
-        );
+        assert_eq!(ctx.get(&LIST), vec!["a".to_string()]);
     }
 }

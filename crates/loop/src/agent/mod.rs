@@ -107,6 +107,31 @@ impl Agent<(), ()> {
 impl<M, T> Agent<M, T> {
     /// An agent with the default configuration: the model is offered the tools `tools`
     /// reports ([`DescribeTools`]).
+    ///
+    /// A tool service that says nothing of its tools does not compile here (the message says
+    /// how to fix it), so a model is never offered no tools by accident:
+    ///
+    /// ```compile_fail
+    /// use tower::service_fn;
+    /// use tower_agent_core::{Error, ModelRequest, ModelResponse, ToolRequest, ToolResponse};
+    /// use tower_agent_loop::Agent;
+    ///
+    /// let model = service_fn(|_: ModelRequest| async { Ok::<_, Error>(ModelResponse::text("hi")) });
+    /// let tools = service_fn(|r: ToolRequest| async move { Ok::<_, Error>(ToolResponse::success(&r.call, "")) });
+    /// let _agent = Agent::new(model, tools);
+    /// ```
+    ///
+    /// The same, saying it serves no tool, compiles:
+    ///
+    /// ```
+    /// use tower::service_fn;
+    /// use tower_agent_core::{DescribedTools, Error, ModelRequest, ModelResponse, ToolRequest, ToolResponse};
+    /// use tower_agent_loop::Agent;
+    ///
+    /// let model = service_fn(|_: ModelRequest| async { Ok::<_, Error>(ModelResponse::text("hi")) });
+    /// let tools = service_fn(|r: ToolRequest| async move { Ok::<_, Error>(ToolResponse::success(&r.call, "")) });
+    /// let _agent = Agent::new(model, DescribedTools::none(tools));
+    /// ```
     pub fn new(model: M, tools: T) -> Self
     where
         T: DescribeTools,
