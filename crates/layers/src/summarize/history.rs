@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tower_agent_core::{
@@ -344,7 +345,7 @@ pub(crate) struct Slots {
 
 /// The running count of a run's history, kept in its context so that each round counts only
 /// the messages it added.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Tally {
     /// The messages counted.
     len: usize,
@@ -352,9 +353,12 @@ pub(crate) struct Tally {
     tokens: usize,
     /// The last message counted.
     mark: Option<Mark>,
-    /// The tool list counted (its address) and its tokens.
-    tools: (usize, usize),
+    /// The tool list counted (held, so that the same list is recognized) and its tokens.
+    tools: Option<CountedTools>,
 }
+
+/// A tool list and its tokens.
+pub(crate) type CountedTools = (Arc<[ToolSpec]>, usize);
 
 impl Tally {
     /// The estimated tokens of `req` (system prompt, tool specs, messages), counting only the
@@ -365,17 +369,19 @@ impl Tally {
             .ctx
             .extension_at(&slots.tally)
             .filter(|tally| tally.still_holds(messages));
-        let (start, mut tokens) = previous.map_or((0, 0), |tally| (tally.len, tally.tokens));
+        let (start, mut tokens) = previous
+            .as_ref()
+            .map_or((0, 0), |tally| (tally.len, tally.tokens));
         tokens += messages[start..]
             .iter()
             .map(|message| counter.count_message(message))
             .sum::<usize>();
-        let tools_at = req.tools.as_ptr() as usize;
-        let tools = match previous {
-            Some(tally) if tally.tools.0 == tools_at => tally.tools.1,
+        let tools = match previous.and_then(|tally| tally.tools) {
+            Some((list, tools)) if Arc::ptr_eq(&list, &req.tools) => tools,
             _ => tool_tokens(&req.tools, counter),
         };
-        Self::store(&req.ctx, slots, messages, tokens, (tools_at, tools));
+        let counted = Some((Arc::clone(&req.tools), tools));
+        Self::store(&req.ctx, slots, messages, tokens, counted);
         tokens + tools + req.system.as_deref().map_or(0, |s| counter.count_text(s))
     }
 
@@ -385,7 +391,7 @@ impl Tally {
         slots: &Slots,
         messages: &[Message],
         tokens: usize,
-        tools: (usize, usize),
+        tools: Option<CountedTools>,
     ) {
         let tally = Tally {
             len: messages.len(),
@@ -397,9 +403,8 @@ impl Tally {
     }
 
     /// The tool count of the last count, to keep it when the messages change.
-    pub(crate) fn tools(ctx: &RunContext, slots: &Slots) -> (usize, usize) {
-        ctx.extension_at(&slots.tally)
-            .map_or((0, 0), |tally| tally.tools)
+    pub(crate) fn tools(ctx: &RunContext, slots: &Slots) -> Option<CountedTools> {
+        ctx.extension_at(&slots.tally).and_then(|tally| tally.tools)
     }
 
     fn still_holds(&self, messages: &[Message]) -> bool {
