@@ -41,6 +41,7 @@ fn main() {
                 "agent",
                 "agent_six_callbacks",
                 "agent_patch_instructions",
+                "agent_builtins_boxed",
                 "agent_history_stack",
             ],
             1,
@@ -74,6 +75,12 @@ fn main() {
             ),
         );
     let builtins = with_builtins(model, tools.clone());
+    // The same built-ins placed by the builder: every layer boxed.
+    let boxed = Agent::builder()
+        .max_rounds(ROUNDS)
+        .patch()
+        .instructions(tower_agent::layers::InstructionsLayer::from("Be brief."))
+        .build(model, tools.clone());
     let history_stack = with_history_stack(model, tools);
     for workload in workloads {
         // Setup, counted in every workload alike: fresh sessions, so no run copies another's.
@@ -104,6 +111,12 @@ fn main() {
                 }
                 "agent_patch_instructions" => {
                     rt.block_on(builtins.clone().oneshot(req))
+                        .expect("run")
+                        .session
+                        .history
+                }
+                "agent_builtins_boxed" => {
+                    rt.block_on(boxed.clone().oneshot(req))
                         .expect("run")
                         .session
                         .history

@@ -12,7 +12,7 @@ count() {
 }
 printf '%-26s %12s %12s\n' workload "history 10" "history 1000"
 for len in 10 1000; do base[$len]=$(count baseline $len); done
-for workload in reference agent agent_six_callbacks agent_patch_instructions agent_history_stack; do
+for workload in reference agent agent_six_callbacks agent_patch_instructions agent_builtins_boxed agent_history_stack; do
     row=$(printf '%-26s' "$workload")
     for len in 10 1000; do
         total=$(count "$workload" "$len")
