@@ -5,7 +5,8 @@ use tokio_util::sync::CancellationToken;
 use crate::context::RunContext;
 use crate::decision::Decisions;
 use crate::event::{EventStream, Observer};
-use crate::message::{Message, ToolResult};
+use crate::history::Repair;
+use crate::message::{Message, ToolCall, ToolResult};
 pub use crate::session::{Outcome, Session, StopReason, Usage};
 
 /// What the run starts from.
@@ -118,10 +119,9 @@ impl AgentRequest {
             AgentInput::Messages(messages) => session.push_input(messages),
             AgentInput::Resume(_) | AgentInput::Continue => {
                 session.interrupts.clear();
-                session.history.answer_last_unanswered(
-                    |_| false,
-                    |call| ToolResult::error(call, Self::ANSWERED),
-                );
+                let answer = |call: &ToolCall| ToolResult::error(call, Self::ANSWERED);
+                let how = Repair::new().last_message_only().answer(&answer);
+                session.history.repair(&how);
             }
         }
         let message = Message::assistant(text);

@@ -76,7 +76,9 @@ pub use context::{ExtensionKey, RunContext, new_id};
 pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
-pub use history::{CallBlock, History, HistoryError};
+pub use history::{
+    CallBlock, History, HistoryError, HistoryMark, Repair, RepairReport, Unanswered,
+};
 pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
 pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, ToolChoice, ToolSpec, Usage,

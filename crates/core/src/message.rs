@@ -135,6 +135,31 @@ impl ToolResult {
     pub const UNANSWERED: &'static str = "error: this tool call did not complete. It may have \
          been cancelled or interrupted, and no result was recorded: do not assume it took effect.";
 
+    /// The start of the content of the synthetic result of a call left without one whose
+    /// arguments are not valid JSON; the parser's message follows.
+    pub const MALFORMED: &'static str = "error: this tool call was not executed: its arguments \
+         are not valid JSON";
+
+    /// The synthetic result of `call`, left without one: [`ToolResult::UNANSWERED`], or
+    /// [`ToolResult::MALFORMED`] with the parser's message when its arguments are not JSON.
+    /// Deterministic: no clock, no random id.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{ToolCall, ToolResult};
+    ///
+    /// let call = ToolCall::new("c1", "search", json!({}));
+    /// assert_eq!(ToolResult::unanswered(&call).content, ToolResult::UNANSWERED);
+    /// let broken = ToolCall { arguments: "{oops".into(), ..call };
+    /// assert!(ToolResult::unanswered(&broken).content.starts_with(ToolResult::MALFORMED));
+    /// ```
+    pub fn unanswered(call: &ToolCall) -> Self {
+        match call.parse_arguments::<serde::de::IgnoredAny>() {
+            Ok(_) => Self::error(call, Self::UNANSWERED),
+            Err(error) => Self::error(call, format!("{} ({error}).", Self::MALFORMED)),
+        }
+    }
+
     /// The same result with `content` instead: for an `after_tool` callback that rewrites what
     /// the model sees. The call id, the tool name and the error flag are kept.
     ///

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use crate::decision::Interrupt;
-use crate::history::History;
-use crate::message::{ContentPart, Message, Role, ToolResult};
+use crate::history::{History, Repair};
+use crate::message::{ContentPart, Message, Role, ToolCall, ToolResult};
 
 /// A conversation that outlives a run: history, JSON state and pending interrupts.
 ///
@@ -88,32 +88,30 @@ impl Session {
     /// assert!(session.interrupts.is_empty());
     /// ```
     ///
-    /// Only the last assistant message is repaired ([`History::answer_last_unanswered`]): a
+    /// Only the last assistant message is repaired ([`Repair::last_message_only`]): a
     /// session the agent left can hold calls without results nowhere else.
     pub fn push_input(&mut self, messages: impl IntoIterator<Item = Message>) {
         let pending = std::mem::take(&mut self.interrupts);
-        self.history.answer_last_unanswered(
-            |_| false,
-            |call| {
-                if pending.iter().any(|i| i.call.id == call.id) {
-                    ToolResult::error(call, ToolResult::NOT_DECIDED)
-                } else {
-                    ToolResult::error(call, ToolResult::UNANSWERED)
-                }
-            },
-        );
+        let answer = |call: &ToolCall| {
+            if pending.iter().any(|i| i.call.id == call.id) {
+                ToolResult::error(call, ToolResult::NOT_DECIDED)
+            } else {
+                ToolResult::unanswered(call)
+            }
+        };
+        self.history
+            .repair(&Repair::new().last_message_only().answer(&answer));
         self.history.extend(messages);
     }
 
-    /// Give calls a previous run left without a result a [`ToolResult::UNANSWERED`] one, right
+    /// Give calls a previous run left without a result a [`ToolResult::unanswered`] one, right
     /// after its call; calls of pending interrupts keep waiting. Returns how many were
     /// answered.
     pub fn answer_dangling_calls(&mut self) -> usize {
         let pending = &self.interrupts;
-        self.history.answer_last_unanswered(
-            |call| pending.iter().any(|i| i.call.id == call.id),
-            |call| ToolResult::error(call, ToolResult::UNANSWERED),
-        )
+        let wait = |call: &ToolCall| pending.iter().any(|i| i.call.id == call.id);
+        let how = Repair::new().last_message_only().wait(&wait);
+        self.history.repair(&how).answered
     }
 }
 

@@ -321,8 +321,9 @@ async fn the_provider_s_count_of_the_previous_call_is_used() {
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::tokens(1_000))
         .keep(Keep::messages(1));
-    let mut messages = talk(1);
-    let (req, ctx, _) = request(messages.clone());
+    let (req, ctx, _) = request(talk(1));
+    // The next round's history is this one, grown (as the agent's is).
+    let mut messages = req.messages.clone();
     call(layer.clone(), &model, req).await.expect("ok");
     assert_eq!(
         summarizer.request_count(),

@@ -106,20 +106,28 @@ fn encode(c: &mut Criterion) {
                         })
                     },
                 );
-                // Two rounds of one run, in turn: the longer one re-encodes its last two messages.
+                // Two rounds of one run, in turn: the longer one (the shorter one, grown by
+                // two messages, as a run's history grows) re-encodes its last two messages.
                 let shorter = {
                     let mut shorter = req.clone();
                     shorter.messages = History::from(req.messages[..len - 2].to_vec());
                     shorter
                 };
+                let longer = {
+                    let mut longer = shorter.clone();
+                    longer
+                        .messages
+                        .extend(req.messages[len - 2..].iter().cloned());
+                    longer
+                };
                 let mut round = 0_usize;
                 group.bench_with_input(
                     BenchmarkId::new(concat!($name, "_warm"), len),
                     &req,
-                    |b, req| {
+                    |b, _| {
                         b.iter(|| {
                             round += 1;
-                            let req = if round % 2 == 0 { req } else { &shorter };
+                            let req = if round % 2 == 0 { &longer } else { &shorter };
                             $model.request_body(black_box(req)).expect("encodes")
                         })
                     },

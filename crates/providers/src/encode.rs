@@ -2,26 +2,24 @@
 //!
 //! A provider sends the whole history every round, so encoding it is the one cost that grows
 //! with the session. The history only grows during a run: the encoded bytes of every message
-//! are kept in the run's context, next to a copy of the message they came from, and a later
-//! round reuses them for every message that is still equal to its copy (a byte comparison,
-//! much cheaper than encoding), encoding only what is new. A history that changed (a layer
-//! rewrote it, a summary replaced its start) is encoded again from the first message that
-//! differs. A message's bytes depend on the message and the provider only, never on the
-//! model or the options, which go in the frame around the messages.
+//! are kept in the run's context with a [`HistoryMark`] of the history they came from, and a
+//! later round reuses them for the messages its history still starts with
+//! ([`History::kept`]), encoding only the rest. A history that changed (a layer rewrote it, a
+//! summary replaced its start) is encoded again from the first message its edits may have
+//! touched. A message's bytes depend on the message and the provider only, never on the model
+//! or the options, which go in the frame around the messages.
 
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tower_agent_core::{Error, Message, ModelRequest, RunContext};
+use tower_agent_core::{Error, History, HistoryMark, ModelRequest, RunContext};
 
 use crate::wire::{Frame, Wire};
 
 /// One message's encoded items.
 #[derive(Debug)]
 struct Entry {
-    /// The message they came from (kept only when cached across rounds).
-    source: Option<Message>,
     /// The turn the items belong to; `None`: they stand alone in the array.
     turn: Option<&'static str>,
     range: Range<usize>,
@@ -30,37 +28,31 @@ struct Entry {
 /// The encoded messages of a run, for one provider.
 #[derive(Debug, Default)]
 struct Encoded {
+    /// The history the entries were encoded from, one entry per message.
+    mark: Option<HistoryMark>,
     entries: Vec<Entry>,
     buffer: Vec<u8>,
 }
 
 impl Encoded {
     /// Keep the entries of the messages that did not change, encode the others.
-    fn refresh<W: Wire>(
-        &mut self,
-        wire: &W,
-        messages: &[Message],
-        keep: bool,
-    ) -> Result<(), Error> {
-        let same = self
-            .entries
-            .iter()
-            .zip(messages)
-            .take_while(|(entry, message)| entry.source.as_ref() == Some(*message))
-            .count();
+    fn refresh<W: Wire>(&mut self, wire: &W, messages: &History) -> Result<(), Error> {
+        let same = self.mark.map_or(0, |mark| messages.kept(&mark));
         if same < self.entries.len() {
             self.buffer.truncate(self.entries[same].range.start);
             self.entries.truncate(same);
         }
+        // Until the encoding is done, the entries stand for no history.
+        self.mark = None;
         for message in &messages[same..] {
             let start = self.buffer.len();
             let turn = wire.encode_message(message, &mut self.buffer)?;
             self.entries.push(Entry {
-                source: keep.then(|| message.clone()),
                 turn,
                 range: start..self.buffer.len(),
             });
         }
+        self.mark = Some(messages.mark());
         Ok(())
     }
 
@@ -145,11 +137,11 @@ pub(crate) fn body<W: Wire>(
     let frame = wire.frame(req, stream)?;
     if !across_rounds {
         let mut encoded = Encoded::default();
-        encoded.refresh(wire, &req.messages, false)?;
+        encoded.refresh(wire, &req.messages)?;
         return Ok(encoded.assemble::<W>(&frame));
     }
     let cache = Cache::<W>::of(&req.ctx);
     let mut encoded = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
-    encoded.refresh(wire, &req.messages, true)?;
+    encoded.refresh(wire, &req.messages)?;
     Ok(encoded.assemble::<W>(&frame))
 }

@@ -4,7 +4,8 @@
 //! Histories break in ordinary ways: a run is interrupted or crashes while a tool runs, a
 //! checkpoint is saved between a call and its result, a host edits a stored session, two runs
 //! reuse a call id. Providers reject such a history with an HTTP 400 ("tool_use ids were found
-//! without tool_result blocks immediately after"). [`PatchDanglingLayer`] repairs it:
+//! without tool_result blocks immediately after"). [`PatchDanglingLayer`] repairs it with
+//! the one repair of a history, core's [`History::repair`]:
 //!
 //! - a call without a result gets a synthetic error result saying it did not complete and may
 //!   have been cancelled or interrupted ([`UNANSWERED`]); a call whose arguments are not JSON
@@ -22,7 +23,8 @@
 //!
 //! Deterministic and idempotent: a valid history comes out as it went in (the same `Arc`, no
 //! copy), repairing twice equals repairing once, and synthetic results carry no clock or
-//! random id.
+//! random id. The agent repairs its input with the same function; this layer adds the
+//! options, the warnings, and the check at the model boundary.
 //!
 //! # Where it acts
 //!
@@ -34,10 +36,10 @@
 //!   (pending interrupts): the agent decides about them from the run's input (resume runs
 //!   them, new input answers them).
 //! - **model** (`before_model`, innermost): the guarantee at the model boundary. It checks only
-//!   the messages added since the previous round of the run (it remembers how far the history
-//!   was valid in the run's context), so a 1,000-message history is not rescanned every
-//!   round; a history that no longer starts the same way (summarized, trimmed) is checked
-//!   whole. A repair here shapes the request only: the session is patched at the agent.
+//!   the messages added since the previous round of the run (it keeps a [`HistoryMark`] of
+//!   how far the history was valid in the run's context), so a 1,000-message history is not
+//!   rescanned every round; a history that no longer starts the same way (summarized,
+//!   trimmed) is checked whole. A repair here shapes the request only: the session is patched at the agent.
 //!
 //! Each repair emits an [`Event::Warning`] (source `"patch_dangling"`) and a `tracing`
 //! warning with what changed.
@@ -73,8 +75,7 @@
 //!
 //! [`Event::Warning`]: tower_agent_core::Event::Warning
 
-mod repair;
-
+use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -84,14 +85,21 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentRequest, ContentPart, Error, Event, History, Message, ModelRequest, Role, RunContext,
-    Session,
+    AgentRequest, Error, Event, History, HistoryMark, Message, ModelRequest, Repair, Role,
+    RunContext, Session, ToolCall, ToolResult,
 };
 use tower_layer::Layer;
 use tower_service::Service;
 
-use repair::{CallIds, Scope, scan};
-pub use repair::{MALFORMED, PatchReport, UNANSWERED, Unanswered};
+pub use tower_agent_core::{RepairReport, Unanswered};
+
+/// The content of the synthetic result of a call that never got one
+/// ([`ToolResult::UNANSWERED`]).
+pub const UNANSWERED: &str = ToolResult::UNANSWERED;
+
+/// The start of the content of the synthetic result of a call whose arguments are not valid
+/// JSON ([`ToolResult::MALFORMED`]); the parser's message follows.
+pub const MALFORMED: &str = ToolResult::MALFORMED;
 
 /// Applies [`PatchDangling`]; see the [module docs](self).
 #[derive(Debug, Clone, Copy, Default)]
@@ -175,39 +183,25 @@ where
     }
 
     fn call(&mut self, mut req: AgentRequest) -> Self::Future {
-        let pending: Vec<&str> = req
-            .session
-            .interrupts
-            .iter()
-            .map(|i| i.call.id.as_str())
-            .collect();
-        let scope = Scope {
-            unanswered: self.unanswered,
-            keep_frontier: true,
-            pending: &pending,
-        };
-        let history = &mut req.session.history;
+        let interrupts = &req.session.interrupts;
+        let wait = |call: &ToolCall| interrupts.iter().any(|i| i.call.id == call.id);
+        let how = Repair::new()
+            .unanswered(self.unanswered)
+            .keep_frontier()
+            .wait(&wait);
+        let history = &req.session.history;
         let frontier = frontier(history);
-        let mut ids = CallIds::default();
-        let valid = scan(
-            &history[..frontier],
-            0,
-            &mut ids,
-            Scope {
-                keep_frontier: false,
-                ..scope
-            },
-        ) && scan(&history[frontier..], 0, &mut ids.clone(), scope);
+        let mut ids = HashSet::new();
+        let before = Repair::new().unanswered(self.unanswered);
+        let valid = before.check(&history[..frontier], 0, &mut ids)
+            && how.check(&history[frontier..], 0, &mut ids.clone());
         let report = if valid {
             // The first model call of the run checks only what follows the valid prefix.
-            Mark::remember(&req.ctx, history, frontier, ids);
-            PatchReport::default()
+            Checked::remember(&req.ctx, history.mark().up_to(frontier), ids);
+            RepairReport::default()
         } else {
-            let (messages, report) = repair::rebuild(history, scope);
-            *history = History::from(messages);
-            report
+            req.session.history.repair(&how)
         };
-        drop(pending);
         // If an observer fails on the warning, the run does not start: its error carries the
         // (repaired) session, as every error of a run does.
         let session = (!report.is_empty()).then(|| req.session.clone());
@@ -230,32 +224,26 @@ where
     }
 
     fn call(&mut self, mut req: ModelRequest) -> Self::Future {
-        let scope = Scope {
-            unanswered: self.unanswered,
-            keep_frontier: false,
-            pending: &[],
-        };
-        let mark = Mark::of(&req.ctx);
-        let mut state = mark.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let how = Repair::new().unanswered(self.unanswered);
+        let checked = Checked::of(&req.ctx);
+        let mut state = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
         let history = &req.messages;
-        let from = if state.still_starts(history) {
-            state.len
-        } else {
-            state.ids.clear();
-            0
+        let from = match state.mark {
+            Some(mark) if history.since(&mark).is_some() => mark.len(),
+            _ => {
+                state.ids.clear();
+                0
+            }
         };
-        let report = if scan(history, from, &mut state.ids, scope) {
-            state.len = history.len();
-            state.last = history.last().map_or(0, fingerprint);
-            PatchReport::default()
+        let report = if how.check(history, from, &mut state.ids) {
+            state.mark = Some(history.mark());
+            RepairReport::default()
         } else {
             // Defects since the last round, or a history rewritten with defects: repair the
             // whole request, and check it whole next round.
-            let (messages, report) = repair::rebuild(history, scope);
-            req.messages = History::from(messages);
-            state.len = 0;
+            state.mark = None;
             state.ids.clear();
-            report
+            req.messages.repair(&how)
         };
         drop(state);
         ResponseFuture::new(
@@ -282,15 +270,8 @@ where
 /// assert_eq!((report.orphans, report.answered, report.removed_messages), (1, 1, 1));
 /// assert!(history.validate().is_ok());
 /// ```
-pub fn repair_history(history: &mut History, unanswered: Unanswered) -> PatchReport {
-    repair::repair(
-        history,
-        Scope {
-            unanswered,
-            keep_frontier: false,
-            pending: &[],
-        },
-    )
+pub fn repair_history(history: &mut History, unanswered: Unanswered) -> RepairReport {
+    history.repair(&Repair::new().unanswered(unanswered))
 }
 
 /// Where the live frontier starts: the last assistant message when only tool messages follow
@@ -309,78 +290,42 @@ fn frontier(history: &[Message]) -> usize {
 /// How far the history of a run was found valid (with nothing open at that point), and the
 /// call ids up to there: kept in the run's context between model calls.
 #[derive(Clone, Default)]
-struct Mark(Arc<Mutex<MarkState>>);
+struct Checked(Arc<Mutex<CheckedState>>);
 
 #[derive(Default)]
-struct MarkState {
-    len: usize,
-    /// The fingerprint of message `len - 1`.
-    last: u64,
-    ids: CallIds,
+struct CheckedState {
+    mark: Option<HistoryMark>,
+    ids: HashSet<String>,
 }
 
-impl MarkState {
-    /// Whether `history` still starts with the part found valid: as long, and the same last
-    /// message there. (A history rewritten to the same length around the same message is not
-    /// seen: put rewriting layers outside this one, see the module docs.)
-    fn still_starts(&self, history: &[Message]) -> bool {
-        self.len > 0
-            && history.len() >= self.len
-            && fingerprint(&history[self.len - 1]) == self.last
-    }
-}
-
-impl Mark {
-    fn of(ctx: &RunContext) -> Mark {
-        ctx.extension::<Mark>().unwrap_or_else(|| {
-            let mark = Mark::default();
-            ctx.insert_extension(mark.clone());
-            mark
+impl Checked {
+    fn of(ctx: &RunContext) -> Checked {
+        ctx.extension::<Checked>().unwrap_or_else(|| {
+            let checked = Checked::default();
+            ctx.insert_extension(checked.clone());
+            checked
         })
     }
 
-    fn remember(ctx: &RunContext, history: &[Message], len: usize, ids: CallIds) {
-        let mark = Mark::of(ctx);
-        let mut state = mark.0.lock().unwrap_or_else(PoisonError::into_inner);
-        state.len = len;
-        state.last = len.checked_sub(1).map_or(0, |i| fingerprint(&history[i]));
+    fn remember(ctx: &RunContext, mark: HistoryMark, ids: HashSet<String>) {
+        let checked = Checked::of(ctx);
+        let mut state = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
+        state.mark = Some(mark);
         state.ids = ids;
     }
 }
 
-impl fmt::Debug for Mark {
+impl fmt::Debug for Checked {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Mark")
+        f.write_str("Checked")
     }
-}
-
-/// A cheap fingerprint of a message's shape: its role, and per part its kind with the call id,
-/// or the text's length.
-fn fingerprint(message: &Message) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mix = |hash: u64, value: u64| (hash.rotate_left(5) ^ value).wrapping_mul(K);
-    let mut hash = mix(0, message.role as u64 + 1);
-    for part in &message.content {
-        hash = match part {
-            ContentPart::Text { text } => mix(mix(hash, 1), text.len() as u64),
-            ContentPart::Reasoning { text, .. } => mix(mix(hash, 2), text.len() as u64),
-            ContentPart::ToolCall(call) => ids_mix(mix(hash, 3), &call.id, mix),
-            ContentPart::ToolResult(result) => ids_mix(mix(hash, 4), &result.call_id, mix),
-        };
-    }
-    hash
-}
-
-fn ids_mix(hash: u64, id: &str, mix: impl Fn(u64, u64) -> u64) -> u64 {
-    id.bytes()
-        .fold(mix(hash, id.len() as u64), |h, b| mix(h, u64::from(b)))
 }
 
 /// The warning for a repair, to emit before the inner call; `None` when nothing changed.
 fn warn(
     ctx: &RunContext,
     what: &str,
-    report: PatchReport,
+    report: RepairReport,
     session: Option<Session>,
 ) -> Option<BoxFuture<'static, Result<(), Error>>> {
     if report.is_empty() {

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tower_agent_core::{
-    ContentPart, ExtensionKey, History, Message, ModelRequest, Role, RunContext, ToolSpec, Usage,
+    ContentPart, ExtensionKey, History, HistoryMark, Message, ModelRequest, Role, RunContext,
+    ToolSpec, Usage,
 };
 
 use crate::text::clip_chars;
@@ -311,31 +312,6 @@ fn truncate_strings(value: &mut Value, max: usize) -> bool {
     }
 }
 
-/// The shape of a message, to recognize the message a count ended at without comparing it
-/// whole.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Mark {
-    role: Role,
-    parts: usize,
-    last_len: usize,
-}
-
-impl Mark {
-    fn of(message: &Message) -> Self {
-        let last_len = message.content.last().map_or(0, |part| match part {
-            ContentPart::Text { text } => text.len(),
-            ContentPart::Reasoning { text, .. } => text.len(),
-            ContentPart::ToolCall(call) => call.id.len() + call.arguments.len(),
-            ContentPart::ToolResult(result) => result.call_id.len() + result.content.len(),
-        });
-        Self {
-            role: message.role,
-            parts: message.content.len(),
-            last_len,
-        }
-    }
-}
-
 /// Where one summarization layer keeps its counts in a run's extensions: two layers keep two.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Slots {
@@ -344,15 +320,13 @@ pub(crate) struct Slots {
 }
 
 /// The running count of a run's history, kept in its context so that each round counts only
-/// the messages it added.
+/// the messages it added ([`History::since`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Tally {
     /// The messages counted.
-    len: usize,
+    mark: HistoryMark,
     /// Their tokens.
     tokens: usize,
-    /// The last message counted.
-    mark: Option<Mark>,
     /// The tool list counted (held, so that the same list is recognized) and its tokens.
     tools: Option<CountedTools>,
 }
@@ -364,24 +338,21 @@ impl Tally {
     /// The estimated tokens of `req` (system prompt, tool specs, messages), counting only the
     /// messages added since the last count of this run when the history still starts the same.
     pub(crate) fn count(slots: &Slots, req: &ModelRequest, counter: &dyn TokenCounter) -> usize {
-        let messages = req.messages.as_slice();
-        let previous = req
-            .ctx
-            .extension_at(&slots.tally)
-            .filter(|tally| tally.still_holds(messages));
-        let (start, mut tokens) = previous
-            .as_ref()
-            .map_or((0, 0), |tally| (tally.len, tally.tokens));
-        tokens += messages[start..]
-            .iter()
-            .map(|message| counter.count_message(message))
-            .sum::<usize>();
+        let previous = req.ctx.extension_at(&slots.tally);
+        let (new, mut tokens) = match &previous {
+            Some(tally) => match req.messages.since(&tally.mark) {
+                Some(new) => (new, tally.tokens),
+                None => (req.messages.as_slice(), 0),
+            },
+            None => (req.messages.as_slice(), 0),
+        };
+        tokens += new.iter().map(|m| counter.count_message(m)).sum::<usize>();
         let tools = match previous.and_then(|tally| tally.tools) {
             Some((list, tools)) if Arc::ptr_eq(&list, &req.tools) => tools,
             _ => tool_tokens(&req.tools, counter),
         };
         let counted = Some((Arc::clone(&req.tools), tools));
-        Self::store(&req.ctx, slots, messages, tokens, counted);
+        Self::store(&req.ctx, slots, &req.messages, tokens, counted);
         tokens + tools + req.system.as_deref().map_or(0, |s| counter.count_text(s))
     }
 
@@ -389,14 +360,13 @@ impl Tally {
     pub(crate) fn store(
         ctx: &RunContext,
         slots: &Slots,
-        messages: &[Message],
+        messages: &History,
         tokens: usize,
         tools: Option<CountedTools>,
     ) {
         let tally = Tally {
-            len: messages.len(),
+            mark: messages.mark(),
             tokens,
-            mark: messages.last().map(Mark::of),
             tools,
         };
         ctx.insert_extension_at(&slots.tally, tally);
@@ -405,15 +375,6 @@ impl Tally {
     /// The tool count of the last count, to keep it when the messages change.
     pub(crate) fn tools(ctx: &RunContext, slots: &Slots) -> Option<CountedTools> {
         ctx.extension_at(&slots.tally).and_then(|tally| tally.tools)
-    }
-
-    fn still_holds(&self, messages: &[Message]) -> bool {
-        match self.len.checked_sub(1) {
-            None => true,
-            Some(last) => messages
-                .get(last)
-                .is_some_and(|message| Some(Mark::of(message)) == self.mark),
-        }
     }
 }
 
@@ -445,9 +406,7 @@ pub(crate) fn count_request(
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reported {
     /// The messages the request held.
-    len: usize,
-    /// The last of them.
-    mark: Option<Mark>,
+    mark: HistoryMark,
     /// `input_tokens + output_tokens`.
     tokens: usize,
 }
@@ -455,14 +414,13 @@ pub(crate) struct Reported {
 impl Reported {
     /// Remember what the provider counted for a request of `sent` (nothing when it reported
     /// no input tokens).
-    pub(crate) fn store(ctx: &RunContext, slots: &Slots, sent: &[Message], usage: Usage) {
+    pub(crate) fn store(ctx: &RunContext, slots: &Slots, sent: &History, usage: Usage) {
         if usage.input_tokens == 0 {
             return;
         }
         let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
         let reported = Reported {
-            len: sent.len(),
-            mark: sent.last().map(Mark::of),
+            mark: sent.mark(),
             tokens: usize::try_from(tokens).unwrap_or(usize::MAX),
         };
         ctx.insert_extension_at(&slots.reported, reported);
@@ -474,22 +432,15 @@ impl Reported {
     pub(crate) fn count(
         ctx: &RunContext,
         slots: &Slots,
-        messages: &[Message],
+        messages: &History,
         counter: &dyn TokenCounter,
     ) -> Option<usize> {
         let reported = ctx.extension_at(&slots.reported)?;
-        let answer = messages.get(reported.len)?;
-        let prefix_holds = match reported.len.checked_sub(1) {
-            None => true,
-            Some(last) => Some(Mark::of(&messages[last])) == reported.mark,
-        };
-        if !prefix_holds || answer.role != Role::Assistant {
+        let (answer, since) = messages.since(&reported.mark)?.split_first()?;
+        if answer.role != Role::Assistant {
             return None;
         }
-        let since: usize = messages[reported.len + 1..]
-            .iter()
-            .map(|m| counter.count_message(m))
-            .sum();
+        let since: usize = since.iter().map(|m| counter.count_message(m)).sum();
         Some(reported.tokens + since)
     }
 }
@@ -577,24 +528,53 @@ mod tests {
     fn the_tally_counts_only_new_messages_and_notices_rewrites() {
         let counter = CharEstimate;
         let ctx = RunContext::new();
-        let mut messages = vec![Message::user("a".repeat(40))];
-        let mut req = ModelRequest::new(messages.clone());
+        let mut req = ModelRequest::new(vec![Message::user("a".repeat(40))]);
         req.ctx = ctx.clone();
         let slots = Slots::default();
         let first = Tally::count(&slots, &req, &counter);
         assert_eq!(first, 10 + crate::tokens::MESSAGE_OVERHEAD);
-        messages.push(Message::assistant("b".repeat(8)));
-        req.messages = messages.clone().into();
+        // The next round's history: the same one, grown.
+        let mut history = req.messages.clone();
+        history.push(Message::assistant("b".repeat(8)));
+        req.messages = history;
+        let counted = Counted::default();
         assert_eq!(
-            Tally::count(&slots, &req, &counter),
+            Tally::count(&slots, &req, &counted),
             first + 2 + crate::tokens::MESSAGE_OVERHEAD
         );
-        // Rewritten: counted whole again.
-        req.messages = vec![Message::user("c".repeat(4))].into();
         assert_eq!(
-            Tally::count(&slots, &req, &counter),
-            1 + crate::tokens::MESSAGE_OVERHEAD
+            counted.messages.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "only the new message is counted"
         );
+        // Rewritten: counted whole again.
+        req.messages = vec![Message::user("c".repeat(4)), Message::user("d")].into();
+        assert_eq!(
+            Tally::count(&slots, &req, &counted),
+            2 + 2 * crate::tokens::MESSAGE_OVERHEAD
+        );
+        assert_eq!(
+            counted.messages.load(std::sync::atomic::Ordering::Relaxed),
+            3
+        );
+    }
+
+    /// The character estimate, counting the messages it is asked about.
+    #[derive(Default)]
+    struct Counted {
+        messages: std::sync::atomic::AtomicUsize,
+    }
+
+    impl TokenCounter for Counted {
+        fn count_text(&self, text: &str) -> usize {
+            CharEstimate.count_text(text)
+        }
+
+        fn count_message(&self, message: &Message) -> usize {
+            self.messages
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            CharEstimate.count_message(message)
+        }
     }
 
     #[test]

@@ -1,18 +1,17 @@
 //! The start of a run: repair what a crashed run left, and apply the input (new messages,
 //! continue, resume).
 //!
-//! One repair serves every input: each synthetic result is placed right after its own call,
-//! never after a later message ([`History::answer_unanswered`]). The last assistant message is
+//! One repair serves every input, core's [`History::repair`]: each synthetic result is placed
+//! right after its own call, never after a later message. The last assistant message is
 //! repaired first (a session the agent left can need nothing else); the one pass over the
-//! history that collects the call ids also finds calls without results further up (a history
-//! built or edited by the host, or input messages), and only then is the whole history
-//! repaired.
+//! history that collects the call ids also checks the rest (a history built or edited by the
+//! host, or input messages), and only when that check fails is the whole history repaired.
 //!
-//! [`History::answer_unanswered`]: tower_agent_core::History::answer_unanswered
+//! [`History::repair`]: tower_agent_core::History::repair
 
 use tower_agent_core::{
-    AgentInput, BoxError, DescribeTools, Error, ModelRequest, ModelResponse, Outcome, Role,
-    StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult,
+    AgentInput, BoxError, DescribeTools, Error, Message, ModelRequest, ModelResponse, Outcome,
+    Repair, Role, StopReason, ToolCall, ToolRequest, ToolResponse,
 };
 use tower_service::Service;
 
@@ -116,28 +115,28 @@ where
     }
 
     /// Collect every call id of the session (the input included), so that new calls get unique
-    /// ones, and in the same pass look for calls without a result; if there is any, repair the
-    /// whole history. `to_the_end`: calls at the very end count too (no call waits).
+    /// ones, and in the same pass check that the history needs no repair; if it does, repair
+    /// it ([`History::repair`]). `to_the_end`: calls at the very end count too (no call
+    /// waits).
     fn index_and_repair(&mut self, to_the_end: bool) {
         self.call_ids.clear();
-        let mut unanswered = false;
-        for block in self.session.history.call_blocks() {
-            let checked = to_the_end || !block.at_end;
-            for call in block.message.tool_calls() {
-                self.call_ids.insert(call.id.clone());
-                unanswered |= checked && !block.answers(call);
-            }
+        let pending = &self.session.interrupts;
+        let wait = |call: &ToolCall| pending.iter().any(|i| i.call.id == call.id);
+        let how = match to_the_end {
+            true => Repair::new(),
+            false => Repair::new().keep_frontier().wait(&wait),
+        };
+        if how.check(&self.session.history, 0, &mut self.call_ids) {
+            return;
         }
-        if unanswered {
-            let pending = &self.session.interrupts;
-            let answered = self.session.history.answer_unanswered(
-                |call| pending.iter().any(|i| i.call.id == call.id),
-                |call| ToolResult::error(call, ToolResult::UNANSWERED),
-            );
-            tracing::warn!(
-                answered,
-                "answered calls without results inside the history"
-            );
-        }
+        let report = self.session.history.repair(&how);
+        tracing::warn!(%report, "repaired the history of the run's input");
+        self.call_ids = self
+            .session
+            .history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .map(|call| call.id.clone())
+            .collect();
     }
 }

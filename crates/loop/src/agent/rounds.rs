@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
-    History, Message, ModelRequest, ModelResponse, Outcome, Progress, Role, RunContext, Session,
-    StopReason, ToolRequest, ToolResponse, ToolResult, Usage,
+    History, Message, ModelRequest, ModelResponse, Outcome, Progress, Repair, Role, RunContext,
+    Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -58,8 +58,13 @@ enum Answer {
 /// Write the arguments calls ran with into the calls of the history (newest first: the calls
 /// of the round just run).
 fn record_arguments(history: &mut History, mut rewrites: Vec<(String, String)>) {
-    let messages = history.make_mut();
-    for message in messages.iter_mut().rev() {
+    // The calls of one round stand in one message: only that one and the ones after it change.
+    let rewritten = |m: &Message| {
+        m.tool_calls()
+            .any(|c| rewrites.iter().any(|(id, _)| *id == c.id))
+    };
+    let last_calls = history.iter().rposition(rewritten).unwrap_or(0);
+    for message in history.tail_mut(last_calls).iter_mut().rev() {
         if rewrites.is_empty() {
             break;
         }
@@ -261,7 +266,7 @@ where
             error,
         } = out;
         self.usage += usage;
-        self.session.history.make_mut().extend(results);
+        self.session.history.extend(results);
         // Calls that would wait for a decision cannot wait when the run ends otherwise.
         let closing = if error.is_some() {
             Some(RUN_FAILED.to_owned())
@@ -351,10 +356,10 @@ where
             Err(error) => {
                 // Whatever failed, leave a history the model can be called with again.
                 let pending = &self.session.interrupts;
-                self.session.history.answer_unanswered(
-                    |call| pending.iter().any(|i| i.call.id == call.id),
-                    |call| ToolResult::error(call, RUN_FAILED),
-                );
+                let wait = |call: &ToolCall| pending.iter().any(|i| i.call.id == call.id);
+                let answer = |call: &ToolCall| ToolResult::error(call, RUN_FAILED);
+                let how = Repair::new().wait(&wait).answer(&answer);
+                self.session.history.repair(&how);
                 error
             }
         };

@@ -1,12 +1,18 @@
-//! The conversation history: shared copy-on-write, and checked for tool-call validity.
+//! The conversation history: shared copy-on-write, checked and repaired for tool-call
+//! validity, and able to say what changed since a mark.
+
+mod repair;
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::message::{Message, Role, ToolCall, ToolResult};
+use crate::message::{Message, Role, ToolCall};
+
+pub use repair::{Repair, RepairReport, Unanswered};
 
 /// The messages of a session, shared copy-on-write.
 ///
@@ -27,8 +33,103 @@ use crate::message::{Message, Role, ToolCall, ToolResult};
 /// assert_eq!(shared.len(), 1);
 /// assert_eq!(history.len(), 2);
 /// ```
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct History(Arc<Vec<Message>>);
+///
+/// # What changed since a mark
+///
+/// A layer or a provider that keeps work per message across the rounds of a run (a token
+/// count, a validity check, encoded bytes) takes a [`HistoryMark`] and asks the next round's
+/// history how much of the marked one it still starts with ([`History::kept`],
+/// [`History::since`]): only the rest is new. The answer comes from how the history was
+/// edited, not from comparing messages: appending keeps everything, an edit through
+/// [`History::tail_mut`] keeps what stands before it, any other edit (and a history built
+/// anew) keeps nothing. It is never too high; it may be low (then the caller redoes work it
+/// did not need to).
+///
+/// ```
+/// use tower_agent_core::{History, Message};
+///
+/// let mut history = History::from(vec![Message::user("hi")]);
+/// let mark = history.mark();
+/// let request = history.clone(); // the model request of this round holds a clone
+/// history.push(Message::assistant("hello")); // copies, and still starts like the mark
+/// assert_eq!(history.since(&mark).map(<[Message]>::len), Some(1));
+/// assert_eq!(request.kept(&history.mark()), 1, "the request is a prefix of the new history");
+///
+/// history.tail_mut(0)[0] = Message::user("hello?"); // an edit of the first message
+/// assert!(history.since(&mark).is_none());
+/// ```
+#[derive(Clone)]
+pub struct History(Arc<Inner>);
+
+#[derive(Clone)]
+struct Inner {
+    messages: Vec<Message>,
+    lineage: Lineage,
+}
+
+/// Which histories share a start: every `History` with the same `id` holds the very same
+/// messages (one `Arc`, or a copy made when another clone was alive, which gets a new `id`);
+/// `parent` says which history this one was copied or edited from, and how many of its first
+/// messages were kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Lineage {
+    id: u64,
+    parent: Option<(u64, usize)>,
+}
+
+impl Lineage {
+    fn new(parent: Option<(u64, usize)>) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Lineage {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            parent,
+        }
+    }
+}
+
+impl Inner {
+    fn new(messages: Vec<Message>) -> Self {
+        Inner {
+            messages,
+            lineage: Lineage::new(None),
+        }
+    }
+}
+
+/// Where a history stood when [`History::mark`] was called: enough to tell later how much of
+/// it another history still starts with. Small and `Copy`; it holds no message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryMark {
+    lineage: Lineage,
+    len: usize,
+}
+
+impl HistoryMark {
+    /// How many messages the marked history held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the marked history was empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The mark of the marked history's first `len` messages (all of them when it held
+    /// fewer): for work done on a part of a history.
+    pub fn up_to(self, len: usize) -> HistoryMark {
+        HistoryMark {
+            len: len.min(self.len),
+            ..self
+        }
+    }
+}
+
+impl Default for History {
+    fn default() -> Self {
+        Self::from(Vec::new())
+    }
+}
 
 impl History {
     /// An empty history.
@@ -38,32 +139,96 @@ impl History {
 
     /// Append a message (copies first only if another clone is alive).
     pub fn push(&mut self, message: Message) {
-        Arc::make_mut(&mut self.0).push(message);
+        let len = self.len();
+        self.edit(len).push(message);
     }
 
     /// Append messages.
     pub fn extend(&mut self, messages: impl IntoIterator<Item = Message>) {
-        Arc::make_mut(&mut self.0).extend(messages);
+        let len = self.len();
+        self.edit(len).extend(messages);
     }
 
-    /// Mutable access to the messages (copies first only if another clone is alive).
+    /// Mutable access to the messages (copies first only if another clone is alive). A mark
+    /// taken before keeps nothing of this history afterwards; to edit only the last messages,
+    /// use [`History::tail_mut`].
     pub fn make_mut(&mut self) -> &mut Vec<Message> {
-        Arc::make_mut(&mut self.0)
+        self.edit(0)
+    }
+
+    /// Mutable access to the messages from `start` on (all of them when `start` is past the
+    /// end, none): the ones before are known unchanged to a mark taken before.
+    pub fn tail_mut(&mut self, start: usize) -> &mut [Message] {
+        let start = start.min(self.len());
+        &mut self.edit(start)[start..]
+    }
+
+    /// The messages, for an edit that keeps the first `kept`: in place when nothing else
+    /// holds them and nothing is kept back, else under a new lineage that records `kept`.
+    fn edit(&mut self, kept: usize) -> &mut Vec<Message> {
+        let len = self.0.messages.len();
+        let in_place = kept >= len && Arc::get_mut(&mut self.0).is_some();
+        let parent = self.0.lineage;
+        let inner = Arc::make_mut(&mut self.0);
+        if !in_place {
+            inner.lineage = Lineage::new(Some((parent.id, kept.min(len))));
+        }
+        &mut inner.messages
+    }
+
+    /// Replace the messages with `messages`, which start with the first `kept` of them.
+    fn replace(&mut self, messages: Vec<Message>, kept: usize) {
+        let parent = self.0.lineage;
+        self.0 = Arc::new(Inner {
+            messages,
+            lineage: Lineage::new(Some((parent.id, kept))),
+        });
     }
 
     /// The messages.
     pub fn as_slice(&self) -> &[Message] {
-        &self.0
+        &self.0.messages
     }
 
     /// The messages as an owned vector (no copy if this is the only clone).
     pub fn into_vec(self) -> Vec<Message> {
-        Arc::unwrap_or_clone(self.0)
+        Arc::unwrap_or_clone(self.0).messages
     }
 
     /// Whether `self` and `other` share the same storage (no copy happened between them).
     pub fn ptr_eq(&self, other: &History) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Where this history stands now; see [what changed since a mark](History#what-changed-since-a-mark).
+    pub fn mark(&self) -> HistoryMark {
+        HistoryMark {
+            lineage: self.0.lineage,
+            len: self.len(),
+        }
+    }
+
+    /// How many of the marked history's first messages this history starts with, as far as
+    /// its edits tell (never more than either holds; 0 when they share nothing known).
+    pub fn kept(&self, mark: &HistoryMark) -> usize {
+        let (this, that) = (self.0.lineage, mark.lineage);
+        let shared = if this.id == that.id {
+            usize::MAX
+        } else {
+            match (this.parent, that.parent) {
+                (Some((parent, kept)), _) if parent == that.id => kept,
+                (_, Some((parent, kept))) if parent == this.id => kept,
+                (Some((a, kept_a)), Some((b, kept_b))) if a == b => kept_a.min(kept_b),
+                _ => 0,
+            }
+        };
+        shared.min(mark.len).min(self.len())
+    }
+
+    /// The messages added since `mark`, when this history still starts with all of the
+    /// marked one; `None` when it was edited before the mark's end (or shares nothing known).
+    pub fn since(&self, mark: &HistoryMark) -> Option<&[Message]> {
+        (self.kept(mark) == mark.len).then(|| &self[mark.len..])
     }
 
     /// The calls of the last assistant message that wait for a result: the history ends with
@@ -80,7 +245,7 @@ impl History {
     }
 
     /// Every assistant message that asks for tool calls, with the tool messages right after
-    /// it, in order: what the repair, the loop and validity checks walk.
+    /// it, in order: what the loop and validity checks walk.
     ///
     /// ```
     /// use serde_json::json;
@@ -101,18 +266,15 @@ impl History {
         call_blocks(self, 0)
     }
 
-    /// Give every tool call that has no result a synthetic one made by `answer`, inserted
-    /// right after its assistant message's tool messages (never after a later message), and
-    /// keep those tool messages in call order. Calls of the history's last message for which
-    /// `wait` returns true are left open (they wait for a decision). Returns how many calls
-    /// were answered; copies nothing when none was.
-    ///
-    /// This is the one repair of unanswered calls: the agent uses it for every input, and
-    /// layers use it to patch a history before a model sees it.
+    /// Repair the history as `how` says: every call answered exactly once (or dropped), right
+    /// after its assistant message and in call order, no orphan result, no call id empty or
+    /// used twice. Copies nothing when there is nothing to repair. This is the one repair of
+    /// a history: the agent repairs every run's input with it, and the patch layer every
+    /// session and model request; see [`Repair`].
     ///
     /// ```
     /// use serde_json::json;
-    /// use tower_agent_core::{History, Message, ToolCall, ToolResult};
+    /// use tower_agent_core::{History, Message, Repair, ToolCall, ToolResult};
     ///
     /// let call = ToolCall::new("c1", "search", json!({}));
     /// let mut history = History::from(vec![
@@ -120,65 +282,30 @@ impl History {
     ///     Message::assistant_with_calls("", [call]),
     ///     Message::user("never mind"),
     /// ]);
-    /// let answered = history.answer_unanswered(|_| false, |c| ToolResult::cancelled(c));
-    /// assert_eq!(answered, 1);
-    /// assert!(history[2].tool_results().next().is_some(), "placed right after its call");
+    /// let report = history.repair(&Repair::new());
+    /// assert_eq!(report.answered, 1);
+    /// let result = history[2].tool_results().next().expect("placed right after its call");
+    /// assert_eq!(result.content, ToolResult::UNANSWERED);
     /// assert_eq!(history[3].text(), "never mind");
     /// assert!(history.validate().is_ok());
     /// ```
-    pub fn answer_unanswered(
-        &mut self,
-        wait: impl FnMut(&ToolCall) -> bool,
-        answer: impl FnMut(&ToolCall) -> ToolResult,
-    ) -> usize {
-        self.answer_unanswered_from(0, wait, answer)
-    }
-
-    /// [`History::answer_unanswered`] for the last assistant message only: a cost in the
-    /// messages after it, not in the whole history. That is all a session the agent left can
-    /// need (the agent repairs every run's start, so only the last assistant message can hold
-    /// calls without results); a history from elsewhere may need the whole scan.
-    pub fn answer_last_unanswered(
-        &mut self,
-        wait: impl FnMut(&ToolCall) -> bool,
-        answer: impl FnMut(&ToolCall) -> ToolResult,
-    ) -> usize {
-        let start = self
-            .iter()
-            .rposition(|m| m.role == Role::Assistant)
-            .unwrap_or(self.len());
-        self.answer_unanswered_from(start, wait, answer)
-    }
-
-    fn answer_unanswered_from(
-        &mut self,
-        start: usize,
-        mut wait: impl FnMut(&ToolCall) -> bool,
-        mut answer: impl FnMut(&ToolCall) -> ToolResult,
-    ) -> usize {
-        // (assistant index, end of its tool messages, the results to insert there)
-        let mut repairs: Vec<(usize, usize, Vec<Message>)> = Vec::new();
-        for block in call_blocks(self, start) {
-            let missing: Vec<Message> = block
-                .unanswered()
-                .filter(|call| !(block.at_end && wait(call)))
-                .map(|call| Message::tool_result(answer(call)))
-                .collect();
-            if !missing.is_empty() {
-                repairs.push((block.index, block.end(), missing));
-            }
+    pub fn repair(&mut self, how: &Repair<'_>) -> RepairReport {
+        let start = how.start(self);
+        if how.check(self, start, &mut HashSet::new()) {
+            return RepairReport::default();
         }
-        let answered = repairs.iter().map(|(_, _, missing)| missing.len()).sum();
-        if answered == 0 {
-            return 0;
-        }
-        let messages = self.make_mut();
-        for (start, end, missing) in repairs.into_iter().rev() {
-            let added = missing.len();
-            messages.splice(end..end, missing);
-            order_block(messages, start, end + added);
-        }
-        answered
+        let (repaired, report) = how.rebuild(&self[start..]);
+        let kept = start
+            + self[start..]
+                .iter()
+                .zip(&repaired)
+                .take_while(|(a, b)| a == b)
+                .count();
+        let mut messages = Vec::with_capacity(start + repaired.len());
+        messages.extend_from_slice(&self[..start]);
+        messages.extend(repaired);
+        self.replace(messages, kept);
+        report
     }
 
     /// Put the tool messages after the last assistant message in the order of its calls
@@ -195,8 +322,9 @@ impl History {
         if self[start + 1..].is_sorted_by_key(|m| call_position(m, calls)) {
             return;
         }
-        let end = self.len();
-        order_block(self.make_mut(), start, end);
+        let calls = calls.clone();
+        self.tail_mut(start + 1)
+            .sort_by_key(|m| call_position(m, &calls));
     }
 
     /// Check that every tool call is answered exactly once and no result is an orphan.
@@ -205,33 +333,41 @@ impl History {
     ///
     /// The first [`HistoryError`] found.
     pub fn validate(&self) -> Result<(), HistoryError> {
-        validate(&self.0, &[])
+        validate(self, &[])
     }
 }
+
+impl PartialEq for History {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr_eq(other) || self.0.messages == other.0.messages
+    }
+}
+
+impl Eq for History {}
 
 impl Deref for History {
     type Target = [Message];
 
     fn deref(&self) -> &[Message] {
-        &self.0
+        &self.0.messages
     }
 }
 
 impl std::fmt::Debug for History {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.iter()).finish()
+        f.debug_list().entries(self.0.messages.iter()).finish()
     }
 }
 
 impl From<Vec<Message>> for History {
     fn from(messages: Vec<Message>) -> Self {
-        Self(Arc::new(messages))
+        Self(Arc::new(Inner::new(messages)))
     }
 }
 
 impl FromIterator<Message> for History {
     fn from_iter<I: IntoIterator<Item = Message>>(iter: I) -> Self {
-        Self(Arc::new(iter.into_iter().collect()))
+        Self::from(iter.into_iter().collect::<Vec<_>>())
     }
 }
 
@@ -240,13 +376,13 @@ impl<'a> IntoIterator for &'a History {
     type IntoIter = std::slice::Iter<'a, Message>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.0.messages.iter()
     }
 }
 
 impl Serialize for History {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        self.0.messages.serialize(serializer)
     }
 }
 
@@ -285,11 +421,6 @@ impl<'a> CallBlock<'a> {
             .tool_calls()
             .filter(move |call| !self.answers(call))
     }
-
-    /// The index right after the block's tool messages.
-    fn end(&self) -> usize {
-        self.index + 1 + self.results.len()
-    }
 }
 
 /// The call blocks of `messages` from index `start` on.
@@ -318,14 +449,6 @@ fn call_position(message: &Message, calls: &Message) -> usize {
         .next()
         .and_then(|r| calls.tool_calls().position(|c| c.id == r.call_id))
         .unwrap_or(usize::MAX)
-}
-
-/// Sort the tool messages `messages[start + 1..end]` by the position of their call in
-/// `messages[start]` (stable: results answering no call keep their order, last).
-fn order_block(messages: &mut [Message], start: usize, end: usize) {
-    let (head, tail) = messages.split_at_mut(start + 1);
-    let calls = &head[start];
-    tail[..end - start - 1].sort_by_key(|m| call_position(m, calls));
 }
 
 /// Why a history is not valid to send to a model.
@@ -560,7 +683,9 @@ mod tests {
             Message::user("later"),
             Message::assistant_with_calls("", [call("d")]),
         ]);
-        let answered = h.answer_unanswered(|_| false, ToolResult::cancelled);
+        let answered = h
+            .repair(&Repair::new().answer(&ToolResult::cancelled))
+            .answered;
         assert_eq!(answered, 3);
         let shape: Vec<Vec<&str>> = h.iter().map(ids).collect();
         assert_eq!(
@@ -589,7 +714,9 @@ mod tests {
             answer("c"),
         ]);
         // `a` cannot wait: a message follows its results. `b` can.
-        let answered = h.answer_unanswered(|c| c.id == "a" || c.id == "b", ToolResult::cancelled);
+        let wait = |c: &ToolCall| c.id == "a" || c.id == "b";
+        let how = Repair::new().wait(&wait).answer(&ToolResult::cancelled);
+        let answered = h.repair(&how).answered;
         assert_eq!(answered, 1);
         assert_eq!(ids(&h[1]), ["a"]);
         assert_eq!(
@@ -610,13 +737,11 @@ mod tests {
             Message::assistant_with_calls("", [call("b")]),
             Message::user("y"),
         ]);
-        assert_eq!(
-            h.answer_last_unanswered(|_| false, ToolResult::cancelled),
-            1
-        );
+        let last = Repair::new().last_message_only();
+        assert_eq!(h.repair(&last.answer(&ToolResult::cancelled)).answered, 1);
         assert_eq!(ids(&h[3]), ["b"], "b answered right after its message");
         assert!(h.validate().is_err(), "`a` was not looked at");
-        assert_eq!(h.answer_unanswered(|_| false, ToolResult::cancelled), 1);
+        assert_eq!(h.repair(&Repair::new()).answered, 1);
         assert_eq!(h.validate(), Ok(()));
     }
 
@@ -627,7 +752,7 @@ mod tests {
             answer("a"),
         ]);
         let shared = h.clone();
-        assert_eq!(h.answer_unanswered(|_| false, ToolResult::cancelled), 0);
+        assert!(h.repair(&Repair::new()).is_empty());
         h.order_results();
         assert!(h.ptr_eq(&shared), "nothing to repair: no copy");
     }
@@ -659,6 +784,86 @@ mod tests {
         unordered.order_results();
         assert_eq!(ids(&unordered[1]), ["a"]);
         assert_eq!(ids(&unordered[2]), ["b"]);
+    }
+
+    fn texts(n: usize) -> History {
+        (0..n).map(|i| Message::user(i.to_string())).collect()
+    }
+
+    #[test]
+    fn appending_keeps_a_mark_in_place_or_through_a_copy() {
+        let mut h = texts(3);
+        let mark = h.mark();
+        h.push(Message::user("in place"));
+        assert!(h.ptr_eq(&h.clone()));
+        assert_eq!(h.since(&mark).map(<[Message]>::len), Some(1));
+        let request = h.clone();
+        let mark = h.mark();
+        h.extend([Message::user("a"), Message::user("b")]); // copies: `request` is alive
+        assert!(!h.ptr_eq(&request));
+        assert_eq!(h.since(&mark).map(<[Message]>::len), Some(2));
+        assert_eq!(request.kept(&h.mark()), 4, "the older one is a prefix");
+        assert_eq!(request.since(&mark).map(<[Message]>::len), Some(0));
+    }
+
+    #[test]
+    fn diverging_clones_keep_only_what_they_share() {
+        let mut a = texts(2);
+        let mut b = a.clone();
+        a.push(Message::user("a")); // copies: `b` is alive
+        b.push(Message::user("b")); // in place: `b` is alone now
+        assert_eq!(a.kept(&b.mark()), 2);
+        assert_eq!(b.kept(&a.mark()), 2);
+        assert!(a.since(&b.mark()).is_none());
+        let mut c = b.clone();
+        let mut d = b.clone();
+        c.push(Message::user("c"));
+        d.push(Message::user("d"));
+        assert_eq!(
+            c.kept(&d.mark()),
+            3,
+            "siblings share their parent's messages"
+        );
+    }
+
+    #[test]
+    fn edits_keep_what_stands_before_them() {
+        let mut h = texts(5);
+        let mark = h.mark();
+        h.tail_mut(3)[0] = Message::user("edited");
+        assert_eq!(h.kept(&mark), 3);
+        assert!(h.since(&mark).is_none());
+        let mark = h.mark();
+        h.make_mut().push(Message::user("any edit"));
+        assert_eq!(h.kept(&mark), 0, "make_mut may have changed anything");
+        let fresh = History::from(h.to_vec());
+        assert_eq!(fresh.kept(&h.mark()), 0, "built anew: nothing known");
+        let back: History = serde_json::from_str(&serde_json::to_string(&h).unwrap()).unwrap();
+        assert_eq!((back == h, back.kept(&h.mark())), (true, 0));
+        let (mut x, mut y) = (History::new(), History::new());
+        x.push(Message::user("x"));
+        let mark = x.mark();
+        y.push(Message::user("y"));
+        assert_eq!(y.kept(&mark), 0, "two new histories share nothing");
+    }
+
+    #[test]
+    fn a_repair_keeps_the_messages_before_the_first_it_changed() {
+        let mut h = texts(4);
+        h.push(Message::assistant_with_calls("", [call("a")]));
+        h.push(Message::user("moved on"));
+        let mark = h.mark();
+        assert_eq!(h.repair(&Repair::new()).answered, 1);
+        assert_eq!(h.kept(&mark), 5, "the answer goes in after message 4");
+        h.order_results();
+        let mut waiting = History::from(vec![
+            Message::assistant_with_calls("", [call("a"), call("b")]),
+            answer("b"),
+            answer("a"),
+        ]);
+        let mark = waiting.mark();
+        waiting.order_results();
+        assert_eq!(waiting.kept(&mark), 1);
     }
 
     #[test]
