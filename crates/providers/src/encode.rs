@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tower_agent_core::{Error, History, HistoryMark, ModelRequest, RunContext};
 
-use crate::wire::{Frame, Wire};
+use crate::wire::{Endpoint, Format, Frame};
 
 /// One message's encoded items.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ struct Encoded {
 
 impl Encoded {
     /// Keep the entries of the messages that did not change, encode the others.
-    fn refresh<W: Wire>(&mut self, wire: &W, messages: &History) -> Result<(), Error> {
+    fn refresh<W: Format>(&mut self, messages: &History) -> Result<(), Error> {
         let same = self.mark.map_or(0, |mark| messages.kept(&mark));
         if same < self.entries.len() {
             self.buffer.truncate(self.entries[same].range.start);
@@ -46,7 +46,7 @@ impl Encoded {
         self.mark = None;
         for message in &messages[same..] {
             let start = self.buffer.len();
-            let turn = wire.encode_message(message, &mut self.buffer)?;
+            let turn = W::encode_message(message, &mut self.buffer)?;
             self.entries.push(Entry {
                 turn,
                 range: start..self.buffer.len(),
@@ -58,7 +58,7 @@ impl Encoded {
 
     /// The body: the frame around the messages' items, merged into turns where the provider
     /// has them.
-    fn assemble<W: Wire>(&self, frame: &Frame) -> Vec<u8> {
+    fn assemble<W: Format>(&self, frame: &Frame) -> Vec<u8> {
         let mut out = Vec::with_capacity(
             frame.head.len() + self.buffer.len() + frame.tail.len() + 32 * self.entries.len(),
         );
@@ -116,7 +116,7 @@ impl<W> Clone for Cache<W> {
     }
 }
 
-impl<W: Wire> Cache<W> {
+impl<W: Format> Cache<W> {
     fn of(ctx: &RunContext) -> Cache<W> {
         ctx.extension::<Cache<W>>().unwrap_or_else(|| {
             let cache = Cache(Arc::default(), PhantomData);
@@ -128,20 +128,78 @@ impl<W: Wire> Cache<W> {
 
 /// The request body for `req`. With `across_rounds`, messages encoded for an earlier request
 /// of the same run are reused.
-pub(crate) fn body<W: Wire>(
+pub(crate) fn body<W: Format>(
     wire: &W,
+    endpoint: &Endpoint,
     req: &ModelRequest,
     stream: bool,
     across_rounds: bool,
 ) -> Result<Vec<u8>, Error> {
-    let frame = wire.frame(req, stream)?;
+    let frame = wire.frame(endpoint, req, stream)?;
     if !across_rounds {
         let mut encoded = Encoded::default();
-        encoded.refresh(wire, &req.messages)?;
+        encoded.refresh::<W>(&req.messages)?;
         return Ok(encoded.assemble::<W>(&frame));
     }
     let cache = Cache::<W>::of(&req.ctx);
     let mut encoded = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
-    encoded.refresh(wire, &req.messages)?;
+    encoded.refresh::<W>(&req.messages)?;
     Ok(encoded.assemble::<W>(&frame))
+}
+
+#[cfg(all(test, feature = "openai"))]
+mod tests {
+    use tower_agent_core::{History, Message, ModelRequest, RunContext};
+
+    use super::*;
+    use crate::openai::OpenAiWire;
+
+    fn text(body: Vec<u8>) -> String {
+        String::from_utf8(body).expect("UTF-8")
+    }
+
+    #[test]
+    fn a_later_round_reuses_the_bytes_of_the_messages_its_history_kept() {
+        let (wire, endpoint) = (
+            OpenAiWire::default(),
+            Endpoint {
+                model: "m".into(),
+                base_url: "http://x/v1".into(),
+                key: None,
+            },
+        );
+        let mut req = ModelRequest::new(vec![Message::user("first"), Message::assistant("two")]);
+        req.ctx = RunContext::new();
+        let body_of =
+            |req: &ModelRequest| text(body(&wire, &endpoint, req, false, true).expect("encodes"));
+        assert!(body_of(&req).contains("first"));
+        // Tamper with the cached bytes of the first message: a reuse shows it, an encoding not.
+        {
+            let cache = Cache::<OpenAiWire>::of(&req.ctx);
+            let mut encoded = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let range = encoded.entries[0].range.clone();
+            let bytes = &mut encoded.buffer[range];
+            let at = bytes.windows(5).position(|w| w == b"first");
+            let at = at.expect("the first message's bytes");
+            bytes[at..at + 5].copy_from_slice(b"FIRST");
+        }
+        // The next round: the same history, grown.
+        let mut next = req.clone();
+        next.messages.push(Message::user("three"));
+        let grown = body_of(&next);
+        assert!(
+            grown.contains("FIRST") && grown.contains("three"),
+            "{grown}"
+        );
+        // An edit of the second message keeps the first one's bytes.
+        next.messages.tail_mut(1)[0] = Message::assistant("2");
+        let edited = body_of(&next);
+        assert!(
+            edited.contains("FIRST") && !edited.contains("two"),
+            "{edited}"
+        );
+        // A history built anew is encoded anew.
+        next.messages = History::from(next.messages.to_vec());
+        assert!(body_of(&next).contains("first"));
+    }
 }

@@ -14,13 +14,14 @@ use tracing::Instrument;
 
 use crate::classify::classify;
 use crate::encode;
-use crate::key::ApiKey;
-use crate::wire::{Delta, Wire, invalid};
+use crate::wire::{Delta, Endpoint, Format, invalid};
 
-/// A provider's client: its wire format, the HTTP client, and whether to stream.
+/// A provider's client: its wire format, where its requests go, the HTTP client, and whether
+/// to stream.
 #[derive(Debug, Clone)]
 pub(crate) struct Client<W> {
     pub(crate) wire: W,
+    pub(crate) endpoint: Endpoint,
     pub(crate) http: reqwest::Client,
     pub(crate) stream: bool,
     /// Headers the host adds to every request (OpenRouter's `HTTP-Referer`, a test id).
@@ -30,10 +31,11 @@ pub(crate) struct Client<W> {
 }
 
 impl<W> Client<W> {
-    /// A streaming client of `wire` with the default HTTP client and timeouts.
-    pub(crate) fn new(wire: W) -> Self {
+    /// A streaming client of `wire` to `endpoint` with the default HTTP client and timeouts.
+    pub(crate) fn new(wire: W, endpoint: Endpoint) -> Self {
         Self {
             wire,
+            endpoint,
             http: default_http(),
             stream: true,
             extra: HeaderMap::new(),
@@ -59,7 +61,7 @@ const DRAIN_EVENTS: usize = 64;
 const PIECE: usize = 1024;
 
 /// One model call.
-pub(crate) fn call<W: Wire>(
+pub(crate) fn call<W: Format>(
     client: Arc<Client<W>>,
     req: ModelRequest,
 ) -> BoxFuture<'static, Result<ModelResponse, Error>> {
@@ -67,7 +69,7 @@ pub(crate) fn call<W: Wire>(
         "chat",
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = W::PROVIDER,
-        gen_ai.request.model = client.wire.model(),
+        gen_ai.request.model = client.endpoint.model.as_str(),
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
         gen_ai.response.finish_reasons = tracing::field::Empty,
@@ -96,20 +98,21 @@ pub(crate) fn call<W: Wire>(
     )
 }
 
-async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelResponse, Error> {
+async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<ModelResponse, Error> {
     // A cancelled run sends nothing (a retry waking up after a cancellation, say).
     if req.ctx.is_cancelled() {
         return Err(Error::cancelled());
     }
     let wire = &client.wire;
-    let url = wire.url(client.stream);
-    let body = Bytes::from(encode::body(wire, req, client.stream, true)?);
+    let endpoint = &client.endpoint;
+    let url = wire.url(endpoint, client.stream);
+    let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, true)?);
     let post = || {
         let sent = client
             .http
             .post(&url)
             .headers(client.extra.clone())
-            .headers(wire.headers())
+            .headers(wire.headers(endpoint))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.clone())
             .send();
@@ -145,7 +148,7 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
             status,
             &headers,
             &body,
-            wire.key(),
+            endpoint.key.as_ref(),
             SystemTime::now(),
         );
         if status == reqwest::StatusCode::NOT_FOUND {
@@ -166,11 +169,11 @@ async fn send<W: Wire>(client: &Client<W>, req: &ModelRequest) -> Result<ModelRe
         let bytes = idle::<W, _>(client.idle_timeout, &url, response.bytes())
             .await?
             .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
-        return wire.decode(&bytes);
+        return W::decode(&bytes);
     }
     let reads = idle_reads(Box::pin(response.bytes_stream()), client.idle_timeout);
     let mut events = std::pin::pin!(events(reads));
-    let mut decoder = wire.decoder();
+    let mut decoder = W::decoder();
     let mut deltas = Vec::new();
     let round = req.ctx.round();
     let listening = req.ctx.events().is_enabled();
@@ -300,7 +303,7 @@ fn closed_under_us(error: &reqwest::Error) -> bool {
 }
 
 /// `future`, or a [`ErrorKind::Timeout`] when nothing came for `limit`.
-async fn idle<W: Wire, F: std::future::Future>(
+async fn idle<W: Format, F: std::future::Future>(
     limit: Duration,
     url: &str,
     future: F,
@@ -311,7 +314,7 @@ async fn idle<W: Wire, F: std::future::Future>(
 }
 
 /// The error of a server that sent nothing for `limit`.
-fn idle_error<W: Wire>(limit: Duration, url: &str) -> Error {
+fn idle_error<W: Format>(limit: Duration, url: &str) -> Error {
     Error::new(
         ErrorKind::Timeout,
         format!(
@@ -393,21 +396,6 @@ pub(crate) fn default_http() -> reqwest::Client {
         .unwrap_or_default()
 }
 
-/// A provider's configuration for `Debug`: the base URL without its query (a key may hide
-/// there), and whether a key is set, never the key.
-pub(crate) fn debug_wire(
-    f: &mut std::fmt::Formatter<'_>,
-    model: &str,
-    base_url: &str,
-    key: Option<&ApiKey>,
-) -> std::fmt::Result {
-    f.debug_struct("Config")
-        .field("model", &model)
-        .field("base_url", &base_url.split('?').next().unwrap_or_default())
-        .field("key", &key)
-        .finish()
-}
-
 /// Add a header for every request; an invalid name or value is refused.
 pub(crate) fn add_header(extra: &mut HeaderMap, name: &str, value: &str) -> Result<(), Error> {
     let name = HeaderName::from_bytes(name.as_bytes())
@@ -419,28 +407,28 @@ pub(crate) fn add_header(extra: &mut HeaderMap, name: &str, value: &str) -> Resu
 }
 
 /// The body `client` would send for `req`.
-pub(crate) fn request_body<W: Wire>(
+pub(crate) fn request_body<W: Format>(
     client: &Client<W>,
     req: &ModelRequest,
 ) -> Result<Vec<u8>, Error> {
-    encode::body(&client.wire, req, client.stream, true)
+    encode::body(&client.wire, &client.endpoint, req, client.stream, true)
 }
 
 /// The response a recorded body gives: a server-sent event stream when `client` streams, a
 /// whole JSON body otherwise. No event is emitted.
-pub(crate) fn parse_recorded<W: Wire>(
+pub(crate) fn parse_recorded<W: Format>(
     client: &Client<W>,
     body: &[u8],
 ) -> Result<ModelResponse, Error> {
     use futures_util::FutureExt;
     if !client.stream {
-        return client.wire.decode(body);
+        return W::decode(body);
     }
     let read = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(
         Bytes::copy_from_slice(body),
     )]);
     let mut events = std::pin::pin!(events(read));
-    let mut decoder = client.wire.decoder();
+    let mut decoder = W::decoder();
     let mut deltas = Vec::new();
     while let Some(Some(event)) = events.next().now_or_never() {
         let event = event.map_err(|e| invalid(W::PROVIDER, "the event stream", e))?;
@@ -452,115 +440,6 @@ pub(crate) fn parse_recorded<W: Wire>(
     }
     decoder.finish()
 }
-
-/// The configuration methods and the `Service` impl every provider shares, for a provider
-/// type `$provider` holding `client: Arc<Client<$wire>>`. The methods go inside its
-/// `impl` block; the provider's own (`new`, `base_url`, `api_key`, ...) stay beside them.
-macro_rules! provider_methods {
-    ($wire:ty) => {
-        fn edit(mut self, f: impl FnOnce(&mut $crate::http::Client<$wire>)) -> Self {
-            f(::std::sync::Arc::make_mut(&mut self.client));
-            self
-        }
-
-        /// Stream the answer (the default) or not.
-        pub fn streaming(self, stream: bool) -> Self {
-            self.edit(|c| c.stream = stream)
-        }
-
-        /// The reqwest client to use (proxies, timeouts, TLS roots). The default one has a
-        /// connect timeout of 10 s; a client of your own brings its own.
-        pub fn http_client(self, http: reqwest::Client) -> Self {
-            self.edit(|c| c.http = http)
-        }
-
-        /// The longest wait for the next byte of a streamed answer, its head included (120 s
-        /// by default): a stalled server fails the call with
-        /// [`ErrorKind::Timeout`](tower_agent_core::ErrorKind::Timeout), which the retry
-        /// policy retries. A whole answer (not streamed) is not bounded while it is generated;
-        /// a model that thinks for minutes before its first token needs a longer wait. There
-        /// is no whole-request timeout by default (it would cut long streams): put tower's
-        /// `Timeout` around the service for one.
-        pub fn idle_timeout(self, timeout: std::time::Duration) -> Self {
-            self.edit(|c| c.idle_timeout = timeout)
-        }
-
-        /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).
-        ///
-        /// # Errors
-        ///
-        /// `BadRequest` when the name or the value is not valid in a header.
-        pub fn header(mut self, name: &str, value: &str) -> Result<Self, tower_agent_core::Error> {
-            $crate::http::add_header(
-                &mut ::std::sync::Arc::make_mut(&mut self.client).extra,
-                name,
-                value,
-            )?;
-            Ok(self)
-        }
-
-        /// The request body this service sends for `req` (streamed or not, as configured):
-        /// for logging, tests and benchmarks. Like a call, it reuses the bytes of the
-        /// messages it encoded before for the same run (`req.ctx`).
-        ///
-        /// # Errors
-        ///
-        /// A request this provider cannot express.
-        pub fn request_body(
-            &self,
-            req: &tower_agent_core::ModelRequest,
-        ) -> Result<Vec<u8>, tower_agent_core::Error> {
-            $crate::http::request_body(&self.client, req)
-        }
-
-        /// The response a recorded body gives, as a call would return it: a server-sent
-        /// event stream when the service streams, a whole JSON body otherwise. No event is
-        /// emitted.
-        ///
-        /// # Errors
-        ///
-        /// As a call: a broken stream, an error event, invalid JSON.
-        pub fn parse_response(
-            &self,
-            body: &[u8],
-        ) -> Result<tower_agent_core::ModelResponse, tower_agent_core::Error> {
-            $crate::http::parse_recorded(&self.client, body)
-        }
-
-        /// The model's name.
-        pub fn model(&self) -> &str {
-            &self.client.wire.model
-        }
-    };
-}
-
-/// `Service<ModelRequest>` for a provider type holding `client: Arc<Client<_>>`: always
-/// ready, each call one HTTP exchange ([`call`]).
-macro_rules! provider_service {
-    ($provider:ty) => {
-        impl tower_service::Service<tower_agent_core::ModelRequest> for $provider {
-            type Response = tower_agent_core::ModelResponse;
-            type Error = tower_agent_core::Error;
-            type Future = tower_agent_core::event::BoxFuture<
-                'static,
-                Result<tower_agent_core::ModelResponse, tower_agent_core::Error>,
-            >;
-
-            fn poll_ready(
-                &mut self,
-                _cx: &mut ::std::task::Context<'_>,
-            ) -> ::std::task::Poll<Result<(), tower_agent_core::Error>> {
-                ::std::task::Poll::Ready(Ok(()))
-            }
-
-            fn call(&mut self, req: tower_agent_core::ModelRequest) -> Self::Future {
-                $crate::http::call(::std::sync::Arc::clone(&self.client), req)
-            }
-        }
-    };
-}
-
-pub(crate) use {provider_methods, provider_service};
 
 #[cfg(test)]
 mod tests {

@@ -7,8 +7,10 @@
 //! | [`Anthropic`] | `anthropic` | Messages | `ANTHROPIC_API_KEY` |
 //! | [`Gemini`] | `gemini` | `generateContent` | `GEMINI_API_KEY` |
 //!
-//! Each is a `Service<ModelRequest, Response = ModelResponse, Error = Error>`: wrap it in the
-//! model layers like any model service. Each streams by default (server-sent events, parsed by
+//! Each is one type, [`Provider`], over the provider's wire format (`OpenAi` is
+//! `Provider<OpenAiWire>`): the methods are written once, a provider's own options sit in its
+//! module. Each is a `Service<ModelRequest, Response = ModelResponse, Error = Error>`: wrap it
+//! in the model layers like any model service. Each streams by default (server-sent events, parsed by
 //! `eventsource-stream`): text and reasoning deltas reach the run's event sink as they arrive,
 //! and the response that goes back through the layers is the whole message. A broken stream
 //! is an error, never a half message.
@@ -19,9 +21,10 @@
 //! `Debug` output or errors ([`ApiKey`]).
 //!
 //! A provider sends the whole history every round. Each message is encoded once per run: its
-//! bytes are kept in the run's context with a copy of the message, and later rounds reuse them
-//! for every message that is still equal (compared byte for byte), encoding only the new ones.
-//! At 1,000 messages a later round's body costs about an eighth of a fresh encoding.
+//! bytes are kept in the run's context with a mark of the history
+//! ([`HistoryMark`](tower_agent_core::HistoryMark)), and later rounds reuse them for the
+//! messages their history still starts with, encoding only the new ones. At 1,000 messages a
+//! later round's body costs about a twentieth of a fresh encoding.
 //!
 //! Every call runs in a `tracing` span `chat` with the OpenTelemetry GenAI attributes
 //! `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`,
@@ -40,6 +43,8 @@ mod encode;
 #[cfg(feature = "http")]
 mod http;
 #[cfg(feature = "http")]
+mod provider;
+#[cfg(feature = "http")]
 mod wire;
 
 #[cfg(feature = "anthropic")]
@@ -50,6 +55,8 @@ pub mod gemini;
 pub mod openai;
 
 pub use key::ApiKey;
+#[cfg(feature = "http")]
+pub use provider::{Provider, Wire};
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::Anthropic;

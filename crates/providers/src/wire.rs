@@ -1,4 +1,4 @@
-//! What a provider implements: its wire format ([`Wire`]), the decoder of its stream
+//! What a provider implements: its wire format ([`Format`]), the decoder of its stream
 //! ([`StreamDecoder`]), the frame of its request body ([`Frame`]), and the helpers its
 //! request and response code share. A leaf: nothing else of the crate is imported here.
 
@@ -10,15 +10,21 @@ use tower_agent_core::{ContentPart, Error, ErrorKind, Message, ModelRequest, Mod
 
 use crate::key::ApiKey;
 
+// `Format`, and what its methods take and give, are `pub` only so that the public `Wire`
+// marker can name `Format` as its supertrait (the sealed-trait pattern): they are reachable
+// from no path outside the crate.
+
 /// A piece of a streamed answer, for the run's event sink.
 #[derive(Debug)]
-pub(crate) enum Delta {
+pub enum Delta {
+    /// Text of the answer.
     Text(String),
+    /// Reasoning.
     Reasoning(String),
 }
 
 /// Assembles one streamed answer from its server-sent events.
-pub(crate) trait StreamDecoder: Send {
+pub trait StreamDecoder: Send {
     /// Take one event (`event` is its `event:` name, empty when none); push what should reach
     /// the event sink now to `deltas`.
     ///
@@ -38,52 +44,88 @@ pub(crate) trait StreamDecoder: Send {
     fn finish(self: Box<Self>) -> Result<ModelResponse, Error>;
 }
 
-/// One provider's wire format.
-pub(crate) trait Wire: Send + Sync + 'static {
+/// Where a provider's requests go, and as whom: the same three things for every provider.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub(crate) model: String,
+    /// As the requests need it ([`Format::base_url_of`]).
+    pub(crate) base_url: String,
+    pub(crate) key: Option<ApiKey>,
+}
+
+/// The model, and the base URL without its query; never the key's value.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("model", &self.model)
+            .field(
+                "base_url",
+                &self.base_url.split('?').next().unwrap_or_default(),
+            )
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+/// One provider's wire format: what differs between providers, and nothing else. Its value
+/// holds the provider's own options (Anthropic's default `max_tokens`).
+pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
+    /// The provider type's name, for `Debug` output (`OpenAi`).
+    const NAME: &'static str;
+
     /// The provider's name, as in `gen_ai.provider.name`.
     const PROVIDER: &'static str;
 
     /// What a 404 error says about the base URL.
     const BASE_URL_HINT: &'static str;
 
-    fn model(&self) -> &str;
-    fn key(&self) -> Option<&ApiKey>;
-    fn url(&self, stream: bool) -> String;
-    /// Headers beyond `content-type`, the key's among them (marked sensitive).
-    fn headers(&self) -> HeaderMap;
+    /// The base URL when none is given.
+    const DEFAULT_BASE_URL: &'static str;
+
+    /// The environment variable the key is read from.
+    const KEY_ENV: &'static str;
+
+    /// The environment variable the base URL is read from.
+    const BASE_URL_ENV: &'static str;
 
     /// The key of a turn's item list, for providers whose messages are turns of items
     /// (`content` for Anthropic, `parts` for Gemini).
     const TURN_ITEMS: &'static str = "content";
+
+    /// A base URL as the requests need it, from one given with or without its version path.
+    fn base_url_of(url: &str) -> String;
+
+    /// Where a request goes.
+    fn url(&self, endpoint: &Endpoint, stream: bool) -> String;
+
+    /// Headers beyond `content-type`, the key's among them (marked sensitive).
+    fn headers(&self, endpoint: &Endpoint) -> HeaderMap;
 
     /// The body around the messages (model, system prompt, tools, options).
     ///
     /// # Errors
     ///
     /// A request this provider cannot express.
-    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error>;
+    fn frame(&self, endpoint: &Endpoint, req: &ModelRequest, stream: bool) -> Result<Frame, Error>;
 
     /// Append one message's items to `out` (comma-separated, nothing when it has none), and
-    /// say which turn they belong to (`None`: they stand alone in the array). Must depend on
-    /// the message only: the bytes are reused across rounds and requests of a run.
+    /// say which turn they belong to (`None`: they stand alone in the array). Depends on the
+    /// message only: the bytes are reused across rounds and requests of a run.
     ///
     /// # Errors
     ///
     /// A message this provider cannot express.
-    fn encode_message(
-        &self,
-        message: &Message,
-        out: &mut Vec<u8>,
-    ) -> Result<Option<&'static str>, Error>;
+    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error>;
 
     /// A whole (not streamed) response body.
     ///
     /// # Errors
     ///
     /// A body that is not what the provider sends.
-    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error>;
+    fn decode(body: &[u8]) -> Result<ModelResponse, Error>;
 
-    fn decoder(&self) -> Box<dyn StreamDecoder>;
+    /// A decoder for one streamed answer.
+    fn decoder() -> Box<dyn StreamDecoder>;
 }
 
 /// A key header value the HTTP stack will not log.
@@ -95,7 +137,7 @@ pub(crate) fn secret_header(name: &'static str, value: &str) -> Option<(HeaderNa
 
 /// The body around the messages.
 #[derive(Debug, Default)]
-pub(crate) struct Frame {
+pub struct Frame {
     /// Up to and including the opening `[` of the messages (and items already in it).
     pub(crate) head: Vec<u8>,
     /// Whether `head` already holds an item (OpenAI's system message).

@@ -11,7 +11,7 @@
 //! | reasoning with a signature | a `thinking` block, sent back unchanged (the API requires it during tool use) |
 //! | reasoning whose signature starts with `redacted_thinking:` | a `redacted_thinking` block |
 //! | reasoning without a signature (from another provider) | not sent |
-//! | `GenerationOptions` | `max_tokens` (required: [`Anthropic::max_tokens`] when the request has none, default 4096), `temperature`, `top_p`, `stop_sequences`, `tool_choice` |
+//! | `GenerationOptions` | `max_tokens` (required: [`Provider::max_tokens`](Provider#method.max_tokens) when the request has none, default 4096), `temperature`, `top_p`, `stop_sequences`, `tool_choice` |
 //! | `usage` | `input_tokens` = input + cache reads + cache writes; `cached_input_tokens` = cache reads |
 //!
 //! Streaming (the default): `text_delta` and `thinking_delta` go to the run's event sink as
@@ -32,14 +32,12 @@
 //! # }
 //! ```
 
-use std::sync::Arc;
-
 use reqwest::header::{HeaderMap, HeaderValue};
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
-use crate::http::{self, Client};
-use crate::key::ApiKey;
-use crate::wire::{Frame, StreamDecoder, Wire, secret_header};
+use crate::http;
+use crate::provider::Provider;
+use crate::wire::{Endpoint, Format, Frame, StreamDecoder, secret_header};
 
 mod request;
 mod response;
@@ -56,72 +54,33 @@ const PROVIDER: &str = "anthropic";
 /// The prefix of a reasoning part's signature that marks a `redacted_thinking` block.
 pub const REDACTED: &str = "redacted_thinking:";
 
-/// A model service over Anthropic Messages; see the [module docs](self).
+/// A model service over Anthropic Messages; see the [module docs](self) and [`Provider`] for
+/// its methods.
 ///
-/// Cloning is cheap. `poll_ready` is always ready.
-#[derive(Clone, Debug)]
-pub struct Anthropic {
-    client: Arc<Client<AnthropicWire>>,
-}
+/// [`Provider::base_url`] takes `https://api.anthropic.com` or `http://127.0.0.1:8080`; the
+/// requests go to `{base}/v1/messages`. A URL ending in `/v1` (the form OpenAI's base URLs
+/// take) is accepted too.
+pub type Anthropic = Provider<AnthropicWire>;
 
-#[derive(Clone)]
-struct AnthropicWire {
-    model: String,
-    base_url: String,
-    key: Option<ApiKey>,
+/// The wire format of Anthropic Messages, with its one option: see [`Anthropic`].
+#[derive(Clone, Debug)]
+pub struct AnthropicWire {
     max_tokens: u32,
 }
 
-impl Anthropic {
-    /// The default base URL.
-    pub const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+impl Default for AnthropicWire {
+    fn default() -> Self {
+        Self { max_tokens: 4096 }
+    }
+}
+
+impl Provider<AnthropicWire> {
     /// The `anthropic-version` header sent.
     pub const VERSION: &'static str = "2023-06-01";
-
-    /// A service for `model`, streaming, with the key from `ANTHROPIC_API_KEY` and the base URL
-    /// from `ANTHROPIC_BASE_URL` when set.
-    pub fn new(model: impl Into<String>) -> Self {
-        let base_url = std::env::var("ANTHROPIC_BASE_URL")
-            .ok()
-            .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
-        Self {
-            client: Arc::new(Client::new(AnthropicWire {
-                model: model.into(),
-                base_url: base_url_of(&base_url),
-                key: ApiKey::from_env("ANTHROPIC_API_KEY"),
-                max_tokens: 4096,
-            })),
-        }
-    }
-
-    /// The server's base URL, `https://api.anthropic.com` or `http://127.0.0.1:8080`; the
-    /// requests go to `{base}/v1/messages`. A URL ending in `/v1` (the form OpenAI's base
-    /// URLs take) is accepted too.
-    pub fn base_url(self, url: impl Into<String>) -> Self {
-        let url = base_url_of(&url.into());
-        self.edit(|c| c.wire.base_url = url)
-    }
-
-    /// The API key (instead of `ANTHROPIC_API_KEY`).
-    pub fn api_key(self, key: impl Into<ApiKey>) -> Self {
-        let key = key.into();
-        self.edit(|c| c.wire.key = Some(key))
-    }
 
     /// `max_tokens` for requests that do not set it (the API requires one). Default 4096.
     pub fn max_tokens(self, max_tokens: u32) -> Self {
         self.edit(|c| c.wire.max_tokens = max_tokens)
-    }
-
-    http::provider_methods!(AnthropicWire);
-}
-
-http::provider_service!(Anthropic);
-
-impl std::fmt::Debug for AnthropicWire {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        http::debug_wire(f, &self.model, &self.base_url, self.key.as_ref())
     }
 }
 
@@ -131,26 +90,26 @@ fn base_url_of(url: &str) -> String {
     url.strip_suffix("/v1").unwrap_or(url).to_owned()
 }
 
-impl Wire for AnthropicWire {
+impl Format for AnthropicWire {
+    const NAME: &'static str = "Anthropic";
     const PROVIDER: &'static str = PROVIDER;
     const BASE_URL_HINT: &'static str =
         "Anthropic's is https://api.anthropic.com; the requests go to {base}/v1/messages";
+    const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+    const KEY_ENV: &'static str = "ANTHROPIC_API_KEY";
+    const BASE_URL_ENV: &'static str = "ANTHROPIC_BASE_URL";
 
-    fn model(&self) -> &str {
-        &self.model
+    fn base_url_of(url: &str) -> String {
+        base_url_of(url)
     }
 
-    fn key(&self) -> Option<&ApiKey> {
-        self.key.as_ref()
+    fn url(&self, endpoint: &Endpoint, _stream: bool) -> String {
+        format!("{}/v1/messages", endpoint.base_url)
     }
 
-    fn url(&self, _stream: bool) -> String {
-        format!("{}/v1/messages", self.base_url)
-    }
-
-    fn headers(&self) -> HeaderMap {
+    fn headers(&self, endpoint: &Endpoint) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        if let Some(key) = &self.key {
+        if let Some(key) = &endpoint.key {
             headers.extend(secret_header("x-api-key", key.expose()));
         }
         headers.insert(
@@ -160,23 +119,19 @@ impl Wire for AnthropicWire {
         headers
     }
 
-    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
-        frame(self, req, stream)
+    fn frame(&self, endpoint: &Endpoint, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
+        frame(&endpoint.model, self.max_tokens, req, stream)
     }
 
-    fn encode_message(
-        &self,
-        message: &Message,
-        out: &mut Vec<u8>,
-    ) -> Result<Option<&'static str>, Error> {
+    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {
         encode_message(message, out)
     }
 
-    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+    fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
         decode(body)
     }
 
-    fn decoder(&self) -> Box<dyn StreamDecoder> {
+    fn decoder() -> Box<dyn StreamDecoder> {
         Box::<Decoder>::default()
     }
 }

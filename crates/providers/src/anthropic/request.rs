@@ -6,7 +6,7 @@ use tower_agent_core::{ContentPart, Error, Message, ModelRequest, Role, ToolCall
 
 use crate::wire::{self, Frame, text_of};
 
-use super::{AnthropicWire, PROVIDER, REDACTED};
+use super::{PROVIDER, REDACTED};
 
 /// The wire form of one message, written to `out` (a message's bytes are cached per run);
 /// the role it goes under, when the API groups messages by role.
@@ -85,7 +85,8 @@ struct WireTool<'a> {
 }
 
 pub(super) fn frame(
-    wire: &AnthropicWire,
+    model: &str,
+    max_tokens: u32,
     req: &ModelRequest,
     stream: bool,
 ) -> Result<Frame, Error> {
@@ -101,8 +102,8 @@ pub(super) fn frame(
         }
     }
     let head = Head {
-        model: &wire.model,
-        max_tokens: req.options.max_tokens.unwrap_or(wire.max_tokens),
+        model,
+        max_tokens: req.options.max_tokens.unwrap_or(max_tokens),
         system,
     };
     Frame::around(&head, "messages", &rest(req, stream), PROVIDER)

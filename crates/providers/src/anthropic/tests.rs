@@ -8,13 +8,13 @@ use crate::encode;
 use super::stream::*;
 use super::*;
 
-fn wire() -> AnthropicWire {
-    AnthropicWire {
+fn wire() -> (AnthropicWire, Endpoint) {
+    let endpoint = Endpoint {
         model: "claude".into(),
         base_url: "http://x".into(),
         key: None,
-        max_tokens: 1000,
-    }
+    };
+    (AnthropicWire { max_tokens: 1000 }, endpoint)
 }
 
 #[test]
@@ -48,9 +48,10 @@ fn turns_alternate_and_thinking_goes_back() {
         Message::system("be brief"),
     ]);
     req.system = Some("sys".into());
-    let body: Value =
-        serde_json::from_slice(&encode::body(&wire(), &req, false, false).expect("encodes"))
-            .expect("json");
+    let body: Value = serde_json::from_slice(
+        &encode::body(&wire().0, &wire().1, &req, false, false).expect("encodes"),
+    )
+    .expect("json");
     assert_eq!(
         body,
         json!({

@@ -33,14 +33,12 @@
 //! # }
 //! ```
 
-use std::sync::Arc;
-
 use reqwest::header::HeaderMap;
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
-use crate::http::{self, Client};
-use crate::key::ApiKey;
-use crate::wire::{Frame, StreamDecoder, Wire, secret_header};
+use crate::http;
+use crate::provider::Provider;
+use crate::wire::{Endpoint, Format, Frame, StreamDecoder, secret_header};
 
 mod request;
 mod response;
@@ -52,66 +50,19 @@ use response::{Decoder, decode};
 
 const PROVIDER: &str = "gemini";
 
-/// A model service over Gemini `generateContent`; see the [module docs](self).
+/// A model service over Gemini `generateContent`; see the [module docs](self) and
+/// [`Provider`] for its methods.
 ///
-/// Cloning is cheap. `poll_ready` is always ready.
-#[derive(Clone, Debug)]
-pub struct Gemini {
-    client: Arc<Client<GeminiWire>>,
-}
+/// [`Provider::base_url`] takes the URL up to the API version
+/// (`https://generativelanguage.googleapis.com/v1beta`); a URL with no path gets `/v1beta`,
+/// any other path is kept as it is. The key goes in the `x-goog-api-key` header, never in the
+/// URL.
+pub type Gemini = Provider<GeminiWire>;
 
-#[derive(Clone)]
-struct GeminiWire {
-    model: String,
-    base_url: String,
-    key: Option<ApiKey>,
-}
-
-impl Gemini {
-    /// The default base URL.
-    pub const DEFAULT_BASE_URL: &'static str = "https://generativelanguage.googleapis.com/v1beta";
-
-    /// A service for `model`, streaming, with the key from `GEMINI_API_KEY` and the base URL
-    /// from `GEMINI_BASE_URL` when set.
-    pub fn new(model: impl Into<String>) -> Self {
-        let base_url = std::env::var("GEMINI_BASE_URL")
-            .ok()
-            .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
-        Self {
-            client: Arc::new(Client::new(GeminiWire {
-                model: model.into(),
-                base_url: base_url_of(&base_url),
-                key: ApiKey::from_env("GEMINI_API_KEY"),
-            })),
-        }
-    }
-
-    /// The server's base URL, up to the API version
-    /// (`https://generativelanguage.googleapis.com/v1beta`). A URL with no path gets
-    /// `/v1beta`; any other path is kept as it is.
-    pub fn base_url(self, url: impl Into<String>) -> Self {
-        let url = base_url_of(&url.into());
-        self.edit(|c| c.wire.base_url = url)
-    }
-
-    /// The API key (instead of `GEMINI_API_KEY`). Sent in the `x-goog-api-key` header, never
-    /// in the URL.
-    pub fn api_key(self, key: impl Into<ApiKey>) -> Self {
-        let key = key.into();
-        self.edit(|c| c.wire.key = Some(key))
-    }
-
-    http::provider_methods!(GeminiWire);
-}
-
-http::provider_service!(Gemini);
-
-impl std::fmt::Debug for GeminiWire {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        http::debug_wire(f, &self.model, &self.base_url, self.key.as_ref())
-    }
-}
+/// The wire format of Gemini `generateContent`: see [`Gemini`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct GeminiWire {}
 
 /// A base URL as the requests need it: `/v1beta` added to a URL with no path.
 fn base_url_of(url: &str) -> String {
@@ -121,57 +72,57 @@ fn base_url_of(url: &str) -> String {
     }
 }
 
-impl Wire for GeminiWire {
+impl Format for GeminiWire {
+    const NAME: &'static str = "Gemini";
     const PROVIDER: &'static str = PROVIDER;
     const BASE_URL_HINT: &'static str = "Gemini's ends in the API version \
         (https://generativelanguage.googleapis.com/v1beta)";
+    const DEFAULT_BASE_URL: &'static str = "https://generativelanguage.googleapis.com/v1beta";
+    const KEY_ENV: &'static str = "GEMINI_API_KEY";
+    const BASE_URL_ENV: &'static str = "GEMINI_BASE_URL";
+    const TURN_ITEMS: &'static str = "parts";
 
-    fn model(&self) -> &str {
-        &self.model
+    fn base_url_of(url: &str) -> String {
+        base_url_of(url)
     }
 
-    fn key(&self) -> Option<&ApiKey> {
-        self.key.as_ref()
-    }
-
-    fn url(&self, stream: bool) -> String {
+    fn url(&self, endpoint: &Endpoint, stream: bool) -> String {
+        let Endpoint {
+            base_url, model, ..
+        } = endpoint;
         if stream {
-            format!(
-                "{}/models/{}:streamGenerateContent?alt=sse",
-                self.base_url, self.model
-            )
+            format!("{base_url}/models/{model}:streamGenerateContent?alt=sse")
         } else {
-            format!("{}/models/{}:generateContent", self.base_url, self.model)
+            format!("{base_url}/models/{model}:generateContent")
         }
     }
 
-    fn headers(&self) -> HeaderMap {
+    fn headers(&self, endpoint: &Endpoint) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        if let Some(key) = &self.key {
+        if let Some(key) = &endpoint.key {
             headers.extend(secret_header("x-goog-api-key", key.expose()));
         }
         headers
     }
 
-    const TURN_ITEMS: &'static str = "parts";
-
-    fn frame(&self, req: &ModelRequest, _stream: bool) -> Result<Frame, Error> {
+    fn frame(
+        &self,
+        _endpoint: &Endpoint,
+        req: &ModelRequest,
+        _stream: bool,
+    ) -> Result<Frame, Error> {
         frame(req)
     }
 
-    fn encode_message(
-        &self,
-        message: &Message,
-        out: &mut Vec<u8>,
-    ) -> Result<Option<&'static str>, Error> {
+    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {
         encode_message(message, out)
     }
 
-    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+    fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
         decode(body)
     }
 
-    fn decoder(&self) -> Box<dyn StreamDecoder> {
+    fn decoder() -> Box<dyn StreamDecoder> {
         Box::<Decoder>::default()
     }
 }

@@ -25,14 +25,16 @@ fn signatures_go_back_on_their_part() {
         },
         Message::tool_result(ToolResult::error(&call, "denied")),
     ]);
-    let wire = GeminiWire {
+    let endpoint = Endpoint {
         model: "g".into(),
         base_url: "http://x".into(),
         key: None,
     };
-    let body: Value =
-        serde_json::from_slice(&encode::body(&wire, &req, false, false).expect("encodes"))
-            .expect("json");
+    let wire = GeminiWire::default();
+    let body: Value = serde_json::from_slice(
+        &encode::body(&wire, &endpoint, &req, false, false).expect("encodes"),
+    )
+    .expect("json");
     assert_eq!(
         body,
         json!({
@@ -77,14 +79,9 @@ fn chunks_accumulate_into_one_message() {
 
 #[test]
 fn empty_candidates_and_cut_streams_are_errors() {
-    let wire = GeminiWire {
-        model: "g".into(),
-        base_url: "http://x".into(),
-        key: None,
-    };
-    let empty = wire.decode(br#"{"candidates":[],"usageMetadata":{"promptTokenCount":3}}"#);
+    let empty = GeminiWire::decode(br#"{"candidates":[],"usageMetadata":{"promptTokenCount":3}}"#);
     assert_eq!(empty.expect_err("empty").kind(), ErrorKind::EmptyResponse);
-    let blocked = wire.decode(br#"{"promptFeedback":{"blockReason":"SAFETY"}}"#);
+    let blocked = GeminiWire::decode(br#"{"promptFeedback":{"blockReason":"SAFETY"}}"#);
     assert_eq!(blocked.expect_err("blocked").kind(), ErrorKind::BadRequest);
     let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
     decoder

@@ -1,5 +1,5 @@
 //! OpenAI Chat Completions, and every server that speaks it: vLLM, llama.cpp's
-//! `llama-server`, Ollama, LM Studio, OpenRouter. Point [`OpenAi::base_url`] at it.
+//! `llama-server`, Ollama, LM Studio, OpenRouter. Point [`Provider::base_url`] at it.
 //!
 //! Mapping:
 //!
@@ -33,14 +33,12 @@
 //! # }
 //! ```
 
-use std::sync::Arc;
-
 use reqwest::header::HeaderMap;
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
-use crate::http::{self, Client};
-use crate::key::ApiKey;
-use crate::wire::{Frame, StreamDecoder, Wire, secret_header};
+use crate::http;
+use crate::provider::Provider;
+use crate::wire::{Endpoint, Format, Frame, StreamDecoder, secret_header};
 
 mod request;
 mod response;
@@ -54,67 +52,18 @@ use stream::Decoder;
 
 const PROVIDER: &str = "openai";
 
-/// A model service over OpenAI Chat Completions; see the [module docs](self).
+/// A model service over OpenAI Chat Completions; see the [module docs](self) and
+/// [`Provider`] for its methods.
 ///
-/// Cloning is cheap (the configuration and the HTTP client are shared). `poll_ready` is always
-/// ready: put tower's `ConcurrencyLimit` or `RateLimit` around it to bound calls.
-#[derive(Clone, Debug)]
-pub struct OpenAi {
-    client: Arc<Client<OpenAiWire>>,
-}
+/// [`Provider::base_url`]: a URL with no path gets `/v1` (`http://127.0.0.1:11434` is
+/// Ollama's `http://127.0.0.1:11434/v1`); any other path is kept as it is (OpenRouter's
+/// `https://openrouter.ai/api/v1`).
+pub type OpenAi = Provider<OpenAiWire>;
 
-#[derive(Clone)]
-struct OpenAiWire {
-    model: String,
-    base_url: String,
-    key: Option<ApiKey>,
-}
-
-impl OpenAi {
-    /// The default base URL.
-    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
-
-    /// A service for `model`, streaming. The key comes from `OPENAI_API_KEY` and the base URL
-    /// from `OPENAI_BASE_URL` when they are set.
-    pub fn new(model: impl Into<String>) -> Self {
-        let base_url = std::env::var("OPENAI_BASE_URL")
-            .ok()
-            .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| Self::DEFAULT_BASE_URL.to_owned());
-        Self {
-            client: Arc::new(Client::new(OpenAiWire {
-                model: model.into(),
-                base_url: base_url_of(&base_url),
-                key: ApiKey::from_env("OPENAI_API_KEY"),
-            })),
-        }
-    }
-
-    /// The server's base URL, up to and including `/v1` (`http://127.0.0.1:8080/v1`). A URL
-    /// with no path gets `/v1` (`http://127.0.0.1:11434` is Ollama's
-    /// `http://127.0.0.1:11434/v1`); any other path is kept as it is (OpenRouter's
-    /// `https://openrouter.ai/api/v1`).
-    pub fn base_url(self, url: impl Into<String>) -> Self {
-        let url = base_url_of(&url.into());
-        self.edit(|c| c.wire.base_url = url)
-    }
-
-    /// The API key (instead of `OPENAI_API_KEY`).
-    pub fn api_key(self, key: impl Into<ApiKey>) -> Self {
-        let key = key.into();
-        self.edit(|c| c.wire.key = Some(key))
-    }
-
-    http::provider_methods!(OpenAiWire);
-}
-
-http::provider_service!(OpenAi);
-
-impl std::fmt::Debug for OpenAiWire {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        http::debug_wire(f, &self.model, &self.base_url, self.key.as_ref())
-    }
-}
+/// The wire format of OpenAI Chat Completions: see [`OpenAi`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct OpenAiWire {}
 
 /// Whether `base_url` is OpenAI's own API (or Azure's), which takes the length limit as
 /// `max_completion_tokens` (its reasoning models refuse `max_tokens`).
@@ -137,49 +86,45 @@ fn base_url_of(url: &str) -> String {
     }
 }
 
-impl Wire for OpenAiWire {
+impl Format for OpenAiWire {
+    const NAME: &'static str = "OpenAi";
     const PROVIDER: &'static str = PROVIDER;
     const BASE_URL_HINT: &'static str = "OpenAI's ends in /v1 (https://api.openai.com/v1), and \
         so does a server's of its own (http://127.0.0.1:8080/v1)";
+    const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    const KEY_ENV: &'static str = "OPENAI_API_KEY";
+    const BASE_URL_ENV: &'static str = "OPENAI_BASE_URL";
 
-    fn model(&self) -> &str {
-        &self.model
+    fn base_url_of(url: &str) -> String {
+        base_url_of(url)
     }
 
-    fn key(&self) -> Option<&ApiKey> {
-        self.key.as_ref()
+    fn url(&self, endpoint: &Endpoint, _stream: bool) -> String {
+        format!("{}/chat/completions", endpoint.base_url)
     }
 
-    fn url(&self, _stream: bool) -> String {
-        format!("{}/chat/completions", self.base_url)
-    }
-
-    fn headers(&self) -> HeaderMap {
+    fn headers(&self, endpoint: &Endpoint) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        if let Some(key) = &self.key {
+        if let Some(key) = &endpoint.key {
             let bearer = format!("Bearer {}", key.expose());
             headers.extend(secret_header("authorization", &bearer));
         }
         headers
     }
 
-    fn frame(&self, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
-        frame(&self.model, req, stream, is_openai(&self.base_url))
+    fn frame(&self, endpoint: &Endpoint, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
+        frame(&endpoint.model, req, stream, is_openai(&endpoint.base_url))
     }
 
-    fn encode_message(
-        &self,
-        message: &Message,
-        out: &mut Vec<u8>,
-    ) -> Result<Option<&'static str>, Error> {
+    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {
         encode_message(message, out)
     }
 
-    fn decode(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+    fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
         decode(body)
     }
 
-    fn decoder(&self) -> Box<dyn StreamDecoder> {
+    fn decoder() -> Box<dyn StreamDecoder> {
         Box::<Decoder>::default()
     }
 }

@@ -5,18 +5,21 @@ use tower_agent_core::{
     ContentPart, ErrorKind, FinishReason, Role, ToolCall, ToolChoice, ToolResult, ToolSpec, Usage,
 };
 
+use std::sync::Arc;
+
 use crate::encode;
 
 use super::stream::*;
 use super::*;
 
 fn encoded(req: &ModelRequest) -> Value {
-    let wire = OpenAiWire {
+    let endpoint = Endpoint {
         model: "m".into(),
         base_url: "http://x/v1".into(),
         key: None,
     };
-    serde_json::from_slice(&encode::body(&wire, req, true, false).expect("encodes")).expect("json")
+    let body = encode::body(&OpenAiWire::default(), &endpoint, req, true, false);
+    serde_json::from_slice(&body.expect("encodes")).expect("json")
 }
 
 #[test]
@@ -97,13 +100,8 @@ fn stream_fragments_are_joined_by_index() {
 
 #[test]
 fn reasoning_of_compatible_servers_is_kept_first() {
-    let wire = OpenAiWire {
-        model: "deepseek-reasoner".into(),
-        base_url: "http://x/v1".into(),
-        key: None,
-    };
     let body = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"42","reasoning_content":"6 times 7"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#;
-    let res = wire.decode(body).expect("decodes");
+    let res = OpenAiWire::decode(body).expect("decodes");
     assert_eq!(
         res.message.content,
         vec![
@@ -114,7 +112,7 @@ fn reasoning_of_compatible_servers_is_kept_first() {
             ContentPart::Text { text: "42".into() },
         ]
     );
-    let empty = wire.decode(br#"{"choices":[]}"#).expect_err("no choices");
+    let empty = OpenAiWire::decode(br#"{"choices":[]}"#).expect_err("no choices");
     assert_eq!(empty.kind(), ErrorKind::EmptyResponse);
 }
 
@@ -156,14 +154,16 @@ fn openai_s_own_api_takes_the_length_limit_as_max_completion_tokens() {
         ("http://127.0.0.1:8080/v1", "max_tokens"),
         ("https://openrouter.ai/api/v1", "max_tokens"),
     ] {
-        let wire = OpenAiWire {
+        let endpoint = Endpoint {
             model: "m".into(),
             base_url: base.into(),
             key: None,
         };
-        let body: Value =
-            serde_json::from_slice(&encode::body(&wire, &req, false, false).expect("encodes"))
-                .expect("json");
+        let wire = OpenAiWire::default();
+        let body: Value = serde_json::from_slice(
+            &encode::body(&wire, &endpoint, &req, false, false).expect("encodes"),
+        )
+        .expect("json");
         assert_eq!(body[key], 64, "{base}: {body}");
         let other = if key == "max_tokens" {
             "max_completion_tokens"

@@ -1,0 +1,167 @@
+//! The one provider type: [`Provider`], generic over a provider's [`Wire`] format.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{Error, ModelRequest, ModelResponse};
+use tower_service::Service;
+
+use crate::http::{self, Client};
+use crate::key::ApiKey;
+use crate::wire::{Endpoint, Format};
+
+/// A provider's wire format: [`OpenAiWire`](crate::openai::OpenAiWire),
+/// [`AnthropicWire`](crate::anthropic::AnthropicWire) or
+/// [`GeminiWire`](crate::gemini::GeminiWire). Sealed: the formats are this crate's.
+pub trait Wire: Format {}
+
+impl<W: Format> Wire for W {}
+
+/// A model service over one provider's HTTP API: [`OpenAi`](crate::OpenAi),
+/// [`Anthropic`](crate::Anthropic) and [`Gemini`](crate::Gemini) are this type over their
+/// [`Wire`] format. Every method here works for each of them; a provider's own options are
+/// in its module (`Anthropic::max_tokens`).
+///
+/// A `Service<ModelRequest, Response = ModelResponse, Error = Error>`. Cloning is cheap (the
+/// configuration and the HTTP client are shared). `poll_ready` is always ready: put tower's
+/// `ConcurrencyLimit` or `RateLimit` around it to bound calls. Each call is one HTTP
+/// exchange, streamed by default.
+pub struct Provider<W> {
+    client: Arc<Client<W>>,
+}
+
+impl<W> Clone for Provider<W> {
+    fn clone(&self) -> Self {
+        Self {
+            client: Arc::clone(&self.client),
+        }
+    }
+}
+
+/// The provider's name, model, base URL and options; never the key's value.
+impl<W: Wire> fmt::Debug for Provider<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(W::NAME)
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl<W: Wire> Provider<W> {
+    /// The base URL when none is given (and the provider's environment variable is not set).
+    pub const DEFAULT_BASE_URL: &'static str = W::DEFAULT_BASE_URL;
+
+    /// A service for `model`, streaming. The key comes from the provider's environment
+    /// variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`), and so does the
+    /// base URL when it is set (`OPENAI_BASE_URL`, ...).
+    pub fn new(model: impl Into<String>) -> Self {
+        let base_url = std::env::var(W::BASE_URL_ENV)
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| W::DEFAULT_BASE_URL.to_owned());
+        let endpoint = Endpoint {
+            model: model.into(),
+            base_url: W::base_url_of(&base_url),
+            key: ApiKey::from_env(W::KEY_ENV),
+        };
+        Self {
+            client: Arc::new(Client::new(W::default(), endpoint)),
+        }
+    }
+
+    /// The server's base URL, with or without the API's version path: each provider's module
+    /// says which forms it takes (`http://127.0.0.1:8080/v1` for an OpenAI-compatible server,
+    /// `https://api.anthropic.com`, `https://generativelanguage.googleapis.com/v1beta`).
+    pub fn base_url(self, url: impl Into<String>) -> Self {
+        let url = W::base_url_of(&url.into());
+        self.edit(|c| c.endpoint.base_url = url)
+    }
+
+    /// The API key (instead of the provider's environment variable). Sent in a header marked
+    /// sensitive, never in the URL.
+    pub fn api_key(self, key: impl Into<ApiKey>) -> Self {
+        let key = key.into();
+        self.edit(|c| c.endpoint.key = Some(key))
+    }
+
+    /// Stream the answer (the default) or not.
+    pub fn streaming(self, stream: bool) -> Self {
+        self.edit(|c| c.stream = stream)
+    }
+
+    /// The reqwest client to use (proxies, timeouts, TLS roots). The default one has a
+    /// connect timeout of 10 s; a client of your own brings its own.
+    pub fn http_client(self, http: reqwest::Client) -> Self {
+        self.edit(|c| c.http = http)
+    }
+
+    /// The longest wait for the next byte of a streamed answer, its head included (120 s by
+    /// default): a stalled server fails the call with
+    /// [`ErrorKind::Timeout`](tower_agent_core::ErrorKind::Timeout), which the retry policy
+    /// retries. A whole answer (not streamed) is not bounded while it is generated; a model
+    /// that thinks for minutes before its first token needs a longer wait. There is no
+    /// whole-request timeout by default (it would cut long streams): put tower's `Timeout`
+    /// around the service for one.
+    pub fn idle_timeout(self, timeout: Duration) -> Self {
+        self.edit(|c| c.idle_timeout = timeout)
+    }
+
+    /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).
+    ///
+    /// # Errors
+    ///
+    /// `BadRequest` when the name or the value is not valid in a header.
+    pub fn header(mut self, name: &str, value: &str) -> Result<Self, Error> {
+        http::add_header(&mut Arc::make_mut(&mut self.client).extra, name, value)?;
+        Ok(self)
+    }
+
+    /// The request body this service sends for `req` (streamed or not, as configured): for
+    /// logging, tests and benchmarks. Like a call, it reuses the bytes of the messages it
+    /// encoded before for the same run (`req.ctx`).
+    ///
+    /// # Errors
+    ///
+    /// A request this provider cannot express.
+    pub fn request_body(&self, req: &ModelRequest) -> Result<Vec<u8>, Error> {
+        http::request_body(&self.client, req)
+    }
+
+    /// The response a recorded body gives, as a call would return it: a server-sent event
+    /// stream when the service streams, a whole JSON body otherwise. No event is emitted.
+    ///
+    /// # Errors
+    ///
+    /// As a call: a broken stream, an error event, invalid JSON.
+    pub fn parse_response(&self, body: &[u8]) -> Result<ModelResponse, Error> {
+        http::parse_recorded(&self.client, body)
+    }
+
+    /// The model's name.
+    pub fn model(&self) -> &str {
+        &self.client.endpoint.model
+    }
+
+    /// Change the configuration (copied first if a clone shares it).
+    pub(crate) fn edit(mut self, f: impl FnOnce(&mut Client<W>)) -> Self {
+        f(Arc::make_mut(&mut self.client));
+        self
+    }
+}
+
+impl<W: Wire> Service<ModelRequest> for Provider<W> {
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<ModelResponse, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ModelRequest) -> Self::Future {
+        http::call(Arc::clone(&self.client), req)
+    }
+}
