@@ -161,6 +161,21 @@ impl ToolResponse {
         })))
     }
 
+    /// Whether the call pauses the run ([`ToolAction::Interrupt`]): its result is only a
+    /// placeholder, and the call waits for the value the run resumes with.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{ToolCall, ToolResponse};
+    ///
+    /// let call = ToolCall::new("c1", "deploy", json!({"env": "prod"}));
+    /// assert!(ToolResponse::interrupt(&call, json!({"question": "Deploy?"})).is_interrupt());
+    /// assert!(!ToolResponse::error(&call, "deploy failed").is_interrupt());
+    /// ```
+    pub fn is_interrupt(&self) -> bool {
+        matches!(self.action, ToolAction::Interrupt(_))
+    }
+
     /// Set the action.
     pub fn with_action(mut self, action: ToolAction) -> Self {
         self.action = action;

@@ -39,6 +39,8 @@
 
 #[cfg(feature = "approval")]
 pub mod approval;
+#[cfg(any(feature = "approval", feature = "checkpoint"))]
+mod ask;
 #[cfg(any(feature = "approval", feature = "limits"))]
 mod by_name;
 #[cfg(feature = "checkpoint")]

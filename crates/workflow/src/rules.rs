@@ -424,7 +424,7 @@ fn tool_rules(
     ctx: &RunContext,
     asked: bool,
 ) -> ToolResponse {
-    if matches!(response.action, ToolAction::Interrupt(_)) {
+    if response.is_interrupt() {
         return response;
     }
     let ok = !response.result.is_error;

@@ -13,11 +13,8 @@ use tower_agent_core::{
     BoxError, Decision, DecisionKind, Interrupt, RunContext, ToolCall, UnknownDecision,
 };
 
-use super::ApprovalLayer;
+use super::{ApprovalLayer, DEFAULT_TIMEOUT};
 use crate::by_name::ByName;
-
-/// The default time an inline approver has to decide: 15 minutes.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 type Predicate = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
 type Describe = Arc<dyn Fn(&ToolCall) -> String + Send + Sync>;

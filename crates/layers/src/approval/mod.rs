@@ -73,9 +73,11 @@ mod gate;
 
 pub use future::{ResponseFuture, STATE_KEY};
 pub use gate::{
-    ApprovalBuilder, Approver, ApproverFn, ConfigError, DEFAULT_TIMEOUT, Gate, GateProblem,
-    ReviewRequest, approver_fn,
+    ApprovalBuilder, Approver, ApproverFn, ConfigError, Gate, GateProblem, ReviewRequest,
+    approver_fn,
 };
+
+pub use crate::ask::DEFAULT_TIMEOUT;
 
 use std::fmt;
 use std::sync::Arc;
@@ -90,8 +92,16 @@ use tower_agent_core::{
 use tower_layer::Layer;
 use tower_service::Service;
 
-use future::{After, take_approved};
+use crate::ask::{self, Answer, Decided};
+use future::{Approved, take_approved};
 use gate::{Config, Mode};
+
+/// What an approval call's future is inside.
+type Asked<S> = ask::ResponseFuture<
+    <S as Service<ToolRequest>>::Future,
+    <S as Service<ToolRequest>>::Error,
+    Option<Approved>,
+>;
 
 /// Human approval of gated tool calls; see the [module docs](self).
 #[derive(Clone)]
@@ -209,10 +219,21 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: ToolRequest) -> Self::Future {
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        ResponseFuture::new(self.decide(req))
+    }
+}
+
+impl<S> Approval<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    fn decide(&mut self, mut req: ToolRequest) -> Asked<S> {
         let gate = match self.config.gates.get(&req.call.name) {
             Some(gate) if gate.applies(&req.call) => gate,
-            _ => return ResponseFuture::pass(self.inner.call(req)),
+            _ => return ask::ResponseFuture::inner(self.inner.call(req), None),
         };
         if req.resume.is_some() {
             if let Some(edited) = take_approved(&req.ctx, &req.call.id) {
@@ -221,8 +242,8 @@ where
                 if let Some(arguments) = &edited {
                     req.call.arguments.clone_from(arguments);
                 }
-                let after = After::new(&req, edited);
-                return ResponseFuture::after(self.inner.call(req), after);
+                let after = Approved::new(&req, edited);
+                return ask::ResponseFuture::inner(self.inner.call(req), Some(after));
             }
         }
         // The decision is this layer's: the layers and the tool inside never see it.
@@ -236,13 +257,17 @@ where
                 },
                 Err(_) => Decision::reject(format!("{value} is not a decision")),
             };
-            return self.apply(req, decision);
+            // Known now: the inner service is ready.
+            return match decided(req, decision) {
+                Decided::Answer(response) => ask::ResponseFuture::ready(response),
+                Decided::Run(req, after) => ask::ResponseFuture::inner(self.inner.call(req), after),
+            };
         }
         match &self.config.mode {
             Mode::Interrupt => {
                 let review = gate.review(&req.call);
                 let payload = serde_json::to_value(&review).unwrap_or(Value::Null);
-                ResponseFuture::ready(ToolResponse::review(
+                ask::ResponseFuture::ready(ToolResponse::review(
                     &req.call,
                     payload,
                     gate.allowed.iter().copied(),
@@ -251,67 +276,28 @@ where
             Mode::Inline { approver, timeout } => {
                 let review = gate.review(&req.call);
                 let allowed = review.allowed_decisions.clone();
-                let decided = approver.review(review, req.ctx.clone());
+                let asked = approver.review(review, req.ctx.clone());
                 let timeout = *timeout;
-                // The ready service goes with the future; this one gets a fresh clone (tower's
-                // "be careful when cloning inner services").
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::boxed(async move {
-                    let decision = match tokio::time::timeout(timeout, decided).await {
-                        Ok(Ok(decision)) => match acceptable(&decision, &allowed) {
-                            Ok(()) => decision,
-                            Err(reason) => {
-                                let reason = format!("the approver's decision {reason}");
-                                warn(&req.ctx, &req.call, &reason).await;
-                                Decision::reject(reason)
-                            }
-                        },
-                        Ok(Err(error)) => {
-                            let reason = format!("the approval failed ({error})");
-                            warn(&req.ctx, &req.call, &reason).await;
-                            Decision::reject(reason)
-                        }
-                        Err(_) => {
-                            let reason =
-                                format!("no decision within {} s", timeout.as_secs_f64().round());
+                ask::inline(&mut self.inner, async move {
+                    let decision = match ask::within(asked, timeout).await {
+                        Answer::Given(decision) => acceptable(&decision, &allowed)
+                            .map(|()| decision)
+                            .map_err(|reason| format!("the approver's decision {reason}")),
+                        Answer::Failed(error) => Err(format!("the approval failed ({error})")),
+                        Answer::Late(waited) => Err(format!(
+                            "no decision within {} s",
+                            waited.as_secs_f64().round()
+                        )),
+                    };
+                    let decision = match decision {
+                        Ok(decision) => decision,
+                        Err(reason) => {
                             warn(&req.ctx, &req.call, &reason).await;
                             Decision::reject(reason)
                         }
                     };
-                    let mut inner = inner;
-                    match decided_request(req, decision) {
-                        Decided::Answer(response) => Ok(response),
-                        Decided::Run(req, edited) => {
-                            std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                            let after = After::new(&req, edited);
-                            let response = inner.call(req).await?;
-                            Ok(after.done(response))
-                        }
-                    }
+                    decided(req, decision)
                 })
-            }
-        }
-    }
-}
-
-impl<S> Approval<S>
-where
-    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    /// Apply a decision known now (on resume): the inner service is ready.
-    fn apply(
-        &mut self,
-        req: ToolRequest,
-        decision: Decision,
-    ) -> ResponseFuture<S::Future, S::Error> {
-        match decided_request(req, decision) {
-            Decided::Answer(response) => ResponseFuture::ready(response),
-            Decided::Run(req, edited) => {
-                let after = After::new(&req, edited);
-                ResponseFuture::after(self.inner.call(req), after)
             }
         }
     }
@@ -326,20 +312,18 @@ fn acceptable(decision: &Decision, allowed: &[DecisionKind]) -> Result<(), Strin
     })
 }
 
-enum Decided {
-    /// Answered without running the tool.
-    Answer(ToolResponse),
-    /// Run this request; with the edited arguments to record.
-    Run(ToolRequest, Option<String>),
-}
-
-fn decided_request(mut req: ToolRequest, decision: Decision) -> Decided {
+/// What `decision` does with the call: answer it, or run it (with the edited arguments).
+fn decided(mut req: ToolRequest, decision: Decision) -> Decided<Option<Approved>> {
     match decision {
-        Decision::Approve => Decided::Run(req, None),
+        Decision::Approve => {
+            let after = Approved::new(&req, None);
+            Decided::Run(req, Some(after))
+        }
         Decision::Edit { arguments } => {
             let arguments = arguments.to_string();
             req.call.arguments.clone_from(&arguments);
-            Decided::Run(req, Some(arguments))
+            let after = Approved::new(&req, Some(arguments));
+            Decided::Run(req, Some(after))
         }
         Decision::Reject { reason } => {
             Decided::Answer(ToolResponse::error(&req.call, rejected(&req.call, &reason)))

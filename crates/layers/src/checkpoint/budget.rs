@@ -3,9 +3,10 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tower_agent_core::{Progress, RunContext, ToolAction, ToolResponse};
+use tower_agent_core::{Progress, RunContext, ToolResponse};
 
 use super::STATE_KEY;
+use crate::ask::After;
 
 /// The run's budget, in the run context.
 #[derive(Clone, Default)]
@@ -82,12 +83,13 @@ pub(super) fn add_waiting(ctx: &RunContext, call_id: &str) {
 }
 
 /// Count a call that ran (not one that waits).
-pub(super) fn record(budget: &Budget, tool: &str, response: &ToolResponse) {
-    if matches!(response.action, ToolAction::Interrupt(_)) {
-        return;
+impl After for Budget {
+    fn after(self, response: ToolResponse) -> ToolResponse {
+        if !response.is_interrupt() {
+            self.counts()
+                .progress
+                .push(&response.result.name, !response.result.is_error);
+        }
+        response
     }
-    budget
-        .counts()
-        .progress
-        .push(tool, !response.result.is_error);
 }

@@ -71,12 +71,11 @@ use serde::{Deserialize, Serialize};
 use tower_agent_core::{BoxError, Interrupt, Progress, RunContext, StateKey};
 use tower_layer::Layer;
 
+pub use crate::ask::DEFAULT_TIMEOUT;
 pub use future::ResponseFuture;
 
 /// The default budget: 20 tool calls.
 pub const DEFAULT_EVERY: u32 = 20;
-/// The default time to answer an inline checkpoint: 15 minutes.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The key, in the session's JSON state, of the calls waiting at a checkpoint.
 pub const STATE_KEY: StateKey<Waiting> = StateKey::new("tower_agent.checkpoint");
 

@@ -9,9 +9,17 @@ use serde_json::Value;
 use tower_agent_core::{Decision, DecisionKind, StopReason, ToolAction, ToolRequest, ToolResponse};
 use tower_service::Service;
 
-use super::budget::{Budget, add_waiting, not_executed, record, take_waiting};
+use super::budget::{Budget, add_waiting, not_executed, take_waiting};
 use super::future::ResponseFuture;
 use super::{Checkpoint, CheckpointRequest, Mode};
+use crate::ask::{self, Answer, Decided};
+
+/// What a checkpoint call's future is inside.
+type Asked<S> = ask::ResponseFuture<
+    <S as Service<ToolRequest>>::Future,
+    <S as Service<ToolRequest>>::Error,
+    Budget,
+>;
 
 /// Passes on the tools of the service inside it.
 impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for Checkpoint<S> {
@@ -34,25 +42,36 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: ToolRequest) -> Self::Future {
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        ResponseFuture::new(self.decide(req))
+    }
+}
+
+impl<S> Checkpoint<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    fn decide(&mut self, mut req: ToolRequest) -> Asked<S> {
         let every = self.config.every;
         let budget = Budget::of(&req.ctx);
         if req.resume.is_some() {
             if !take_waiting(&req.ctx, &req.call.id) {
                 // Another layer's interrupt: counted when it first came through.
-                return ResponseFuture::tracked(self.inner.call(req), budget);
+                return ask::ResponseFuture::inner(self.inner.call(req), budget);
             }
             let value = req.resume.take().unwrap_or(Value::Null);
             return match Decision::deserialize(&value) {
                 Ok(Decision::Approve) => {
                     budget.renew();
-                    ResponseFuture::tracked(self.inner.call(req), budget)
+                    ask::ResponseFuture::inner(self.inner.call(req), budget)
                 }
-                _ => stop(&req, every, "declined"),
+                _ => ask::ResponseFuture::ready(stopped(&req, every, "declined".to_owned())),
             };
         }
         if budget.take(every) {
-            return ResponseFuture::tracked(self.inner.call(req), budget);
+            return ask::ResponseFuture::inner(self.inner.call(req), budget);
         }
         let question = CheckpointRequest {
             calls: budget.0.calls.load(Ordering::Acquire),
@@ -69,7 +88,7 @@ where
                         question.calls, question.progress
                     ),
                 });
-                ResponseFuture::ready(ToolResponse::review(
+                ask::ResponseFuture::ready(ToolResponse::review(
                     &req.call,
                     payload,
                     [DecisionKind::Approve, DecisionKind::Reject],
@@ -79,46 +98,43 @@ where
                 let checkpoint = Arc::clone(checkpoint);
                 let timeout = self.config.timeout;
                 let generation = budget.counts().generation;
-                let clone = self.inner.clone();
-                let mut inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::boxed(async move {
+                ask::inline(&mut self.inner, async move {
+                    // One question per run at a time; the timeout starts once it is asked.
                     let asking = budget.0.asking.lock().await;
                     if budget.counts().stopped {
                         // Another call of the round was told to stop.
-                        return Ok(ToolResponse::error(&req.call, not_executed(every)));
+                        return Decided::Answer(ToolResponse::error(
+                            &req.call,
+                            not_executed(every),
+                        ));
                     }
                     // Another call of the round got a fresh budget while this one waited.
                     let renewed = budget.counts().generation != generation && budget.take(every);
                     if !renewed {
                         let asked = checkpoint.ask(question, req.ctx.clone());
-                        let reason = match tokio::time::timeout(timeout, asked).await {
-                            Ok(Ok(true)) => None,
-                            Ok(Ok(false)) => Some("declined".to_owned()),
-                            Ok(Err(error)) => Some(format!("the checkpoint failed: {error}")),
-                            Err(_) => Some(format!(
+                        let reason = match ask::within(asked, timeout).await {
+                            Answer::Given(true) => None,
+                            Answer::Given(false) => Some("declined".to_owned()),
+                            Answer::Failed(error) => {
+                                Some(format!("the checkpoint failed: {error}"))
+                            }
+                            Answer::Late(waited) => Some(format!(
                                 "no answer within {} s",
-                                timeout.as_secs_f64().round()
+                                waited.as_secs_f64().round()
                             )),
                         };
                         if let Some(reason) = reason {
                             budget.counts().stopped = true;
-                            return Ok(stopped(&req, every, reason));
+                            return Decided::Answer(stopped(&req, every, reason));
                         }
                         budget.renew();
                     }
                     drop(asking);
-                    std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                    let response = inner.call(req).await?;
-                    record(&budget, &response.result.name, &response);
-                    Ok(response)
+                    Decided::Run(req, budget)
                 })
             }
         }
     }
-}
-
-fn stop<F, E>(req: &ToolRequest, every: u32, reason: &str) -> ResponseFuture<F, E> {
-    ResponseFuture::ready(stopped(req, every, reason.to_owned()))
 }
 
 /// The answer to a call the checkpoint did not let run: the run stops.

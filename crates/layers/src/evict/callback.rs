@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tower_agent_core::event::BoxFuture;
-use tower_agent_core::{AfterCallback, Error, Event, RunContext, ToolAction, ToolResponse};
+use tower_agent_core::{AfterCallback, Error, Event, RunContext, ToolResponse};
 
 use super::Config;
 use super::path::result_path;
@@ -78,9 +78,7 @@ impl AfterCallback<ToolResponse> for EvictLarge {
             state: State::Ready(Some(Ok(response))),
         };
         // A paused call's result is not shown to the model.
-        if matches!(response.action, ToolAction::Interrupt(_))
-            || self.config.is_excluded(&response.result.name)
-        {
+        if response.is_interrupt() || self.config.is_excluded(&response.result.name) {
             return keep(response);
         }
         let tokens = self.config.counter.count_text(&response.result.content);

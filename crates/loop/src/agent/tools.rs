@@ -57,7 +57,7 @@ type ToolOutcome = Result<ToolResponse, CallFailure>;
 /// Whether the model will see an error (an interrupt is not one).
 fn is_error(outcome: &ToolOutcome) -> bool {
     match outcome {
-        Ok(r) => r.result.is_error && !matches!(r.action, ToolAction::Interrupt(_)),
+        Ok(r) => r.result.is_error && !r.is_interrupt(),
         Err(_) => true,
     }
 }
