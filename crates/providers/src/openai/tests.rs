@@ -173,3 +173,42 @@ fn openai_s_own_api_takes_the_length_limit_as_max_completion_tokens() {
         assert!(body.get(other).is_none(), "{base}: {body}");
     }
 }
+
+#[test]
+fn a_later_round_reuses_the_bytes_of_the_messages_its_history_kept() {
+    let endpoint = Endpoint {
+        model: "m".into(),
+        base_url: "http://x/v1".into(),
+        key: None,
+    };
+    let wire = OpenAiWire::default();
+    let mut req = ModelRequest::new(vec![Message::user("first"), Message::assistant("two")]);
+    req.ctx = tower_agent_core::RunContext::new();
+    let body_of = |req: &ModelRequest| {
+        let body = encode::body(&wire, &endpoint, req, false, true).expect("encodes");
+        String::from_utf8(body).expect("UTF-8")
+    };
+    assert!(body_of(&req).contains("first"));
+    // Overwrite the kept bytes of the first message: a reuse shows it, an encoding does not.
+    assert!(encode::overwrite_cached::<OpenAiWire>(
+        &req.ctx, b"first", b"FIRST"
+    ));
+    // The next round: the same history, grown.
+    let mut next = req.clone();
+    next.messages.push(Message::user("three"));
+    let grown = body_of(&next);
+    assert!(
+        grown.contains("FIRST") && grown.contains("three"),
+        "{grown}"
+    );
+    // An edit of the second message keeps the first one's bytes.
+    next.messages.tail_mut(1)[0] = Message::assistant("2");
+    let edited = body_of(&next);
+    assert!(
+        edited.contains("FIRST") && !edited.contains("two"),
+        "{edited}"
+    );
+    // A history built anew is encoded anew.
+    next.messages = tower_agent_core::History::from(next.messages.to_vec());
+    assert!(body_of(&next).contains("first"));
+}
