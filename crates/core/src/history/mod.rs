@@ -1,18 +1,26 @@
 //! The conversation history: shared copy-on-write, checked and repaired for tool-call
 //! validity, and able to say what changed since a mark.
 
+mod blocks;
+mod mark;
 mod repair;
+mod validate;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::message::{Message, Role, ToolCall};
 
+pub use blocks::CallBlock;
+pub use mark::HistoryMark;
 pub use repair::{Repair, RepairReport, Unanswered};
+pub use validate::{HistoryError, validate};
+
+use blocks::{call_blocks, call_position};
+use mark::Lineage;
 
 /// The messages of a session, shared copy-on-write.
 ///
@@ -67,60 +75,11 @@ struct Inner {
     lineage: Lineage,
 }
 
-/// Which histories share a start: every `History` with the same `id` holds the very same
-/// messages (one `Arc`, or a copy made when another clone was alive, which gets a new `id`);
-/// `parent` says which history this one was copied or edited from, and how many of its first
-/// messages were kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Lineage {
-    id: u64,
-    parent: Option<(u64, usize)>,
-}
-
-impl Lineage {
-    fn new(parent: Option<(u64, usize)>) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        Lineage {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
-            parent,
-        }
-    }
-}
-
 impl Inner {
     fn new(messages: Vec<Message>) -> Self {
         Inner {
             messages,
             lineage: Lineage::new(None),
-        }
-    }
-}
-
-/// Where a history stood when [`History::mark`] was called: enough to tell later how much of
-/// it another history still starts with. Small and `Copy`; it holds no message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HistoryMark {
-    lineage: Lineage,
-    len: usize,
-}
-
-impl HistoryMark {
-    /// How many messages the marked history held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the marked history was empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The mark of the marked history's first `len` messages (all of them when it held
-    /// fewer): for work done on a part of a history.
-    pub fn up_to(self, len: usize) -> HistoryMark {
-        HistoryMark {
-            len: len.min(self.len),
-            ..self
         }
     }
 }
@@ -198,37 +157,6 @@ impl History {
     /// Whether `self` and `other` share the same storage (no copy happened between them).
     pub fn ptr_eq(&self, other: &History) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
-    }
-
-    /// Where this history stands now; see [what changed since a mark](History#what-changed-since-a-mark).
-    pub fn mark(&self) -> HistoryMark {
-        HistoryMark {
-            lineage: self.0.lineage,
-            len: self.len(),
-        }
-    }
-
-    /// How many of the marked history's first messages this history starts with, as far as
-    /// its edits tell (never more than either holds; 0 when they share nothing known).
-    pub fn kept(&self, mark: &HistoryMark) -> usize {
-        let (this, that) = (self.0.lineage, mark.lineage);
-        let shared = if this.id == that.id {
-            usize::MAX
-        } else {
-            match (this.parent, that.parent) {
-                (Some((parent, kept)), _) if parent == that.id => kept,
-                (_, Some((parent, kept))) if parent == this.id => kept,
-                (Some((a, kept_a)), Some((b, kept_b))) if a == b => kept_a.min(kept_b),
-                _ => 0,
-            }
-        };
-        shared.min(mark.len).min(self.len())
-    }
-
-    /// The messages added since `mark`, when this history still starts with all of the
-    /// marked one; `None` when it was edited before the mark's end (or shares nothing known).
-    pub fn since(&self, mark: &HistoryMark) -> Option<&[Message]> {
-        (self.kept(mark) == mark.len).then(|| &self[mark.len..])
     }
 
     /// The calls of the last assistant message that wait for a result: the history ends with
@@ -392,191 +320,6 @@ impl<'de> Deserialize<'de> for History {
     }
 }
 
-/// An assistant message that asks for tool calls, and the tool messages right after it.
-#[derive(Debug, Clone, Copy)]
-pub struct CallBlock<'a> {
-    /// The index of the assistant message in the history.
-    pub index: usize,
-    /// The assistant message.
-    pub message: &'a Message,
-    /// The tool messages right after it (its results, unless the history is broken).
-    pub results: &'a [Message],
-    /// Whether the history ends with these results: calls without one may still wait for a
-    /// decision here, nowhere else.
-    pub at_end: bool,
-}
-
-impl<'a> CallBlock<'a> {
-    /// Whether one of the tool messages right after the assistant message answers `call`.
-    pub fn answers(&self, call: &ToolCall) -> bool {
-        self.results
-            .iter()
-            .flat_map(Message::tool_results)
-            .any(|result| result.call_id == call.id)
-    }
-
-    /// The calls no tool message right after the assistant message answers, in call order.
-    pub fn unanswered(self) -> impl Iterator<Item = &'a ToolCall> {
-        self.message
-            .tool_calls()
-            .filter(move |call| !self.answers(call))
-    }
-}
-
-/// The call blocks of `messages` from index `start` on.
-fn call_blocks(messages: &[Message], start: usize) -> impl Iterator<Item = CallBlock<'_>> {
-    messages
-        .iter()
-        .enumerate()
-        .skip(start)
-        .filter(|(_, m)| m.role == Role::Assistant && m.has_tool_calls())
-        .map(|(index, message)| {
-            let rest = &messages[index + 1..];
-            let results = &rest[..rest.iter().take_while(|m| m.role == Role::Tool).count()];
-            CallBlock {
-                index,
-                message,
-                results,
-                at_end: results.len() == rest.len(),
-            }
-        })
-}
-
-/// Where `message`'s first result stands among the calls of `calls` (last if nowhere).
-fn call_position(message: &Message, calls: &Message) -> usize {
-    message
-        .tool_results()
-        .next()
-        .and_then(|r| calls.tool_calls().position(|c| c.id == r.call_id))
-        .unwrap_or(usize::MAX)
-}
-
-/// Why a history is not valid to send to a model.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum HistoryError {
-    /// Two tool calls share an id.
-    #[error("tool call id `{id}` is used twice (message {index})")]
-    DuplicateCallId {
-        /// The id.
-        id: String,
-        /// The index of the second message using it.
-        index: usize,
-    },
-    /// A tool call has no result before the next non-tool message (or the end).
-    #[error("tool call `{id}` ({name}) in message {index} has no result")]
-    UnansweredCall {
-        /// The call's id.
-        id: String,
-        /// The tool's name.
-        name: String,
-        /// The index of the assistant message holding the call.
-        index: usize,
-    },
-    /// A tool result answers no call of the assistant message right before it.
-    #[error("tool result for `{call_id}` in message {index} answers no open call")]
-    OrphanResult {
-        /// The id the result names.
-        call_id: String,
-        /// The index of the tool message.
-        index: usize,
-    },
-    /// A call is answered twice.
-    #[error("tool call `{call_id}` is answered twice (message {index})")]
-    DuplicateResult {
-        /// The call's id.
-        call_id: String,
-        /// The index of the second result.
-        index: usize,
-    },
-    /// A tool message holds no tool result, or a non-tool message holds one.
-    #[error("message {index} mixes roles and tool results")]
-    MisplacedResult {
-        /// The index of the message.
-        index: usize,
-    },
-}
-
-/// Check that a history is valid to send to any provider: the results of an assistant
-/// message's tool calls follow it directly, as tool messages, each call answered exactly once;
-/// no result answers a call that is not open; no call id is used twice.
-///
-/// `pending` names calls of the *last* assistant message that may stay unanswered because
-/// they wait for a human decision (an interrupted run).
-///
-/// # Errors
-///
-/// The first [`HistoryError`] found.
-pub fn validate(messages: &[Message], pending: &[&str]) -> Result<(), HistoryError> {
-    let mut seen_ids: HashSet<&str> = HashSet::new();
-    // Calls of the latest assistant message that still wait for a result: id -> (name, index).
-    let mut open: HashMap<&str, (&str, usize)> = HashMap::new();
-    let mut answered: HashSet<&str> = HashSet::new();
-
-    let close = |open: &mut HashMap<&str, (&str, usize)>, at_end: bool| {
-        let mut left: Vec<_> = open
-            .drain()
-            .filter(|(id, _)| !(at_end && pending.contains(id)))
-            .collect();
-        left.sort_by_key(|(_, (_, index))| *index);
-        match left.into_iter().next() {
-            Some((id, (name, index))) => Err(HistoryError::UnansweredCall {
-                id: id.to_owned(),
-                name: name.to_owned(),
-                index,
-            }),
-            None => Ok(()),
-        }
-    };
-
-    for (index, message) in messages.iter().enumerate() {
-        match message.role {
-            Role::Tool => {
-                let mut any = false;
-                for result in message.tool_results() {
-                    any = true;
-                    let id = result.call_id.as_str();
-                    if open.remove(id).is_some() {
-                        answered.insert(id);
-                    } else if answered.contains(id) {
-                        return Err(HistoryError::DuplicateResult {
-                            call_id: id.to_owned(),
-                            index,
-                        });
-                    } else {
-                        return Err(HistoryError::OrphanResult {
-                            call_id: id.to_owned(),
-                            index,
-                        });
-                    }
-                }
-                if !any {
-                    return Err(HistoryError::MisplacedResult { index });
-                }
-            }
-            _ => {
-                if message.tool_results().next().is_some() {
-                    return Err(HistoryError::MisplacedResult { index });
-                }
-                close(&mut open, false)?;
-                answered.clear();
-                if message.role == Role::Assistant {
-                    for call in message.tool_calls() {
-                        if !seen_ids.insert(call.id.as_str()) {
-                            return Err(HistoryError::DuplicateCallId {
-                                id: call.id.clone(),
-                                index,
-                            });
-                        }
-                        open.insert(call.id.as_str(), (call.name.as_str(), index));
-                    }
-                }
-            }
-        }
-    }
-    close(&mut open, true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,170 +334,12 @@ mod tests {
         Message::tool_result(ToolResult::success(&call(id), "ok"))
     }
 
-    #[test]
-    fn answered_calls_are_valid() {
-        let h = vec![
-            Message::user("go"),
-            Message::assistant_with_calls("", [call("a"), call("b")]),
-            answer("b"),
-            answer("a"),
-            Message::assistant("done"),
-        ];
-        assert_eq!(validate(&h, &[]), Ok(()));
-    }
-
-    #[test]
-    fn each_defect_is_named() {
-        let unanswered = vec![
-            Message::assistant_with_calls("", [call("a"), call("b")]),
-            answer("a"),
-            Message::user("next"),
-        ];
-        assert!(matches!(
-            validate(&unanswered, &[]),
-            Err(HistoryError::UnansweredCall { id, .. }) if id == "b"
-        ));
-
-        let orphan = vec![Message::user("x"), answer("z")];
-        assert!(matches!(
-            validate(&orphan, &[]),
-            Err(HistoryError::OrphanResult { call_id, index: 1 }) if call_id == "z"
-        ));
-
-        let twice = vec![
-            Message::assistant_with_calls("", [call("a")]),
-            answer("a"),
-            answer("a"),
-        ];
-        assert!(matches!(
-            validate(&twice, &[]),
-            Err(HistoryError::DuplicateResult { .. })
-        ));
-
-        let dup_ids = vec![
-            Message::assistant_with_calls("", [call("a")]),
-            answer("a"),
-            Message::assistant_with_calls("", [call("a")]),
-            answer("a"),
-        ];
-        assert!(matches!(
-            validate(&dup_ids, &[]),
-            Err(HistoryError::DuplicateCallId { index: 2, .. })
-        ));
-
-        let late = vec![
-            Message::assistant_with_calls("", [call("a")]),
-            Message::user("interrupting"),
-            answer("a"),
-        ];
-        assert!(matches!(
-            validate(&late, &[]),
-            Err(HistoryError::UnansweredCall { .. })
-        ));
-    }
-
-    #[test]
-    fn pending_calls_may_wait_only_at_the_end() {
-        let h = vec![
-            Message::assistant_with_calls("", [call("a"), call("b")]),
-            answer("a"),
-        ];
-        assert!(validate(&h, &[]).is_err());
-        assert_eq!(validate(&h, &["b"]), Ok(()));
-        let mut later = h.clone();
-        later.push(Message::user("moved on"));
-        assert!(validate(&later, &["b"]).is_err());
-    }
-
-    fn ids(message: &Message) -> Vec<&str> {
+    pub(super) fn ids(message: &Message) -> Vec<&str> {
         message
             .tool_results()
             .map(|r| r.call_id.as_str())
             .chain(message.tool_calls().map(|c| c.id.as_str()))
             .collect()
-    }
-
-    #[test]
-    fn unanswered_calls_are_answered_in_place_and_in_call_order() {
-        let mut h = History::from(vec![
-            Message::user("go"),
-            Message::assistant_with_calls("", [call("a"), call("b"), call("c")]),
-            answer("b"),
-            Message::user("later"),
-            Message::assistant_with_calls("", [call("d")]),
-        ]);
-        let answered = h
-            .repair(&Repair::new().answer(&ToolResult::cancelled))
-            .answered;
-        assert_eq!(answered, 3);
-        let shape: Vec<Vec<&str>> = h.iter().map(ids).collect();
-        assert_eq!(
-            shape,
-            [
-                vec![],
-                vec!["a", "b", "c"],
-                vec!["a"],
-                vec!["b"],
-                vec!["c"],
-                vec![],
-                vec!["d"],
-                vec!["d"],
-            ]
-        );
-        assert_eq!(h[3].tool_results().next().map(|r| r.is_error), Some(false));
-        assert_eq!(h.validate(), Ok(()));
-    }
-
-    #[test]
-    fn calls_that_wait_stay_open_only_at_the_end() {
-        let mut h = History::from(vec![
-            Message::assistant_with_calls("", [call("a")]),
-            Message::user("moved on"),
-            Message::assistant_with_calls("", [call("b"), call("c")]),
-            answer("c"),
-        ]);
-        // `a` cannot wait: a message follows its results. `b` can.
-        let wait = |c: &ToolCall| c.id == "a" || c.id == "b";
-        let how = Repair::new().wait(&wait).answer(&ToolResult::cancelled);
-        let answered = h.repair(&how).answered;
-        assert_eq!(answered, 1);
-        assert_eq!(ids(&h[1]), ["a"]);
-        assert_eq!(
-            h.open_calls()
-                .iter()
-                .map(|c| c.id.as_str())
-                .collect::<Vec<_>>(),
-            ["b"]
-        );
-        assert_eq!(validate(&h, &["b"]), Ok(()));
-    }
-
-    #[test]
-    fn the_last_message_only_when_asked() {
-        let mut h = History::from(vec![
-            Message::assistant_with_calls("", [call("a")]),
-            Message::user("x"),
-            Message::assistant_with_calls("", [call("b")]),
-            Message::user("y"),
-        ]);
-        let last = Repair::new().last_message_only();
-        assert_eq!(h.repair(&last.answer(&ToolResult::cancelled)).answered, 1);
-        assert_eq!(ids(&h[3]), ["b"], "b answered right after its message");
-        assert!(h.validate().is_err(), "`a` was not looked at");
-        assert_eq!(h.repair(&Repair::new()).answered, 1);
-        assert_eq!(h.validate(), Ok(()));
-    }
-
-    #[test]
-    fn a_valid_history_is_not_copied() {
-        let mut h = History::from(vec![
-            Message::assistant_with_calls("", [call("a")]),
-            answer("a"),
-        ]);
-        let shared = h.clone();
-        assert!(h.repair(&Repair::new()).is_empty());
-        h.order_results();
-        assert!(h.ptr_eq(&shared), "nothing to repair: no copy");
     }
 
     #[test]
@@ -784,86 +369,6 @@ mod tests {
         unordered.order_results();
         assert_eq!(ids(&unordered[1]), ["a"]);
         assert_eq!(ids(&unordered[2]), ["b"]);
-    }
-
-    fn texts(n: usize) -> History {
-        (0..n).map(|i| Message::user(i.to_string())).collect()
-    }
-
-    #[test]
-    fn appending_keeps_a_mark_in_place_or_through_a_copy() {
-        let mut h = texts(3);
-        let mark = h.mark();
-        h.push(Message::user("in place"));
-        assert!(h.ptr_eq(&h.clone()));
-        assert_eq!(h.since(&mark).map(<[Message]>::len), Some(1));
-        let request = h.clone();
-        let mark = h.mark();
-        h.extend([Message::user("a"), Message::user("b")]); // copies: `request` is alive
-        assert!(!h.ptr_eq(&request));
-        assert_eq!(h.since(&mark).map(<[Message]>::len), Some(2));
-        assert_eq!(request.kept(&h.mark()), 4, "the older one is a prefix");
-        assert_eq!(request.since(&mark).map(<[Message]>::len), Some(0));
-    }
-
-    #[test]
-    fn diverging_clones_keep_only_what_they_share() {
-        let mut a = texts(2);
-        let mut b = a.clone();
-        a.push(Message::user("a")); // copies: `b` is alive
-        b.push(Message::user("b")); // in place: `b` is alone now
-        assert_eq!(a.kept(&b.mark()), 2);
-        assert_eq!(b.kept(&a.mark()), 2);
-        assert!(a.since(&b.mark()).is_none());
-        let mut c = b.clone();
-        let mut d = b.clone();
-        c.push(Message::user("c"));
-        d.push(Message::user("d"));
-        assert_eq!(
-            c.kept(&d.mark()),
-            3,
-            "siblings share their parent's messages"
-        );
-    }
-
-    #[test]
-    fn edits_keep_what_stands_before_them() {
-        let mut h = texts(5);
-        let mark = h.mark();
-        h.tail_mut(3)[0] = Message::user("edited");
-        assert_eq!(h.kept(&mark), 3);
-        assert!(h.since(&mark).is_none());
-        let mark = h.mark();
-        h.make_mut().push(Message::user("any edit"));
-        assert_eq!(h.kept(&mark), 0, "make_mut may have changed anything");
-        let fresh = History::from(h.to_vec());
-        assert_eq!(fresh.kept(&h.mark()), 0, "built anew: nothing known");
-        let back: History = serde_json::from_str(&serde_json::to_string(&h).unwrap()).unwrap();
-        assert_eq!((back == h, back.kept(&h.mark())), (true, 0));
-        let (mut x, mut y) = (History::new(), History::new());
-        x.push(Message::user("x"));
-        let mark = x.mark();
-        y.push(Message::user("y"));
-        assert_eq!(y.kept(&mark), 0, "two new histories share nothing");
-    }
-
-    #[test]
-    fn a_repair_keeps_the_messages_before_the_first_it_changed() {
-        let mut h = texts(4);
-        h.push(Message::assistant_with_calls("", [call("a")]));
-        h.push(Message::user("moved on"));
-        let mark = h.mark();
-        assert_eq!(h.repair(&Repair::new()).answered, 1);
-        assert_eq!(h.kept(&mark), 5, "the answer goes in after message 4");
-        h.order_results();
-        let mut waiting = History::from(vec![
-            Message::assistant_with_calls("", [call("a"), call("b")]),
-            answer("b"),
-            answer("a"),
-        ]);
-        let mark = waiting.mark();
-        waiting.order_results();
-        assert_eq!(waiting.kept(&mark), 1);
     }
 
     #[test]

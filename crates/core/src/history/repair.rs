@@ -579,6 +579,9 @@ fn fresh_id(id: &str, taken: &HashSet<String>) -> String {
 mod tests {
     use super::*;
     use crate::History;
+    use crate::history::mark::tests::texts;
+    use crate::history::tests::ids;
+    use crate::history::validate;
 
     #[test]
     fn a_report_names_what_changed_in_singular_or_plural() {
@@ -690,5 +693,107 @@ mod tests {
             Some("a_2")
         );
         assert_eq!(h.validate(), Ok(()));
+    }
+
+    #[test]
+    fn unanswered_calls_are_answered_in_place_and_in_call_order() {
+        let mut h = History::from(vec![
+            Message::user("go"),
+            Message::assistant_with_calls("", [call("a"), call("b"), call("c")]),
+            answer("b"),
+            Message::user("later"),
+            Message::assistant_with_calls("", [call("d")]),
+        ]);
+        let answered = h
+            .repair(&Repair::new().answer(&ToolResult::cancelled))
+            .answered;
+        assert_eq!(answered, 3);
+        let shape: Vec<Vec<&str>> = h.iter().map(ids).collect();
+        assert_eq!(
+            shape,
+            [
+                vec![],
+                vec!["a", "b", "c"],
+                vec!["a"],
+                vec!["b"],
+                vec!["c"],
+                vec![],
+                vec!["d"],
+                vec!["d"],
+            ]
+        );
+        assert_eq!(h[3].tool_results().next().map(|r| r.is_error), Some(false));
+        assert_eq!(h.validate(), Ok(()));
+    }
+
+    #[test]
+    fn calls_that_wait_stay_open_only_at_the_end() {
+        let mut h = History::from(vec![
+            Message::assistant_with_calls("", [call("a")]),
+            Message::user("moved on"),
+            Message::assistant_with_calls("", [call("b"), call("c")]),
+            answer("c"),
+        ]);
+        // `a` cannot wait: a message follows its results. `b` can.
+        let wait = |c: &ToolCall| c.id == "a" || c.id == "b";
+        let how = Repair::new().wait(&wait).answer(&ToolResult::cancelled);
+        let answered = h.repair(&how).answered;
+        assert_eq!(answered, 1);
+        assert_eq!(ids(&h[1]), ["a"]);
+        assert_eq!(
+            h.open_calls()
+                .iter()
+                .map(|c| c.id.as_str())
+                .collect::<Vec<_>>(),
+            ["b"]
+        );
+        assert_eq!(validate(&h, &["b"]), Ok(()));
+    }
+
+    #[test]
+    fn the_last_message_only_when_asked() {
+        let mut h = History::from(vec![
+            Message::assistant_with_calls("", [call("a")]),
+            Message::user("x"),
+            Message::assistant_with_calls("", [call("b")]),
+            Message::user("y"),
+        ]);
+        let last = Repair::new().last_message_only();
+        assert_eq!(h.repair(&last.answer(&ToolResult::cancelled)).answered, 1);
+        assert_eq!(ids(&h[3]), ["b"], "b answered right after its message");
+        assert!(h.validate().is_err(), "`a` was not looked at");
+        assert_eq!(h.repair(&Repair::new()).answered, 1);
+        assert_eq!(h.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_valid_history_is_not_copied() {
+        let mut h = History::from(vec![
+            Message::assistant_with_calls("", [call("a")]),
+            answer("a"),
+        ]);
+        let shared = h.clone();
+        assert!(h.repair(&Repair::new()).is_empty());
+        h.order_results();
+        assert!(h.ptr_eq(&shared), "nothing to repair: no copy");
+    }
+
+    #[test]
+    fn a_repair_keeps_the_messages_before_the_first_it_changed() {
+        let mut h = texts(4);
+        h.push(Message::assistant_with_calls("", [call("a")]));
+        h.push(Message::user("moved on"));
+        let mark = h.mark();
+        assert_eq!(h.repair(&Repair::new()).answered, 1);
+        assert_eq!(h.kept(&mark), 5, "the answer goes in after message 4");
+        h.order_results();
+        let mut waiting = History::from(vec![
+            Message::assistant_with_calls("", [call("a"), call("b")]),
+            answer("b"),
+            answer("a"),
+        ]);
+        let mark = waiting.mark();
+        waiting.order_results();
+        assert_eq!(waiting.kept(&mark), 1);
     }
 }
