@@ -72,7 +72,7 @@ pub use callback::{
     BoxNext, Flow, ModelNext, Next, NextFuture, ObserveLayer, ToolNext, after_agent, after_model,
     after_tool, around_agent, around_model, around_tool, before_agent, before_model, before_tool,
 };
-pub use context::{ExtensionKey, RunContext, new_id};
+pub use context::{ExtensionKey, RunContext, Saver, new_id};
 pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};

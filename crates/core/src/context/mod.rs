@@ -16,6 +16,9 @@ pub use crate::session::new_id;
 use crate::state::StateKey;
 
 mod nested;
+mod saver;
+
+pub use saver::Saver;
 
 use nested::Nesting;
 
@@ -58,6 +61,8 @@ struct Shared {
     events: EventSink,
     state: Mutex<Map<String, Value>>,
     extensions: Mutex<Extensions>,
+    /// Where the run saves its session ([`RunContext::set_saver`]).
+    saver: Mutex<saver::Slot>,
     /// Where a nested run belongs ([`RunContext::nested`]).
     nesting: Option<Nesting>,
 }
@@ -72,6 +77,7 @@ impl Clone for Shared {
             events: self.events.clone(),
             state: Mutex::new(lock(&self.state).clone()),
             extensions: Mutex::new(lock(&self.extensions).clone()),
+            saver: Mutex::new(lock(&self.saver).clone()),
             nesting: self.nesting.clone(),
         }
     }
@@ -101,6 +107,7 @@ impl RunContext {
             events: EventSink::default(),
             state: Mutex::new(Map::new()),
             extensions: Mutex::new(Extensions::default()),
+            saver: Mutex::default(),
             nesting: None,
         })
     }

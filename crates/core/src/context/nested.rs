@@ -129,6 +129,7 @@ impl RunContext {
             events,
             state: Mutex::new(Map::new()),
             extensions: Mutex::new(Extensions::default()),
+            saver: Mutex::default(),
             nesting: Some(Nesting { root, path }),
         })
     }

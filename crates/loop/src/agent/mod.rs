@@ -202,6 +202,7 @@ where
             rounds: 0,
             call_ids: Default::default(),
             start: 0,
+            unsaved: false,
         };
         ResponseFuture {
             inner: Box::pin(run.run(input).instrument(span)),

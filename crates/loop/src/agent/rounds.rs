@@ -30,6 +30,8 @@ pub(super) struct Run<M, T> {
     /// Where this run's work starts in the history, for the progress of a stopped or
     /// cancelled run.
     pub(super) start: usize,
+    /// A save failed: the run ends without saving again.
+    pub(super) unsaved: bool,
 }
 
 /// A cancelled outcome; its progress is filled in when the run ends.
@@ -114,6 +116,9 @@ where
         if let Some(outcome) = self.prepare(input, replay).await? {
             return Ok(outcome);
         }
+        // The input (and the results of calls a resume decided) are saved before the model
+        // is called.
+        self.save().await?;
         loop {
             if self.ctx.is_cancelled() {
                 return Ok(cancelled_outcome());
@@ -158,13 +163,36 @@ where
                     message: message.clone(),
                 });
             }
+            // The calls are saved before they run: a process that dies meanwhile resumes
+            // knowing which were in flight (and answers them), never running them again.
+            self.save().await?;
+            let [.., message] = &self.session.history[..] else {
+                unreachable!("the model's message is the last");
+            };
             let mode = self.config.tool_execution;
             let calls = message.tool_calls();
             let out = execute(&mut self.tools, &self.ctx, round, mode, calls, None).await;
             if let Some(outcome) = self.absorb_round(out, false)? {
                 return Ok(outcome);
             }
+            self.save().await?;
         }
+    }
+
+    /// Save the session as it stands with the context's saver, if it has one.
+    async fn save(&mut self) -> Result<(), Error> {
+        let Some(saver) = self.ctx.saver() else {
+            return Ok(());
+        };
+        let session = Session {
+            id: self.session.id.clone(),
+            history: self.session.history.clone(),
+            state: self.ctx.state_snapshot(),
+            interrupts: Vec::new(),
+        };
+        let saved = saver.save(&session).await;
+        self.unsaved = saved.is_err();
+        saved
     }
 
     /// Call the model with the history, and apply what its response did: the history a layer
@@ -339,10 +367,19 @@ where
                 if let Outcome::Interrupted { interrupts } = &outcome {
                     self.session.interrupts = interrupts.clone();
                 }
+                // Saved before anyone hears the run finished.
+                let saved = match self.ctx.saver() {
+                    Some(saver) => saver.save(&self.session).await,
+                    None => Ok(()),
+                };
                 let finished = Event::RunFinished {
                     outcome: outcome.clone(),
                 };
-                match emit!(self.ctx, finished) {
+                let told = match saved {
+                    Ok(()) => emit!(self.ctx, finished),
+                    Err(error) => Err(error),
+                };
+                match told {
                     Ok(()) => {
                         self.ctx.events().close();
                         let mut response = AgentResponse::new(self.session, outcome);
@@ -355,11 +392,20 @@ where
             }
             Err(error) => {
                 // Whatever failed, leave a history the model can be called with again.
-                let pending = &self.session.interrupts;
-                let wait = |call: &ToolCall| pending.iter().any(|i| i.call.id == call.id);
-                let answer = |call: &ToolCall| ToolResult::error(call, RUN_FAILED);
-                let how = Repair::new().wait(&wait).answer(&answer);
-                self.session.history.repair(&how);
+                {
+                    let pending = &self.session.interrupts;
+                    let wait = |call: &ToolCall| pending.iter().any(|i| i.call.id == call.id);
+                    let answer = |call: &ToolCall| ToolResult::error(call, RUN_FAILED);
+                    let how = Repair::new().wait(&wait).answer(&answer);
+                    self.session.history.repair(&how);
+                }
+                // What the run did is saved, unless saving is what failed (the error says
+                // why: another writer, a lost store); the error carries the session anyway.
+                if let Some(saver) = self.ctx.saver().filter(|_| !self.unsaved) {
+                    if let Err(failed) = saver.save(&self.session).await {
+                        tracing::warn!(error = %failed, "the failed run's session was not saved");
+                    }
+                }
                 error
             }
         };
