@@ -137,6 +137,16 @@ pub mod workflow {
     pub use tower_agent_workflow::*;
 }
 
+/// Session stores: the [`SessionStore`](sessions::SessionStore) trait, the
+/// [`InMemorySessions`](sessions::InMemorySessions) store, and
+/// [`StoreLayer`](sessions::StoreLayer), which runs an agent on stored sessions and saves each
+/// at every step ([`Builtins::store`] places it). With `sessions` (default); the SQLite store
+/// with `sqlite`, the Postgres store with `postgres`.
+#[cfg(feature = "sessions")]
+pub mod sessions {
+    pub use tower_agent_sessions::*;
+}
+
 pub mod chat;
 #[cfg(feature = "layers")]
 mod stack;

@@ -20,6 +20,8 @@ use tower_agent_layers::patch::PatchDanglingLayer;
 use tower_agent_layers::retry::{RetryLayer, RetryPolicy};
 use tower_agent_layers::summarize::SummarizeLayer;
 use tower_agent_loop::AgentBuilder;
+#[cfg(feature = "sessions")]
+use tower_agent_sessions::{SessionStore, StoreLayer};
 
 /// A model service with its layers, boxed: what [`Builtins`] builds on.
 pub type BoxModel = BoxCloneService<ModelRequest, ModelResponse, Error>;
@@ -93,7 +95,7 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 /// ([`BuiltinsExt`]).
 ///
 /// ```text
-/// agent:  memory → patch → [agent_layer] → the loop
+/// agent:  store → memory → patch → [agent_layer] → the loop
 /// model:  limits → memory → instructions → summarize → [model_layer] → patch → retry
 ///         → [provider_layer] → the provider
 /// tools:  evict → limits → checkpoint → approval → [tool_layer] → the tools
@@ -132,6 +134,8 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct Builtins {
     agent: AgentBuilder,
+    #[cfg(feature = "sessions")]
+    store: Option<StoreLayer>,
     memory: Option<MemoryLayer>,
     patch: Option<PatchDanglingLayer>,
     limits: Option<CallLimitsLayer>,
@@ -163,6 +167,15 @@ impl Builtins {
             agent,
             ..Self::default()
         }
+    }
+
+    /// Keep the runs' sessions in `store`: a request names its session by id, and the run
+    /// saves it at every step (see [`StoreLayer`]). Outermost at the agent: every built-in sees
+    /// the stored session, and what each did is saved.
+    #[cfg(feature = "sessions")]
+    pub fn store(mut self, store: impl SessionStore) -> Self {
+        self.store = Some(StoreLayer::new(store));
+        self
     }
 
     /// Memory files, loaded once per run at the agent and shown to the model.
@@ -297,6 +310,8 @@ impl Builtins {
     /// The agent service's slots, outside in.
     fn agent_slots(&self) -> Vec<Slot<BoxAgent>> {
         vec![
+            #[cfg(feature = "sessions")]
+            ("store", self.store.clone().map(wrap).into_iter().collect()),
             (
                 "memory",
                 self.memory.clone().map(wrap).into_iter().collect(),
@@ -433,6 +448,12 @@ where
 pub trait BuiltinsExt: Sized {
     /// The builder as a [`Builtins`], with no built-in yet.
     fn builtins(self) -> Builtins;
+
+    /// [`Builtins::store`].
+    #[cfg(feature = "sessions")]
+    fn store(self, store: impl SessionStore) -> Builtins {
+        self.builtins().store(store)
+    }
 
     /// [`Builtins::memory`].
     fn memory(self, memory: MemoryLayer) -> Builtins {

@@ -24,6 +24,7 @@ fn push(log: &Log, line: String) {
 #[test]
 fn the_canonical_order() {
     let every = Agent::builder()
+        .store(tower_agent::sessions::InMemorySessions::new())
         .memory(MemoryLayer::new())
         .patch()
         .limits(CallLimitsLayer::new())
@@ -38,7 +39,7 @@ fn the_canonical_order() {
         .provider_layer(tower::layer::util::Identity::new())
         .tool_layer(tower::layer::util::Identity::new());
     let [(_, agent), (_, model), (_, tools)] = every.order();
-    assert_eq!(agent, ["memory", "patch", "agent_layer", "loop"]);
+    assert_eq!(agent, ["store", "memory", "patch", "agent_layer", "loop"]);
     assert_eq!(
         model,
         [

@@ -6,9 +6,14 @@
 //! writers that loaded the same version fails with [`StoreError::Conflict`], and nothing is
 //! overwritten silently.
 //!
-//! | store | for |
-//! |---|---|
-//! | [`InMemorySessions`] | tests, short-lived hosts |
+//! | store | feature | for |
+//! |---|---|---|
+//! | [`InMemorySessions`] | | tests, short-lived hosts |
+//! | [`SqliteSessions`] | `sqlite` (default) | one process or a few on one machine: one file, no setup |
+//! | [`PostgresSessions`] | `postgres` | many processes on many machines |
+//!
+//! [`StoreLayer`] runs an agent on a store's sessions: a request names its session by id, and
+//! the run saves it at every step, so a process that dies loses at most the step in flight.
 //!
 //! ```
 //! use tower_agent_core::{Message, Session};
@@ -36,7 +41,14 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod known;
+mod layer;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 use std::fmt;
 use std::future::Future;
@@ -44,7 +56,12 @@ use std::pin::Pin;
 
 use tower_agent_core::{BoxError, Session};
 
+pub use layer::{StoreLayer, StoreService};
 pub use memory::InMemorySessions;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresSessions;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteSessions;
 
 /// A boxed future, as the trait's methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -150,6 +167,17 @@ pub enum StoreError {
         /// Why.
         #[source]
         source: BoxError,
+    },
+    /// The store was made by a newer version of this crate: its schema is at `found`, this
+    /// version knows up to `supported`. Nothing was changed.
+    #[error(
+        "the store's schema is at version {found}, newer than this crate's {supported}: upgrade tower-agent-sessions"
+    )]
+    Schema {
+        /// The schema version found.
+        found: u32,
+        /// The newest this crate knows.
+        supported: u32,
     },
     /// The backend failed (a lost connection, a full disk); nothing was half-written.
     #[error("the session store failed: {0}")]

@@ -1,143 +1,25 @@
-//! What every session store must do, checked on each store this crate has.
+//! The conformance checks on the in-memory and SQLite stores (Postgres: `tests/postgres.rs`).
+
+mod conformance;
 
 use std::sync::Arc;
 
-use serde_json::json;
-use tower_agent_core::{Interrupt, Message, Session, ToolCall};
-use tower_agent_sessions::{
-    InMemorySessions, ListQuery, MAX_ID_LEN, SessionStore, StoreError, Version,
-};
-
-fn session(id: &str) -> Session {
-    let mut session = Session::new();
-    session.id = id.to_owned();
-    session.history.push(Message::user("hi"));
-    session
-}
-
-/// Saves, loads, versions and conflicts.
-async fn versions_and_conflicts(store: &dyn SessionStore) {
-    let mut s = session("a");
-    assert!(store.load("a").await.expect("loads").is_none());
-    let v1 = store.save(&s, None).await.expect("created");
-    // Created twice: the second is refused, the first kept.
-    let twice = store.save(&session("a"), None).await;
-    assert!(
-        matches!(twice, Err(StoreError::Conflict { expected: None, found: Some(v), .. }) if v == v1),
-        "{twice:?}"
-    );
-    // Everything a session holds comes back: history, state, pending interrupts.
-    let call = ToolCall::new("c1", "rm", json!({ "path": "/tmp/x" }));
-    s.history
-        .push(Message::assistant_with_calls("", [call.clone()]));
-    s.state.insert("k".into(), json!({ "n": 1 }));
-    s.interrupts.push(Interrupt::new(call, json!("approve?")));
-    let v2 = store.save(&s, Some(v1)).await.expect("updated");
-    assert!(v2 > v1);
-    let stored = store.load("a").await.expect("loads").expect("stored");
-    assert_eq!((stored.session, stored.version), (s.clone(), v2));
-    // A writer still at the first version is refused, and the second version stays.
-    s.history.push(Message::user("lost update"));
-    let stale = store.save(&s, Some(v1)).await;
-    assert!(
-        matches!(&stale, Err(StoreError::Conflict { expected: Some(e), found: Some(f), .. }) if *e == v1 && *f == v2),
-        "{stale:?}"
-    );
-    assert!(
-        stale
-            .expect_err("refused")
-            .to_string()
-            .contains("another writer")
-    );
-    let kept = store.load("a").await.expect("loads").expect("stored");
-    assert_eq!(kept.session.history.len(), 2);
-    // Updating a session nobody created is a conflict too.
-    let ghost = store.save(&session("ghost"), Some(Version(3))).await;
-    assert!(matches!(
-        ghost,
-        Err(StoreError::Conflict { found: None, .. })
-    ));
-}
-
-/// Two writers that loaded the same version race: exactly one wins.
-async fn racing_writers(store: Arc<dyn SessionStore>) {
-    let v1 = store.save(&session("race"), None).await.expect("created");
-    let writers = (0..8).map(|n| {
-        let store = Arc::clone(&store);
-        tokio::spawn(async move {
-            let mut s = session("race");
-            s.history.push(Message::user(format!("writer {n}")));
-            store.save(&s, Some(v1)).await
-        })
-    });
-    let mut won = 0;
-    for writer in writers.collect::<Vec<_>>() {
-        match writer.await.expect("no panic") {
-            Ok(_) => won += 1,
-            Err(StoreError::Conflict { .. }) => {}
-            Err(other) => panic!("unexpected error: {other}"),
-        }
-    }
-    assert_eq!(won, 1, "exactly one writer wins");
-}
-
-/// Listing by prefix, in pages; deleting at a version.
-async fn listing_and_deleting(store: &dyn SessionStore) {
-    let mut versions = Vec::new();
-    for id in ["u1/c1", "u1/c2", "u1/c3", "u2/c1", "u10/c1"] {
-        versions.push((id, store.save(&session(id), None).await.expect("created")));
-    }
-    let first = store
-        .list(&ListQuery::prefix("u1/").limit(2))
-        .await
-        .expect("lists");
-    let ids: Vec<_> = first.sessions.iter().map(|(id, _)| id.as_str()).collect();
-    assert_eq!(ids, ["u1/c1", "u1/c2"]);
-    let next = first.next.expect("a second page");
-    let second = store
-        .list(&ListQuery::prefix("u1/").limit(2).after(next))
-        .await
-        .expect("lists");
-    let ids: Vec<_> = second.sessions.iter().map(|(id, _)| id.as_str()).collect();
-    assert_eq!((ids, second.next), (vec!["u1/c3"], None));
-
-    let (id, version) = versions[0];
-    let wrong = store.delete(id, Version(version.0 + 1)).await;
-    assert!(matches!(wrong, Err(StoreError::Conflict { .. })));
-    assert!(store.delete(id, version).await.expect("deletes"));
-    assert!(store.load(id).await.expect("loads").is_none());
-    assert!(!store.delete(id, version).await.expect("nothing to delete"));
-}
-
-/// Ids that cannot name a session are refused, typed, before anything is written.
-async fn bad_ids(store: &dyn SessionStore) {
-    let huge = "x".repeat(MAX_ID_LEN + 1);
-    for id in ["", huge.as_str(), "a\nb", "nul\0"] {
-        let saved = store.save(&session(id), None).await;
-        assert!(
-            matches!(saved, Err(StoreError::InvalidId { .. })),
-            "{id:?}: {saved:?}"
-        );
-        assert!(matches!(
-            store.load(id).await,
-            Err(StoreError::InvalidId { .. })
-        ));
-    }
-    let longest = "y".repeat(MAX_ID_LEN);
-    store
-        .save(&session(&longest), None)
-        .await
-        .expect("the longest id is taken");
-}
-
-async fn conformance(store: Arc<dyn SessionStore>) {
-    versions_and_conflicts(store.as_ref()).await;
-    racing_writers(Arc::clone(&store)).await;
-    listing_and_deleting(store.as_ref()).await;
-    bad_ids(store.as_ref()).await;
-}
+use conformance::conformance;
+use tower_agent_sessions::InMemorySessions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_store() {
-    conformance(Arc::new(InMemorySessions::new())).await;
+    let store = InMemorySessions::new();
+    conformance(Arc::new(store.clone()), Arc::new(store)).await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store() {
+    use tower_agent_sessions::SqliteSessions;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("sessions.db");
+    let store = SqliteSessions::open(&path).await.expect("opens");
+    let other = SqliteSessions::open(&path).await.expect("opens again");
+    conformance(Arc::new(store), Arc::new(other)).await;
 }

@@ -1,0 +1,181 @@
+//! The layer that runs an agent on sessions kept in a store.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use tower_agent_core::event::BoxFuture as CoreFuture;
+use tower_agent_core::{AgentRequest, AgentResponse, Error, ErrorKind, Saver, Session};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::{BoxFuture, SessionStore, StoreError, Version};
+
+impl From<StoreError> for Error {
+    /// A store's failure as a run's error: [`ErrorKind::Backend`], the [`StoreError`] as its
+    /// source (downcast it to tell a conflict from a lost store).
+    fn from(error: StoreError) -> Self {
+        Error::new(ErrorKind::Backend, error.to_string()).with_source(error)
+    }
+}
+
+/// Run an agent on sessions kept in a [`SessionStore`]: a request names its session by id, the
+/// store supplies it, and the run saves it as it goes.
+///
+/// For each request, the layer loads the session stored under the request's session id:
+///
+/// - a request with a **blank** session (`Session::with_id(id)`: no message, no state, no
+///   interrupt) runs on the stored one, or on a new session when none is stored;
+/// - a request with a session of its own starts a new stored session; when one is stored
+///   under that id already, the run is refused ([`ErrorKind::Backend`],
+///   [`StoreError::Conflict`]): change a stored session with [`SessionStore::save`], then
+///   run it by id.
+///
+/// The run saves the session at every step ([`Saver`]): the input before the first model
+/// call, the model's message before its tool calls run, their results, and the session the
+/// run ends with (its pending interrupts among it; also a failed run's). A process that dies
+/// loses at most the step in flight; the next run of the session answers the calls that were
+/// in flight (they are not run again). Each save names the version the run loaded: when
+/// another writer saved the session meanwhile, the run fails with [`StoreError::Conflict`]
+/// and overwrites nothing.
+///
+/// Place it outermost among the agent's layers, so that the session every layer sees is the
+/// stored one, and everything they did is saved (the agent builder of `tower-agent` does).
+///
+/// ```
+/// use tower::{Layer, ServiceExt, service_fn};
+/// use tower_agent_core::{AgentRequest, DescribedTools, Error, ModelResponse, Session};
+/// use tower_agent_core::{ToolRequest, ToolResponse};
+/// use tower_agent_loop::Agent;
+/// use tower_agent_sessions::{InMemorySessions, SessionStore, StoreLayer};
+/// use tower_agent_test::ScriptedModel;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let store = InMemorySessions::new();
+/// let model = ScriptedModel::new([ModelResponse::text("hello"), ModelResponse::text("again")]);
+/// let tools = DescribedTools::none(service_fn(|r: ToolRequest| async move {
+///     Ok::<_, Error>(ToolResponse::success(&r.call, ""))
+/// }));
+/// let agent = StoreLayer::new(store.clone()).layer(Agent::new(model, tools));
+///
+/// agent.clone().oneshot(AgentRequest::new(Session::with_id("chat-1"), "hi")).await?;
+/// let res = agent.oneshot(AgentRequest::new(Session::with_id("chat-1"), "again")).await?;
+/// assert_eq!(res.session.history.len(), 4, "the second run went on from the first");
+/// let stored = store.load("chat-1").await?.expect("saved");
+/// assert_eq!(stored.session, res.session);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct StoreLayer {
+    store: Arc<dyn SessionStore>,
+}
+
+impl StoreLayer {
+    /// Keep the sessions of the runs in `store`.
+    pub fn new(store: impl SessionStore) -> Self {
+        Self::shared(Arc::new(store))
+    }
+
+    /// Keep them in a store shared with the host.
+    pub fn shared(store: Arc<dyn SessionStore>) -> Self {
+        Self { store }
+    }
+}
+
+impl fmt::Debug for StoreLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreLayer").finish_non_exhaustive()
+    }
+}
+
+impl<A> Layer<A> for StoreLayer {
+    type Service = StoreService<A>;
+
+    fn layer(&self, inner: A) -> StoreService<A> {
+        StoreService {
+            inner,
+            store: Arc::clone(&self.store),
+        }
+    }
+}
+
+/// An agent whose sessions are kept in a store: see [`StoreLayer`].
+#[derive(Clone)]
+pub struct StoreService<A> {
+    inner: A,
+    store: Arc<dyn SessionStore>,
+}
+
+impl<A> fmt::Debug for StoreService<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreService").finish_non_exhaustive()
+    }
+}
+
+/// Whether a request's session says nothing but its id.
+fn is_blank(session: &Session) -> bool {
+    session.history.is_empty() && session.state.is_empty() && session.interrupts.is_empty()
+}
+
+impl<A> Service<AgentRequest> for StoreService<A>
+where
+    A: Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone + Send + 'static,
+    A::Future: Send,
+{
+    type Response = AgentResponse;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<AgentResponse, Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: AgentRequest) -> Self::Future {
+        // The clone that was driven to readiness serves this request.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let store = Arc::clone(&self.store);
+        Box::pin(async move {
+            let id = request.session.id.clone();
+            let version = match store.load(&id).await? {
+                Some(stored) if is_blank(&request.session) => {
+                    request.session = stored.session;
+                    Some(stored.version)
+                }
+                Some(stored) => {
+                    return Err(StoreError::Conflict {
+                        id,
+                        expected: None,
+                        found: Some(stored.version),
+                    }
+                    .into());
+                }
+                None => None,
+            };
+            request.ctx.set_saver(Saves {
+                store,
+                version: Mutex::new(version),
+            });
+            inner.call(request).await
+        })
+    }
+}
+
+/// One run's saves: each names the version the one before wrote.
+struct Saves {
+    store: Arc<dyn SessionStore>,
+    version: Mutex<Option<Version>>,
+}
+
+impl Saver for Saves {
+    fn save<'a>(&'a self, session: &'a Session) -> CoreFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let expected = *self.version.lock().unwrap_or_else(PoisonError::into_inner);
+            let version = self.store.save(session, expected).await?;
+            *self.version.lock().unwrap_or_else(PoisonError::into_inner) = Some(version);
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,434 @@
+//! The SQLite store: one file, write-ahead logging, the schema made and migrated by version.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tower_agent_core::{History, Message, Session, new_id};
+
+use crate::known::{KnownHistories, prefix_end};
+use crate::{BoxFuture, ListQuery, Page, SessionStore, StoreError, Stored, Version, check_id};
+
+/// The schema, one migration per version: the database's `user_version` says how many ran.
+const MIGRATIONS: &[&str] = &[
+    // 1: a row per session, a row per message.
+    "CREATE TABLE sessions (
+        id TEXT PRIMARY KEY NOT NULL,
+        version INTEGER NOT NULL,
+        incarnation TEXT NOT NULL,
+        len INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        interrupts TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE messages (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;",
+];
+
+/// Sessions in one SQLite file: the embedded default. SQLite is compiled in (no system
+/// library); the file is made, put in write-ahead-log mode and its schema migrated on
+/// [`open`](SqliteSessions::open).
+///
+/// Each save is one transaction that appends the messages added since this store last saved
+/// or loaded the session (a round writes its new messages, not the whole history) and rewrites
+/// the session's small row (version, state, pending interrupts). Saves from several processes
+/// on one file are safe: the version check and the write happen in one write transaction.
+///
+/// A transaction commits with `synchronous = NORMAL`, SQLite's advice for write-ahead logging:
+/// a killed process loses nothing committed; a power cut may lose the last commits (never
+/// half of one). [`from_connection`](SqliteSessions::from_connection) takes a connection the
+/// host set up (another `synchronous`, an in-memory database, a size limit).
+///
+/// ```
+/// use tower_agent_core::{Message, Session};
+/// use tower_agent_sessions::{SessionStore, SqliteSessions};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_agent_sessions::StoreError> {
+/// let dir = std::env::temp_dir().join(format!("doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = SqliteSessions::open(dir.join("sessions.db")).await?;
+/// let mut session = Session::with_id("chat-1");
+/// session.history.push(Message::user("hi"));
+/// let v1 = store.save(&session, None).await?;
+/// session.history.push(Message::assistant("hello"));
+/// store.save(&session, Some(v1)).await?; // writes one message
+///
+/// let again = SqliteSessions::open(dir.join("sessions.db")).await?; // another process, say
+/// let stored = again.load("chat-1").await?.expect("saved");
+/// assert_eq!(stored.session, session);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteSessions {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connection: Mutex<Connection>,
+    known: KnownHistories,
+}
+
+fn backend(error: impl Into<crate::BoxError>) -> StoreError {
+    StoreError::Backend(error.into())
+}
+
+impl SqliteSessions {
+    /// Open (or make) the database file at `path`, in write-ahead-log mode, and bring its
+    /// schema to this version.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] when the file cannot be opened or written;
+    /// [`StoreError::Schema`] when a newer version of this crate made it.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_owned();
+        let connection = blocking(move || {
+            let connection = Connection::open(&path).map_err(backend)?;
+            connection
+                .pragma_update(None, "journal_mode", "WAL")
+                .map_err(backend)?;
+            connection
+                .pragma_update(None, "synchronous", "NORMAL")
+                .map_err(backend)?;
+            Ok(connection)
+        })
+        .await?;
+        Self::from_connection(connection).await
+    }
+
+    /// A store over a connection the host opened and set up; its schema is brought to this
+    /// version. Foreign keys are turned on and a busy timeout of 5 s set (several processes
+    /// may write one file).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](SqliteSessions::open).
+    pub async fn from_connection(connection: Connection) -> Result<Self, StoreError> {
+        let connection = blocking(move || {
+            let mut connection = connection;
+            connection
+                .pragma_update(None, "foreign_keys", true)
+                .map_err(backend)?;
+            connection
+                .busy_timeout(std::time::Duration::from_secs(5))
+                .map_err(backend)?;
+            migrate(&mut connection)?;
+            Ok(connection)
+        })
+        .await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connection: Mutex::new(connection),
+                known: KnownHistories::default(),
+            }),
+        })
+    }
+
+    /// The schema version this crate writes.
+    pub const SCHEMA: u32 = MIGRATIONS.len() as u32;
+
+    /// Run `f` on the connection, on a thread that may block.
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection, &KnownHistories) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        blocking(move || {
+            let mut connection = inner
+                .connection
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            f(&mut connection, &inner.known)
+        })
+        .await
+    }
+}
+
+/// Run `f` where blocking is allowed.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|join| backend(format!("the store's thread failed: {join}")))?
+}
+
+/// Bring the schema to [`MIGRATIONS`]' version, each migration in its own transaction.
+fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
+    let found: u32 = connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(backend)?;
+    let supported = SqliteSessions::SCHEMA;
+    if found > supported {
+        return Err(StoreError::Schema { found, supported });
+    }
+    for (done, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        // Another process may have migrated meanwhile.
+        let now: u32 = tx
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(backend)?;
+        if now > done as u32 {
+            continue;
+        }
+        tx.execute_batch(migration).map_err(backend)?;
+        tx.pragma_update(None, "user_version", done as u32 + 1)
+            .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+    }
+    Ok(())
+}
+
+fn corrupt(id: &str, why: impl Into<crate::BoxError>) -> StoreError {
+    StoreError::Corrupt {
+        id: id.to_owned(),
+        source: why.into(),
+    }
+}
+
+fn json(value: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(backend)
+}
+
+impl SessionStore for SqliteSessions {
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        let id = id.to_owned();
+        Box::pin(async move {
+            check_id(&id)?;
+            self.with(move |connection, known| {
+                let tx = connection.transaction().map_err(backend)?;
+                let row = tx
+                    .query_row(
+                        "SELECT version, incarnation, len, state, interrupts
+                         FROM sessions WHERE id = ?1",
+                        [&id],
+                        |row| {
+                            Ok((
+                                row.get::<_, i64>(0)?,
+                                row.get::<_, String>(1)?,
+                                row.get::<_, i64>(2)?,
+                                row.get::<_, String>(3)?,
+                                row.get::<_, String>(4)?,
+                            ))
+                        },
+                    )
+                    .optional()
+                    .map_err(backend)?;
+                let Some((version, incarnation, len, state, interrupts)) = row else {
+                    return Ok(None);
+                };
+                let mut statement = tx
+                    .prepare_cached(
+                        "SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq",
+                    )
+                    .map_err(backend)?;
+                let mut rows = statement.query([&id]).map_err(backend)?;
+                let mut messages = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+                while let Some(row) = rows.next().map_err(backend)? {
+                    let seq: i64 = row.get(0).map_err(backend)?;
+                    let body: String = row.get(1).map_err(backend)?;
+                    if seq != messages.len() as i64 {
+                        return Err(corrupt(&id, format!("message {seq} is out of place")));
+                    }
+                    let message: Message = serde_json::from_str(&body)
+                        .map_err(|e| corrupt(&id, format!("message {seq}: {e}")))?;
+                    messages.push(message);
+                }
+                if messages.len() as i64 != len {
+                    let held = messages.len();
+                    return Err(corrupt(
+                        &id,
+                        format!("{held} messages stored, {len} expected"),
+                    ));
+                }
+                let session = Session {
+                    id: id.clone(),
+                    history: History::from(messages),
+                    state: serde_json::from_str(&state)
+                        .map_err(|e| corrupt(&id, format!("state: {e}")))?,
+                    interrupts: serde_json::from_str(&interrupts)
+                        .map_err(|e| corrupt(&id, format!("interrupts: {e}")))?,
+                };
+                let version = Version(u64::try_from(version).map_err(|e| corrupt(&id, e))?);
+                known.record(&session, version, &incarnation);
+                Ok(Some(Stored { session, version }))
+            })
+            .await
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        session: &'a Session,
+        expected: Option<Version>,
+    ) -> BoxFuture<'a, Result<Version, StoreError>> {
+        Box::pin(async move {
+            check_id(&session.id)?;
+            let session = session.clone();
+            self.with(move |connection, known| {
+                let tx = connection
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(backend)?;
+                let found = tx
+                    .query_row(
+                        "SELECT version, incarnation FROM sessions WHERE id = ?1",
+                        [&session.id],
+                        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+                    )
+                    .optional()
+                    .map_err(backend)?;
+                let found = found
+                    .map(|(v, incarnation)| u64::try_from(v).map(|v| (Version(v), incarnation)))
+                    .transpose()
+                    .map_err(|e| corrupt(&session.id, e))?;
+                if found.as_ref().map(|(v, _)| *v) != expected {
+                    return Err(StoreError::Conflict {
+                        id: session.id.clone(),
+                        expected,
+                        found: found.map(|(v, _)| v),
+                    });
+                }
+                let state = json(&session.state)?;
+                let interrupts = json(&session.interrupts)?;
+                let len = session.history.len() as i64;
+                let (version, incarnation, kept) = match found {
+                    Some((version, incarnation)) => {
+                        let kept = known.stored(&session, version, &incarnation);
+                        let next = Version(version.0 + 1);
+                        tx.execute(
+                            "UPDATE sessions SET version = ?2, len = ?3, state = ?4, interrupts = ?5
+                             WHERE id = ?1",
+                            params![session.id, next.0 as i64, len, state, interrupts],
+                        )
+                        .map_err(backend)?;
+                        (next, incarnation, kept)
+                    }
+                    None => {
+                        let incarnation = new_id();
+                        tx.execute(
+                            "INSERT INTO sessions (id, version, incarnation, len, state, interrupts)
+                             VALUES (?1, 1, ?2, ?3, ?4, ?5)",
+                            params![session.id, incarnation, len, state, interrupts],
+                        )
+                        .map_err(backend)?;
+                        (Version(1), incarnation, 0)
+                    }
+                };
+                tx.execute(
+                    "DELETE FROM messages WHERE session_id = ?1 AND seq >= ?2",
+                    params![session.id, kept as i64],
+                )
+                .map_err(backend)?;
+                {
+                    let mut insert = tx
+                        .prepare_cached(
+                            "INSERT INTO messages (session_id, seq, body) VALUES (?1, ?2, ?3)",
+                        )
+                        .map_err(backend)?;
+                    for (seq, message) in session.history.iter().enumerate().skip(kept) {
+                        let body = json(message)?;
+                        insert
+                            .execute(params![session.id, seq as i64, body])
+                            .map_err(backend)?;
+                    }
+                }
+                tx.commit().map_err(backend)?;
+                known.record(&session, version, &incarnation);
+                Ok(version)
+            })
+            .await
+        })
+    }
+
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Result<Page, StoreError>> {
+        let query = query.clone();
+        Box::pin(async move {
+            self.with(move |connection, _| {
+                let start = match &query.after {
+                    Some(after) if *after >= query.prefix => after.clone(),
+                    _ => query.prefix.clone(),
+                };
+                let inclusive = query
+                    .after
+                    .as_ref()
+                    .is_none_or(|after| *after < query.prefix);
+                let limit = query.limit.max(1);
+                let mut statement = connection
+                    .prepare_cached(
+                        "SELECT id, version FROM sessions
+                         WHERE (id > ?1 OR (?2 AND id = ?1)) AND (?3 IS NULL OR id < ?3)
+                         ORDER BY id LIMIT ?4",
+                    )
+                    .map_err(backend)?;
+                let end = prefix_end(&query.prefix);
+                let rows = statement
+                    .query_map(params![start, inclusive, end, limit as i64 + 1], |row| {
+                        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                    })
+                    .map_err(backend)?;
+                let mut sessions = Vec::with_capacity(limit + 1);
+                for row in rows {
+                    let (id, version) = row.map_err(backend)?;
+                    let version = u64::try_from(version).map_err(|e| corrupt(&id, e))?;
+                    sessions.push((id, Version(version)));
+                }
+                let next = if sessions.len() > limit {
+                    sessions.truncate(limit);
+                    sessions.last().map(|(id, _)| id.clone())
+                } else {
+                    None
+                };
+                Ok(Page { sessions, next })
+            })
+            .await
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        id: &'a str,
+        expected: Version,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let id = id.to_owned();
+        Box::pin(async move {
+            check_id(&id)?;
+            self.with(move |connection, known| {
+                let tx = connection
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(backend)?;
+                let found: Option<i64> = tx
+                    .query_row("SELECT version FROM sessions WHERE id = ?1", [&id], |row| {
+                        row.get(0)
+                    })
+                    .optional()
+                    .map_err(backend)?;
+                let Some(found) = found else {
+                    return Ok(false);
+                };
+                let found = Version(u64::try_from(found).map_err(|e| corrupt(&id, e))?);
+                if found != expected {
+                    return Err(StoreError::Conflict {
+                        id,
+                        expected: Some(expected),
+                        found: Some(found),
+                    });
+                }
+                tx.execute("DELETE FROM sessions WHERE id = ?1", [&id])
+                    .map_err(backend)?;
+                tx.commit().map_err(backend)?;
+                known.forget(&id);
+                Ok(true)
+            })
+            .await
+        })
+    }
+}
