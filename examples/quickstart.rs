@@ -7,6 +7,13 @@
 //! ```sh
 //! cargo run --example quickstart
 //! ```
+//!
+//! With `--session FILE` (and the `sqlite` feature) the session is kept in a SQLite file: run
+//! it twice and the second run goes on from the first.
+//!
+//! ```sh
+//! cargo run --example quickstart --features sqlite -- --session quickstart.db
+//! ```
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -90,9 +97,12 @@ async fn main() -> Result<(), Error> {
         .tool(tool_fn("weather", "The forecast for a city.", weather))
         .tool(tool_fn("percent", "A percentage of a value.", percent));
 
+    // `--session FILE`: keep the session in a SQLite file, saved at every step.
+    let file = std::env::args().skip_while(|a| a != "--session").nth(1);
+
     // The agent places its built-ins (here dangling-call patching and retries of the
     // provider's transient failures) and your own layers in named places.
-    let agent = Agent::builder()
+    let builder = Agent::builder()
         .system("You are a helpful assistant.")
         .patch()
         .retry(RetryPolicy::new())
@@ -113,15 +123,29 @@ async fn main() -> Result<(), Error> {
                 )));
             }
             Ok(Flow::Continue(req))
-        }))
-        .build(demo_model(), tools);
+        }));
+    let (builder, session) = match &file {
+        #[cfg(feature = "sqlite")]
+        Some(file) => {
+            let store = tower_agent::sessions::SqliteSessions::open(file).await?;
+            // A request names its session by id; the store supplies the rest.
+            (builder.store(store), Session::with_id("quickstart"))
+        }
+        #[cfg(not(feature = "sqlite"))]
+        Some(_) => {
+            eprintln!("--session needs the sqlite feature: cargo run --example quickstart --features sqlite -- --session FILE");
+            std::process::exit(2);
+        }
+        None => (builder, Session::new()),
+    };
+    let agent = builder.build(demo_model(), tools);
 
     let question = "What's the weather in Paris, and what is 12.5% of 80?";
     println!("tower-agent quickstart (offline, scripted demo model)\n");
     println!("> {question}");
 
     // Spawn the run and print the tool log live from its event stream.
-    let mut run = agent.spawn(AgentRequest::new(Session::new(), question));
+    let mut run = agent.spawn(AgentRequest::new(session, question));
     let mut events = run.take_events().expect("the stream is taken once");
     let mut names = std::collections::HashMap::new();
     while let Some(event) = events.recv().await {
@@ -157,5 +181,8 @@ async fn main() -> Result<(), Error> {
         response.rounds,
         response.session.history.len()
     );
+    if let Some(file) = file {
+        println!("session `{}` kept in {file}", response.session.id);
+    }
     Ok(())
 }

@@ -217,6 +217,10 @@ pub mod docs {
     #[doc = include_str!("../docs/workflows.md")]
     #[cfg(all(feature = "workflow", feature = "tools"))]
     pub mod workflows {}
+
+    #[doc = include_str!("../docs/sessions.md")]
+    #[cfg(all(feature = "sqlite", feature = "tools", feature = "layers"))]
+    pub mod sessions {}
 }
 
 /// The README's examples, compiled and run as doctests.

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
+use tokio_postgres::{NoTls, Statement};
 use tower_agent_core::{History, Message, Session, new_id};
 
 use crate::known::{KnownHistories, prefix_end};
@@ -234,6 +234,11 @@ impl SessionStore for PostgresSessions {
     }
 }
 
+/// The statement `sql`, prepared once per connection (one round trip less per query).
+async fn prepared(tx: &Transaction<'_>, sql: &str) -> Result<Statement, StoreError> {
+    tx.prepare_cached(sql).await.map_err(backend)
+}
+
 /// Give a connection back to the pool, unless the operation failed on it: a connection that
 /// failed (lost, or in a state nobody knows) is closed, and the pool makes a new one.
 fn settle<T>(client: Object, result: &Result<T, StoreError>) {
@@ -285,8 +290,12 @@ impl PostgresSessions {
             .map_err(backend)?;
         let row = tx
             .query_opt(
-                "SELECT version, incarnation, len, state, interrupts
+                &prepared(
+                    &tx,
+                    "SELECT version, incarnation, len, state, interrupts
                  FROM tower_agent_sessions WHERE id = $1",
+                )
+                .await?,
                 &[&id],
             )
             .await
@@ -298,7 +307,11 @@ impl PostgresSessions {
         let (state, interrupts): (String, String) = (row.get(3), row.get(4));
         let rows = tx
             .query(
-                "SELECT seq, body FROM tower_agent_messages WHERE session_id = $1 ORDER BY seq",
+                &prepared(
+                    &tx,
+                    "SELECT seq, body FROM tower_agent_messages WHERE session_id = $1 ORDER BY seq",
+                )
+                .await?,
                 &[&id],
             )
             .await
@@ -346,7 +359,7 @@ impl PostgresSessions {
         let tx = client.transaction().await.map_err(backend)?;
         let found = tx
             .query_opt(
-                "SELECT version, incarnation FROM tower_agent_sessions WHERE id = $1 FOR UPDATE",
+                &prepared(&tx, "SELECT version, incarnation FROM tower_agent_sessions WHERE id = $1 FOR UPDATE").await?,
                 &[&id],
             )
             .await
@@ -368,8 +381,12 @@ impl PostgresSessions {
                 let kept = self.known.stored(session, version, &incarnation);
                 let next = Version(version.0 + 1);
                 tx.execute(
-                    "UPDATE tower_agent_sessions
+                    &prepared(
+                        &tx,
+                        "UPDATE tower_agent_sessions
                      SET version = $2, len = $3, state = $4, interrupts = $5 WHERE id = $1",
+                    )
+                    .await?,
                     &[&id, &(next.0 as i64), &len, &state, &interrupts],
                 )
                 .await
@@ -382,9 +399,13 @@ impl PostgresSessions {
                 // inserts nothing.
                 let made = tx
                     .execute(
-                        "INSERT INTO tower_agent_sessions
+                        &prepared(
+                            &tx,
+                            "INSERT INTO tower_agent_sessions
                              (id, version, incarnation, len, state, interrupts)
                          VALUES ($1, 1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
+                        )
+                        .await?,
                         &[&id, &incarnation, &len, &state, &interrupts],
                     )
                     .await
@@ -398,7 +419,11 @@ impl PostgresSessions {
             }
         };
         tx.execute(
-            "DELETE FROM tower_agent_messages WHERE session_id = $1 AND seq >= $2",
+            &prepared(
+                &tx,
+                "DELETE FROM tower_agent_messages WHERE session_id = $1 AND seq >= $2",
+            )
+            .await?,
             &[&id, &(kept as i64)],
         )
         .await
@@ -411,8 +436,12 @@ impl PostgresSessions {
         }
         if !seqs.is_empty() {
             tx.execute(
-                "INSERT INTO tower_agent_messages (session_id, seq, body)
+                &prepared(
+                    &tx,
+                    "INSERT INTO tower_agent_messages (session_id, seq, body)
                  SELECT $1, * FROM UNNEST($2::BIGINT[], $3::TEXT[])",
+                )
+                .await?,
                 &[&id, &seqs, &bodies],
             )
             .await
@@ -432,7 +461,11 @@ impl PostgresSessions {
         let tx = client.transaction().await.map_err(backend)?;
         let found = tx
             .query_opt(
-                "SELECT version FROM tower_agent_sessions WHERE id = $1 FOR UPDATE",
+                &prepared(
+                    &tx,
+                    "SELECT version FROM tower_agent_sessions WHERE id = $1 FOR UPDATE",
+                )
+                .await?,
                 &[&id],
             )
             .await
@@ -448,9 +481,12 @@ impl PostgresSessions {
                 found: Some(found),
             });
         }
-        tx.execute("DELETE FROM tower_agent_sessions WHERE id = $1", &[&id])
-            .await
-            .map_err(backend)?;
+        tx.execute(
+            &prepared(&tx, "DELETE FROM tower_agent_sessions WHERE id = $1").await?,
+            &[&id],
+        )
+        .await
+        .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         self.known.forget(id);
         Ok(true)
