@@ -133,7 +133,9 @@ async fn main() -> Result<(), Error> {
         }
         #[cfg(not(feature = "sqlite"))]
         Some(_) => {
-            eprintln!("--session needs the sqlite feature: cargo run --example quickstart --features sqlite -- --session FILE");
+            eprintln!(
+                "--session needs the sqlite feature: cargo run --example quickstart --features sqlite -- --session FILE"
+            );
             std::process::exit(2);
         }
         None => (builder, Session::new()),
