@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | [`InMemorySessions`] | | tests, short-lived hosts |
 //! | [`SqliteSessions`] | `sqlite` (default) | one process or a few on one machine: one file, no setup |
-//! | [`PostgresSessions`] | `postgres` | many processes on many machines |
+//! | `PostgresSessions` | `postgres` | many processes on many machines |
 //!
 //! [`StoreLayer`] runs an agent on a store's sessions: a request names its session by id, and
 //! the run saves it at every step, so a process that dies loses at most the step in flight.
