@@ -13,6 +13,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::history::History;
 use crate::session::{Session, Usage};
 
@@ -40,8 +42,14 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 ///     _ => None,
 /// };
 /// assert_eq!(wait, Some(Duration::from_secs(2)));
+///
+/// // It serializes (a recorded call keeps its error's kind):
+/// let json = serde_json::to_value(ErrorKind::RateLimited { retry_after: None }).unwrap();
+/// assert_eq!(json, serde_json::json!({ "rate_limited": { "retry_after": null } }));
+/// assert_eq!(serde_json::to_value(ErrorKind::Auth).unwrap(), "auth");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ErrorKind {
     /// The provider rate-limited the request (HTTP 429), optionally saying when to come back.

@@ -192,6 +192,7 @@ where
             gen_ai.conversation.id = %ctx.session_id(),
             run_id = %ctx.run_id(),
         );
+        let saver = ctx.saver();
         let run = Run {
             model: self.model.clone(),
             tools: self.tools.clone(),
@@ -202,6 +203,7 @@ where
             rounds: 0,
             call_ids: Default::default(),
             start: 0,
+            saver,
             unsaved: false,
         };
         ResponseFuture {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
     History, Message, ModelRequest, ModelResponse, Outcome, Progress, Repair, Role, RunContext,
-    Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    Saver, Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -30,6 +30,8 @@ pub(super) struct Run<M, T> {
     /// Where this run's work starts in the history, for the progress of a stopped or
     /// cancelled run.
     pub(super) start: usize,
+    /// Where the run saves its session (the context's saver, read once).
+    pub(super) saver: Option<Arc<dyn Saver>>,
     /// A save failed: the run ends without saving again.
     pub(super) unsaved: bool,
 }
@@ -118,7 +120,9 @@ where
         }
         // The input (and the results of calls a resume decided) are saved before the model
         // is called.
-        self.save().await?;
+        if self.saver.is_some() {
+            self.save().await?;
+        }
         loop {
             if self.ctx.is_cancelled() {
                 return Ok(cancelled_outcome());
@@ -165,7 +169,9 @@ where
             }
             // The calls are saved before they run: a process that dies meanwhile resumes
             // knowing which were in flight (and answers them), never running them again.
-            self.save().await?;
+            if self.saver.is_some() {
+                self.save().await?;
+            }
             let [.., message] = &self.session.history[..] else {
                 unreachable!("the model's message is the last");
             };
@@ -175,13 +181,15 @@ where
             if let Some(outcome) = self.absorb_round(out, false)? {
                 return Ok(outcome);
             }
-            self.save().await?;
+            if self.saver.is_some() {
+                self.save().await?;
+            }
         }
     }
 
     /// Save the session as it stands with the context's saver, if it has one.
     async fn save(&mut self) -> Result<(), Error> {
-        let Some(saver) = self.ctx.saver() else {
+        let Some(saver) = &self.saver else {
             return Ok(());
         };
         let session = Session {
@@ -368,7 +376,7 @@ where
                     self.session.interrupts = interrupts.clone();
                 }
                 // Saved before anyone hears the run finished.
-                let saved = match self.ctx.saver() {
+                let saved = match &self.saver {
                     Some(saver) => saver.save(&self.session).await,
                     None => Ok(()),
                 };
@@ -401,7 +409,7 @@ where
                 }
                 // What the run did is saved, unless saving is what failed (the error says
                 // why: another writer, a lost store); the error carries the session anyway.
-                if let Some(saver) = self.ctx.saver().filter(|_| !self.unsaved) {
+                if let Some(saver) = self.saver.as_ref().filter(|_| !self.unsaved) {
                     if let Err(failed) = saver.save(&self.session).await {
                         tracing::warn!(error = %failed, "the failed run's session was not saved");
                     }
