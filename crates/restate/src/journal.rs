@@ -1,0 +1,204 @@
+//! The journal layer: model and tool calls become steps the durable handler journals.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tower_agent_core::{
+    BoxError, DescribeTools, Error, ErrorKind, ModelRequest, ModelResponse, ToolRequest,
+    ToolResponse, ToolSpec,
+};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// A boxed, sendable future.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// One call to journal: its name, the call itself (made only when the journal has no result
+/// for it), and where its recorded result goes.
+pub(crate) struct Step {
+    pub(crate) name: String,
+    pub(crate) call: BoxFuture<Value>,
+    pub(crate) reply: oneshot::Sender<Journaled>,
+}
+
+/// What the journal gave a step.
+pub(crate) enum Journaled {
+    /// The recorded result (made now, or taken from the journal on a replay).
+    Recorded(Value),
+    /// The invocation was cancelled.
+    Cancelled,
+    /// The journal refused the step.
+    Failed(String),
+}
+
+/// Where a run's steps go: the handler that journals them. A run-context extension.
+#[derive(Clone)]
+pub(crate) struct Steps(pub(crate) mpsc::UnboundedSender<Step>);
+
+/// A call's result as the journal keeps it: the response, or the error (kind and message).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Recorded<T> {
+    Ok(T),
+    Err { kind: ErrorKind, message: String },
+}
+
+impl<T: Serialize> Recorded<T> {
+    fn of(result: Result<T, Error>) -> Value {
+        let recorded = match result {
+            Ok(response) => Recorded::Ok(response),
+            Err(error) => Recorded::Err {
+                kind: error.kind(),
+                message: error.message().to_owned(),
+            },
+        };
+        serde_json::to_value(recorded).unwrap_or_else(|e| {
+            let failure: Recorded<()> = Recorded::Err {
+                kind: ErrorKind::Other,
+                message: format!("the result could not be recorded: {e}"),
+            };
+            serde_json::to_value(failure).unwrap_or(Value::Null)
+        })
+    }
+}
+
+impl Steps {
+    /// Journal `call` as the step `name`; its result, recorded or replayed.
+    async fn journal<T: DeserializeOwned>(
+        &self,
+        name: String,
+        call: BoxFuture<Value>,
+    ) -> Result<T, Error> {
+        let (reply, answer) = oneshot::channel();
+        let gone = || Error::other("the durable run ended before this step was journaled");
+        self.0
+            .send(Step { name, call, reply })
+            .map_err(|_| gone())?;
+        match answer.await.map_err(|_| gone())? {
+            Journaled::Recorded(value) => match serde_json::from_value(value) {
+                Ok(Recorded::Ok(response)) => Ok(response),
+                Ok(Recorded::Err { kind, message }) => Err(Error::new(kind, message)),
+                Err(e) => Err(Error::new(
+                    ErrorKind::InvalidResponse,
+                    format!("the journaled result cannot be read: {e}"),
+                )),
+            },
+            Journaled::Cancelled => Err(Error::cancelled()),
+            Journaled::Failed(message) => Err(Error::backend(message)),
+        }
+    }
+}
+
+/// Journal the model or tool calls of a stack: under [`DurableAgent`](crate::DurableAgent),
+/// each call is a step of the invocation's journal (Restate's `ctx.run`), made once; a replay
+/// after a crash takes its result from the journal and does not call the inner service again.
+/// Outside it (no durable run), calls pass through.
+///
+/// Place it innermost: around the provider (the `provider_layer` slot) and around the tools
+/// (the `tool_layer` slot), so that every other layer runs again on a replay, with the same
+/// results, and keeps its own state right. A failed call is journaled too (its error's kind
+/// and message): a retry layer outside it makes each attempt a step of its own.
+///
+/// A tool step is named by the call's id: the id is the tool's idempotency key. A step in
+/// flight when the process died runs again on the replay (at least once); a journaled one
+/// never does (exactly once).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JournalLayer;
+
+impl JournalLayer {
+    /// The layer.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+impl<S> Layer<S> for JournalLayer {
+    type Service = Journal<S>;
+
+    fn layer(&self, inner: S) -> Journal<S> {
+        Journal { inner }
+    }
+}
+
+/// The service [`JournalLayer`] makes.
+#[derive(Clone)]
+pub struct Journal<S> {
+    inner: S,
+}
+
+impl<S> fmt::Debug for Journal<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Journal").finish_non_exhaustive()
+    }
+}
+
+impl<S: DescribeTools> DescribeTools for Journal<S> {
+    fn tool_specs(&self) -> std::sync::Arc<[ToolSpec]> {
+        self.inner.tool_specs()
+    }
+}
+
+fn into_error(error: impl Into<BoxError>) -> Error {
+    Error::from_boxed(error.into())
+}
+
+impl<S> Service<ModelRequest> for Journal<S>
+where
+    S: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+{
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = BoxFuture<Result<ModelResponse, Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner.poll_ready(cx).map_err(into_error)
+    }
+
+    fn call(&mut self, request: ModelRequest) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let Some(steps) = request.ctx.extension::<Steps>() else {
+            return Box::pin(async move { inner.call(request).await.map_err(into_error) });
+        };
+        let name = format!("model (round {})", request.ctx.round());
+        // Called only when the journal has no result for this step.
+        let call =
+            Box::pin(async move { Recorded::of(inner.call(request).await.map_err(into_error)) });
+        Box::pin(async move { steps.journal(name, call).await })
+    }
+}
+
+impl<S> Service<ToolRequest> for Journal<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+{
+    type Response = ToolResponse;
+    type Error = Error;
+    type Future = BoxFuture<Result<ToolResponse, Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner.poll_ready(cx).map_err(into_error)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let Some(steps) = request.ctx.extension::<Steps>() else {
+            return Box::pin(async move { inner.call(request).await.map_err(into_error) });
+        };
+        let name = format!("tool {} {}", request.call.name, request.call.id);
+        let call =
+            Box::pin(async move { Recorded::of(inner.call(request).await.map_err(into_error)) });
+        Box::pin(async move { steps.journal(name, call).await })
+    }
+}

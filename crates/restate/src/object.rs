@@ -1,0 +1,257 @@
+//! The virtual object that runs an agent service durably, keyed by session id.
+
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
+
+use restate_sdk::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+use tower::util::BoxCloneService;
+use tower_agent_core::{
+    AgentInput, AgentRequest, AgentResponse, Decisions, Error, Interrupt, Outcome, Session,
+    ToolCall,
+};
+use tower_service::Service;
+
+use crate::journal::{Journaled, Step, Steps};
+
+/// An agent service, boxed: what [`DurableAgent`] runs.
+pub type BoxAgent = BoxCloneService<AgentRequest, AgentResponse, Error>;
+
+/// The state key of the session.
+const SESSION: &str = "session";
+/// The state key of the calls waiting for a decision.
+const PENDING: &str = "pending";
+
+/// What a run is asked to do: go on with a new user message, or continue where it stopped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The user's message; none: continue the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// How a durable run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// `completed`, `stopped` or `cancelled`.
+    pub outcome: String,
+    /// The final answer's text (completed), or what stopped it.
+    pub text: String,
+    /// The rounds of the last part of the run (after the last approval).
+    pub rounds: u32,
+    /// The messages in the session.
+    pub messages: usize,
+}
+
+impl RunResult {
+    fn of(response: &AgentResponse) -> Self {
+        let (outcome, text) = match &response.outcome {
+            Outcome::Completed { message } => ("completed", message.text()),
+            Outcome::Stopped { reason, .. } => ("stopped", reason.to_string()),
+            Outcome::Cancelled { .. } => ("cancelled", String::new()),
+            Outcome::Interrupted { .. } => ("interrupted", String::new()),
+            _ => ("other", String::new()),
+        };
+        RunResult {
+            outcome: outcome.to_owned(),
+            text,
+            rounds: response.rounds,
+            messages: response.session.history.len(),
+        }
+    }
+}
+
+/// A call waiting for a decision, and the awakeable that takes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The call.
+    pub call: ToolCall,
+    /// What the host needs to decide.
+    pub payload: Value,
+    /// The awakeable to resolve with the decision (`{"type": "approve"}`, ...):
+    /// `POST /restate/awakeables/{awakeable}/resolve` on the ingress.
+    pub awakeable: String,
+}
+
+/// Runs an agent service as the Restate virtual object `Agent`, keyed by session id.
+///
+/// Handlers (on the ingress, `POST /Agent/{session id}/{handler}`):
+///
+/// - `run` (`{"message": "..."}`, or `{}` to continue): one run of the session, with the
+///   session kept in the object's state. Every model and tool call under a [`JournalLayer`]
+///   is a journaled step: a replay after a crash takes finished steps from the journal. A run
+///   interrupted for approval waits on one awakeable per call (a durable promise), then resumes
+///   with the decisions; cancelling the invocation cancels the run.
+/// - `pending` (shared): the calls waiting for a decision, with their awakeables.
+/// - `session` (shared): the session as stored.
+///
+/// The run's id is the invocation's id, so the ids the loop makes are the same on a replay.
+///
+/// [`JournalLayer`]: crate::JournalLayer
+pub struct DurableAgent {
+    // Behind a lock only to be shared between the endpoint's threads (a boxed service is not
+    // `Sync`): each run clones it.
+    agent: Mutex<BoxAgent>,
+}
+
+impl DurableAgent {
+    /// Run `agent` (any agent service: any stack of layers, any workflow) durably.
+    pub fn new<A>(agent: A) -> Self
+    where
+        A: Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone + Send + 'static,
+        A::Future: Send + 'static,
+    {
+        Self {
+            agent: Mutex::new(BoxCloneService::new(agent)),
+        }
+    }
+
+    fn agent(&self) -> BoxAgent {
+        self.agent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl fmt::Debug for DurableAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DurableAgent").finish_non_exhaustive()
+    }
+}
+
+/// Run `request` on `agent`, journaling the steps its journal layers send.
+async fn drive(
+    ctx: &ObjectContext<'_>,
+    agent: BoxAgent,
+    mut request: AgentRequest,
+) -> Result<AgentResponse, Error> {
+    let (steps, mut queue) = mpsc::unbounded_channel::<Step>();
+    request.ctx = request.ctx.with_run_id(ctx.invocation_id());
+    request.ctx.insert_extension(Steps(steps));
+    let token = request.ctx.cancellation_token().clone();
+    let run = agent.oneshot(request);
+    tokio::pin!(run);
+    loop {
+        tokio::select! {
+            biased;
+            result = &mut run => return result,
+            Some(Step { name, call, reply }) = queue.recv() => {
+                // One step at a time, awaited at once: the journal's order is the calls'.
+                let journaled = ctx
+                    .run(|| async move { Ok(Json(call.await)) })
+                    .name(name)
+                    .await;
+                let answer = match journaled {
+                    Ok(Json(value)) => Journaled::Recorded(value),
+                    Err(error) if error.code() == 409 => {
+                        token.cancel();
+                        Journaled::Cancelled
+                    }
+                    Err(error) => Journaled::Failed(error.message().to_owned()),
+                };
+                // The run may have ended meanwhile (it was cancelled).
+                let _ = reply.send(answer);
+            }
+        }
+    }
+}
+
+/// A terminal error for the caller, from a run's error.
+fn terminal(error: &Error) -> TerminalError {
+    TerminalError::new(format!("the run failed: {error}"))
+}
+
+#[restate_sdk::object(name = "Agent")]
+impl DurableAgent {
+    /// One run of the session.
+    #[handler]
+    async fn run(
+        &self,
+        ctx: ObjectContext<'_>,
+        request: Json<RunRequest>,
+    ) -> Result<Json<RunResult>, HandlerError> {
+        let key = ctx.key().to_owned();
+        let session = match ctx.get::<Json<Session>>(SESSION).await? {
+            Some(Json(session)) => session,
+            None => Session::with_id(key),
+        };
+        let input = match request.into_inner().message {
+            Some(message) => AgentInput::from(message),
+            None => AgentInput::Continue,
+        };
+        let mut request = AgentRequest::new(session, input);
+        loop {
+            let response = match drive(&ctx, self.agent(), request).await {
+                Ok(response) => response,
+                Err(mut error) => {
+                    if let Some(session) = error.take_session() {
+                        ctx.set(SESSION, Json(session));
+                    }
+                    return Err(terminal(&error).into());
+                }
+            };
+            ctx.set(SESSION, Json(response.session.clone()));
+            let Outcome::Interrupted { interrupts } = &response.outcome else {
+                return Ok(Json(RunResult::of(&response)));
+            };
+            let decisions = decide(&ctx, interrupts).await?;
+            request = AgentRequest::resume(response.session, decisions);
+        }
+    }
+
+    /// The calls waiting for a decision.
+    #[handler]
+    async fn pending(
+        &self,
+        ctx: SharedObjectContext<'_>,
+    ) -> Result<Json<Vec<Pending>>, HandlerError> {
+        Ok(Json(
+            ctx.get::<Json<Vec<Pending>>>(PENDING)
+                .await?
+                .map(Json::into_inner)
+                .unwrap_or_default(),
+        ))
+    }
+
+    /// The session as stored.
+    #[handler]
+    async fn session(
+        &self,
+        ctx: SharedObjectContext<'_>,
+    ) -> Result<Json<Option<Session>>, HandlerError> {
+        Ok(Json(
+            ctx.get::<Json<Session>>(SESSION)
+                .await?
+                .map(Json::into_inner),
+        ))
+    }
+}
+
+/// Wait for a decision on each call, each an awakeable resolved over HTTP.
+async fn decide(
+    ctx: &ObjectContext<'_>,
+    interrupts: &[Interrupt],
+) -> Result<Decisions, HandlerError> {
+    let mut waiting = Vec::with_capacity(interrupts.len());
+    let mut pending = Vec::with_capacity(interrupts.len());
+    for interrupt in interrupts {
+        let (awakeable, decided) = ctx.awakeable::<Json<Value>>();
+        pending.push(Pending {
+            call: interrupt.call.clone(),
+            payload: interrupt.payload.clone(),
+            awakeable,
+        });
+        waiting.push((interrupt.call.id.clone(), decided));
+    }
+    ctx.set(PENDING, Json(pending));
+    let mut decisions = Decisions::new();
+    for (call_id, decided) in waiting {
+        decisions.insert(call_id, decided.await?.into_inner());
+    }
+    ctx.clear(PENDING);
+    Ok(decisions)
+}
