@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tower_agent_core::{
-    BoxError, DescribeTools, Error, ErrorKind, ModelRequest, ModelResponse, ToolRequest,
-    ToolResponse, ToolSpec,
+    BoxError, DescribeTools, Error, ErrorKind, ModelRequest, ModelResponse, RunContext,
+    ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -37,9 +37,25 @@ pub(crate) enum Journaled {
     Failed(String),
 }
 
-/// Where a run's steps go: the handler that journals them. A run-context extension.
+/// Where a run's steps go: the handler that journals them.
 #[derive(Clone)]
 pub(crate) struct Steps(pub(crate) mpsc::UnboundedSender<Step>);
+
+tokio::task_local! {
+    /// The steps of the durable run on this task: set around the run, unset inside a step.
+    static STEPS: Option<Steps>;
+}
+
+/// Run `run` with its journal layers sending their calls to `steps`: every call the run makes
+/// on its task, its nested agents' (a workflow's steps) and its layers' side calls among them.
+pub(crate) async fn within<F: Future>(steps: Steps, run: F) -> F::Output {
+    STEPS.scope(Some(steps), run).await
+}
+
+/// The steps of the durable run this task is in, if any.
+fn current() -> Option<Steps> {
+    STEPS.try_with(Clone::clone).ok().flatten()
+}
 
 /// A call's result as the journal keeps it: the response, or the error (kind and message).
 #[derive(Serialize, Deserialize)]
@@ -77,6 +93,9 @@ impl Steps {
     ) -> Result<T, Error> {
         let (reply, answer) = oneshot::channel();
         let gone = || Error::other("the durable run ended before this step was journaled");
+        // What the call makes is inside this step: a sub-agent called as a tool journals
+        // nothing of its own (a step cannot hold steps).
+        let call = Box::pin(STEPS.scope(None, call));
         self.0
             .send(Step { name, call, reply })
             .map_err(|_| gone())?;
@@ -98,7 +117,11 @@ impl Steps {
 /// Journal the model or tool calls of a stack: under [`DurableAgent`](crate::DurableAgent),
 /// each call is a step of the invocation's journal (Restate's `ctx.run`), made once; a replay
 /// after a crash takes its result from the journal and does not call the inner service again.
-/// Outside it (no durable run), calls pass through.
+/// Outside a durable run, calls pass through.
+///
+/// The durable run is the task it runs on: the calls of its nested agents (a workflow's steps)
+/// are journaled too, each in its place; a call made inside a step (a sub-agent called as a
+/// tool) is part of that step. A call made on a task the run spawned is not journaled.
 ///
 /// Place it innermost: around the provider (the `provider_layer` slot) and around the tools
 /// (the `tool_layer` slot), so that every other layer runs again on a replay, with the same
@@ -144,6 +167,14 @@ impl<S: DescribeTools> DescribeTools for Journal<S> {
     }
 }
 
+/// A step's name: what it calls, after the nested agent's path (a workflow's step).
+fn step_name(ctx: &RunContext, what: String) -> String {
+    match ctx.path() {
+        Some(path) => format!("{path}: {what}"),
+        None => what,
+    }
+}
+
 fn into_error(error: impl Into<BoxError>) -> Error {
     Error::from_boxed(error.into())
 }
@@ -165,10 +196,13 @@ where
     fn call(&mut self, request: ModelRequest) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let Some(steps) = request.ctx.extension::<Steps>() else {
+        let Some(steps) = current() else {
             return Box::pin(async move { inner.call(request).await.map_err(into_error) });
         };
-        let name = format!("model (round {})", request.ctx.round());
+        let name = step_name(
+            &request.ctx,
+            format!("model (round {})", request.ctx.round()),
+        );
         // Called only when the journal has no result for this step.
         let call =
             Box::pin(async move { Recorded::of(inner.call(request).await.map_err(into_error)) });
@@ -193,10 +227,13 @@ where
     fn call(&mut self, request: ToolRequest) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let Some(steps) = request.ctx.extension::<Steps>() else {
+        let Some(steps) = current() else {
             return Box::pin(async move { inner.call(request).await.map_err(into_error) });
         };
-        let name = format!("tool {} {}", request.call.name, request.call.id);
+        let name = step_name(
+            &request.ctx,
+            format!("tool {} {}", request.call.name, request.call.id),
+        );
         let call =
             Box::pin(async move { Recorded::of(inner.call(request).await.map_err(into_error)) });
         Box::pin(async move { steps.journal(name, call).await })

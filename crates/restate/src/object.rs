@@ -1,6 +1,7 @@
 //! The virtual object that runs an agent service durably, keyed by session id.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 
 use restate_sdk::prelude::*;
@@ -15,7 +16,7 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-use crate::journal::{Journaled, Step, Steps};
+use crate::journal::{BoxFuture, Journaled, Step, Steps, within};
 
 /// An agent service, boxed: what [`DurableAgent`] runs.
 pub type BoxAgent = BoxCloneService<AgentRequest, AgentResponse, Error>;
@@ -129,30 +130,46 @@ async fn drive(
     agent: BoxAgent,
     mut request: AgentRequest,
 ) -> Result<AgentResponse, Error> {
-    let (steps, mut queue) = mpsc::unbounded_channel::<Step>();
     request.ctx = request.ctx.with_run_id(ctx.invocation_id());
-    request.ctx.insert_extension(Steps(steps));
     let token = request.ctx.cancellation_token().clone();
-    let run = agent.oneshot(request);
+    journaled(agent, request, |name, call| async {
+        // One step at a time, awaited at once: the journal's order is the calls'.
+        let journaled = ctx
+            .run(|| async move { Ok(Json(call.await)) })
+            .name(name)
+            .await;
+        match journaled {
+            Ok(Json(value)) => Journaled::Recorded(value),
+            Err(error) if error.code() == 409 => {
+                token.cancel();
+                Journaled::Cancelled
+            }
+            Err(error) => Journaled::Failed(error.message().to_owned()),
+        }
+    })
+    .await
+}
+
+/// Run `request` on `agent`; each step its journal layers send (named, with the call to make)
+/// goes to `journal`, one at a time, in order, and its answer back to the layer.
+pub(crate) async fn journaled<J, F>(
+    agent: BoxAgent,
+    request: AgentRequest,
+    mut journal: J,
+) -> Result<AgentResponse, Error>
+where
+    J: FnMut(String, BoxFuture<Value>) -> F,
+    F: Future<Output = Journaled>,
+{
+    let (steps, mut queue) = mpsc::unbounded_channel::<Step>();
+    let run = within(Steps(steps), agent.oneshot(request));
     tokio::pin!(run);
     loop {
         tokio::select! {
             biased;
             result = &mut run => return result,
             Some(Step { name, call, reply }) = queue.recv() => {
-                // One step at a time, awaited at once: the journal's order is the calls'.
-                let journaled = ctx
-                    .run(|| async move { Ok(Json(call.await)) })
-                    .name(name)
-                    .await;
-                let answer = match journaled {
-                    Ok(Json(value)) => Journaled::Recorded(value),
-                    Err(error) if error.code() == 409 => {
-                        token.cancel();
-                        Journaled::Cancelled
-                    }
-                    Err(error) => Journaled::Failed(error.message().to_owned()),
-                };
+                let answer = journal(name, call).await;
                 // The run may have ended meanwhile (it was cancelled).
                 let _ = reply.send(answer);
             }
@@ -254,4 +271,155 @@ async fn decide(
     }
     ctx.clear(PENDING);
     Ok(decisions)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::json;
+    use tower::Layer;
+    use tower_agent_core::ModelResponse;
+    use tower_agent_loop::Agent;
+    use tower_agent_test::{ScriptedModel, StubTool};
+    use tower_agent_tools::ToolSet;
+    use tower_agent_workflow::{AgentTool, Sequential};
+
+    use super::*;
+    use crate::JournalLayer;
+
+    /// An agent that calls `clock` once, then answers.
+    fn clock_agent(answer: &str) -> (BoxAgent, ScriptedModel, StubTool) {
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([ToolCall::new("c1", "clock", json!({}))]),
+            ModelResponse::text(answer),
+        ]);
+        let clock = StubTool::returning("clock", "12:00");
+        let tools = JournalLayer.layer(ToolSet::new().tool(clock.clone()));
+        let agent = Agent::new(JournalLayer.layer(model.clone()), tools);
+        (BoxAgent::new(agent), model, clock)
+    }
+
+    /// A journal that makes each call and keeps its result, by name, in order.
+    #[derive(Clone, Default)]
+    struct Recording(Arc<Mutex<Vec<(String, Value)>>>);
+
+    impl Recording {
+        async fn step(&self, name: String, call: BoxFuture<Value>) -> Journaled {
+            let value = call.await;
+            self.0
+                .lock()
+                .expect("not poisoned")
+                .push((name, value.clone()));
+            Journaled::Recorded(value)
+        }
+
+        fn names(&self) -> Vec<String> {
+            self.0
+                .lock()
+                .expect("not poisoned")
+                .iter()
+                .map(|(n, _)| n.clone())
+                .collect()
+        }
+    }
+
+    fn request(text: &str) -> AgentRequest {
+        AgentRequest::new(Session::with_id("s"), text)
+    }
+
+    #[tokio::test]
+    async fn every_model_and_tool_call_is_a_step_and_a_replay_makes_none() {
+        let journal = Recording::default();
+        let (agent, model, clock) = clock_agent("It is noon.");
+        let res = journaled(agent, request("time?"), |name, call| {
+            journal.step(name, call)
+        })
+        .await
+        .expect("runs");
+        assert_eq!(
+            journal.names(),
+            ["model (round 1)", "tool clock c1", "model (round 2)"]
+        );
+        assert_eq!((model.request_count(), clock.calls().len()), (2, 1));
+
+        // A replay: every step answered from what was recorded, none made.
+        let recorded: HashMap<String, Value> = journal
+            .0
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .cloned()
+            .collect();
+        let (agent, model, clock) = clock_agent("never asked");
+        let again = journaled(agent, request("time?"), |name, _call| {
+            let value = recorded.get(&name).cloned();
+            async move { value.map_or(Journaled::Failed(format!("no {name}")), Journaled::Recorded) }
+        })
+        .await
+        .expect("replays");
+        assert_eq!(again.text(), res.text());
+        assert_eq!((model.request_count(), clock.calls().len()), (0, 0));
+        assert_eq!(again.session.history.len(), res.session.history.len());
+    }
+
+    #[tokio::test]
+    async fn a_workflow_journals_the_calls_of_each_of_its_agents() {
+        let journal = Recording::default();
+        let (first, ..) = clock_agent("first done");
+        let (second, ..) = clock_agent("second done");
+        let workflow = Sequential::new("pipeline")
+            .step("a", first)
+            .step("b", second);
+        // The run's id is the invocation's under Restate: the ids the loop gives calls (here
+        // the second agent's, whose `c1` is taken) are the same on a replay.
+        let mut request = request("go");
+        request.ctx = request.ctx.with_run_id("inv12345");
+        let res = journaled(BoxAgent::new(workflow), request, |name, call| {
+            journal.step(name, call)
+        })
+        .await
+        .expect("runs");
+        assert_eq!(res.text().as_deref(), Some("second done"));
+        let names = journal.names();
+        assert_eq!(
+            names,
+            [
+                "pipeline/a: model (round 1)",
+                "pipeline/a: tool clock c1",
+                "pipeline/a: model (round 2)",
+                "pipeline/b: model (round 1)",
+                "pipeline/b: tool clock call_inv12345_1_1",
+                "pipeline/b: model (round 2)",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_sub_agent_called_as_a_tool_is_inside_its_step() {
+        let journal = Recording::default();
+        let (helper, helper_model, _) = clock_agent("the helper's answer");
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([ToolCall::new("h1", "helper", json!({ "task": "t" }))]),
+            ModelResponse::text("done"),
+        ]);
+        let tools = ToolSet::new().tool(AgentTool::new("helper", "Helps.", helper));
+        let agent = Agent::new(JournalLayer.layer(model), JournalLayer.layer(tools));
+        let res = journaled(BoxAgent::new(agent), request("go"), |name, call| {
+            journal.step(name, call)
+        })
+        .await
+        .expect("runs");
+        assert_eq!(res.text().as_deref(), Some("done"));
+        assert_eq!(
+            journal.names(),
+            ["model (round 1)", "tool helper h1", "model (round 2)"]
+        );
+        assert_eq!(
+            helper_model.request_count(),
+            2,
+            "the helper ran inside the tool's step"
+        );
+    }
 }
