@@ -40,7 +40,7 @@ mod journal;
 mod object;
 
 pub use journal::{Journal, JournalLayer};
-pub use object::{BoxAgent, DurableAgent, Pending, RunRequest, RunResult};
+pub use object::{BoxAgent, DurableAgent, Pending, RunOutcome, RunRequest, RunResult};
 pub use restate_sdk;
 
 /// The guide: durable runs on Restate (`docs/durable.md`). Its examples are compiled.

@@ -34,32 +34,45 @@ pub struct RunRequest {
     pub message: Option<String>,
 }
 
-/// How a durable run ended.
+/// How a durable run ended (an approval is waited for within the run: it never ends
+/// interrupted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunOutcome {
+    /// The model answered.
+    Completed,
+    /// A limit, a layer or a tool stopped the run.
+    Stopped,
+    /// The invocation was cancelled.
+    Cancelled,
+}
+
+/// What a durable run returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
-    /// `completed`, `stopped` or `cancelled`.
-    pub outcome: String,
-    /// The final answer's text (completed), or what stopped it.
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// The final answer's text (completed), or why it stopped.
     pub text: String,
-    /// The rounds of the last part of the run (after the last approval).
+    /// The rounds of the whole run, across its approvals.
     pub rounds: u32,
     /// The messages in the session.
     pub messages: usize,
 }
 
 impl RunResult {
-    fn of(response: &AgentResponse) -> Self {
+    fn of(response: &AgentResponse, rounds: u32) -> Self {
         let (outcome, text) = match &response.outcome {
-            Outcome::Completed { message } => ("completed", message.text()),
-            Outcome::Stopped { reason, .. } => ("stopped", reason.to_string()),
-            Outcome::Cancelled { .. } => ("cancelled", String::new()),
-            Outcome::Interrupted { .. } => ("interrupted", String::new()),
-            _ => ("other", String::new()),
+            Outcome::Completed { message } => (RunOutcome::Completed, message.text()),
+            Outcome::Cancelled { .. } => (RunOutcome::Cancelled, String::new()),
+            Outcome::Stopped { reason, .. } => (RunOutcome::Stopped, reason.to_string()),
+            other => (RunOutcome::Stopped, format!("{other:?}")),
         };
         RunResult {
-            outcome: outcome.to_owned(),
+            outcome,
             text,
-            rounds: response.rounds,
+            rounds,
             messages: response.session.history.len(),
         }
     }
@@ -201,6 +214,7 @@ impl DurableAgent {
             None => AgentInput::Continue,
         };
         let mut request = AgentRequest::new(session, input);
+        let mut rounds = 0;
         loop {
             let response = match drive(&ctx, self.agent(), request).await {
                 Ok(response) => response,
@@ -212,8 +226,9 @@ impl DurableAgent {
                 }
             };
             ctx.set(SESSION, Json(response.session.clone()));
+            rounds += response.rounds;
             let Outcome::Interrupted { interrupts } = &response.outcome else {
-                return Ok(Json(RunResult::of(&response)));
+                return Ok(Json(RunResult::of(&response, rounds)));
             };
             let decisions = decide(&ctx, interrupts).await?;
             request = AgentRequest::resume(response.session, decisions);
@@ -267,7 +282,14 @@ async fn decide(
     ctx.set(PENDING, Json(pending));
     let mut decisions = Decisions::new();
     for (call_id, decided) in waiting {
-        decisions.insert(call_id, decided.await?.into_inner());
+        match decided.await {
+            Ok(Json(decision)) => decisions.insert(call_id, decision),
+            // Cancelled, or rejected: nothing waits any more.
+            Err(error) => {
+                ctx.clear(PENDING);
+                return Err(error.into());
+            }
+        }
     }
     ctx.clear(PENDING);
     Ok(decisions)

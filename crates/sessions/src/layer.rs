@@ -1,11 +1,14 @@
 //! The layer that runs an agent on sessions kept in a store.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
+use serde_json::{Map, Value};
 use tower_agent_core::event::BoxFuture as CoreFuture;
-use tower_agent_core::{AgentRequest, AgentResponse, Error, ErrorKind, Saver, Session};
+use tower_agent_core::{
+    AgentRequest, AgentResponse, Error, ErrorKind, HistoryMark, Interrupt, Saver, Session,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -27,13 +30,15 @@ impl From<StoreError> for Error {
 /// - a request with a **blank** session (`Session::with_id(id)`: no message, no state, no
 ///   interrupt) runs on the stored one, or on a new session when none is stored;
 /// - a request with a session of its own starts a new stored session; when one is stored
-///   under that id already, the run is refused ([`ErrorKind::Backend`],
+///   under that id already, the run is refused ([`ErrorKind::BadRequest`], its source a
 ///   [`StoreError::Conflict`]): change a stored session with [`SessionStore::save`], then
 ///   run it by id.
 ///
 /// The run saves the session at every step ([`Saver`]): the input before the first model
 /// call, the model's message before its tool calls run, their results, and the session the
-/// run ends with (its pending interrupts among it; also a failed run's). A process that dies
+/// run ends with (its pending interrupts among it; also a failed run's). A service that saves
+/// nothing as it goes (a workflow: its nested agents save nothing of their own) is saved when
+/// its run ends; so is a session a layer changed after the loop's last save. A process that dies
 /// loses at most the step in flight; the next run of the session answers the calls that were
 /// in flight (they are not run again). Each save names the version the run loaded: when
 /// another writer saved the session meanwhile, the run fails with [`StoreError::Conflict`]
@@ -145,20 +150,47 @@ where
                     Some(stored.version)
                 }
                 Some(stored) => {
-                    return Err(StoreError::Conflict {
+                    let message = format!(
+                        "session `{id}` is stored (at {}): run it by id (`Session::with_id`), \
+                         or change it with `SessionStore::save` first",
+                        stored.version
+                    );
+                    let conflict = StoreError::Conflict {
                         id,
                         expected: None,
                         found: Some(stored.version),
-                    }
-                    .into());
+                    };
+                    return Err(Error::bad_request(message).with_source(conflict));
                 }
                 None => None,
             };
-            request.ctx.set_saver(Saves {
+            let saves = Arc::new(Saves {
                 store,
-                version: Mutex::new(version),
+                last: Mutex::new(Last {
+                    version,
+                    saved: None,
+                    failed: false,
+                }),
             });
-            inner.call(request).await
+            request.ctx.set_saver(Arc::clone(&saves));
+            // The loop saves as it goes; a service that does not (a workflow, whose nested
+            // agents save nothing of their own) or a layer that changed the session after the
+            // loop's last save is saved here.
+            match inner.call(request).await {
+                Ok(response) => {
+                    saves.finish(&response.session).await?;
+                    Ok(response)
+                }
+                Err(mut error) => {
+                    if let Some(session) = error.take_session() {
+                        if let Err(failed) = saves.finish(&session).await {
+                            tracing::warn!(error = %failed, "the failed run's session was not saved");
+                        }
+                        error = error.with_session(session);
+                    }
+                    Err(error)
+                }
+            }
         })
     }
 }
@@ -166,16 +198,73 @@ where
 /// One run's saves: each names the version the one before wrote.
 struct Saves {
     store: Arc<dyn SessionStore>,
-    version: Mutex<Option<Version>>,
+    last: Mutex<Last>,
+}
+
+/// What the last save wrote, to tell whether the session the run returns is saved already.
+struct Last {
+    version: Option<Version>,
+    saved: Option<Saved>,
+    failed: bool,
+}
+
+/// A saved session, as much as it takes to recognise it.
+struct Saved {
+    mark: HistoryMark,
+    state: Map<String, Value>,
+    interrupts: Vec<Interrupt>,
+}
+
+impl Saved {
+    fn is(&self, session: &Session) -> bool {
+        let history = &session.history;
+        history.len() == self.mark.len()
+            && history.kept(&self.mark) == history.len()
+            && session.state == self.state
+            && session.interrupts == self.interrupts
+    }
+}
+
+impl Saves {
+    fn last(&self) -> MutexGuard<'_, Last> {
+        self.last.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Save the session the run ended with, unless the run saved it already (the loop does,
+    /// at its end) or a save failed (the run's error says why).
+    async fn finish(&self, session: &Session) -> Result<(), Error> {
+        let done = {
+            let last = self.last();
+            last.failed || last.saved.as_ref().is_some_and(|saved| saved.is(session))
+        };
+        if done {
+            return Ok(());
+        }
+        self.save(session).await
+    }
 }
 
 impl Saver for Saves {
     fn save<'a>(&'a self, session: &'a Session) -> CoreFuture<'a, Result<(), Error>> {
         Box::pin(async move {
-            let expected = *self.version.lock().unwrap_or_else(PoisonError::into_inner);
-            let version = self.store.save(session, expected).await?;
-            *self.version.lock().unwrap_or_else(PoisonError::into_inner) = Some(version);
-            Ok(())
+            let expected = self.last().version;
+            let saved = self.store.save(session, expected).await;
+            let mut last = self.last();
+            match saved {
+                Ok(version) => {
+                    last.version = Some(version);
+                    last.saved = Some(Saved {
+                        mark: session.history.mark(),
+                        state: session.state.clone(),
+                        interrupts: session.interrupts.clone(),
+                    });
+                    Ok(())
+                }
+                Err(error) => {
+                    last.failed = true;
+                    Err(error.into())
+                }
+            }
         })
     }
 }

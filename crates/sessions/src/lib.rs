@@ -89,6 +89,16 @@ pub struct Stored {
     pub version: Version,
 }
 
+impl Stored {
+    /// `session` at `version` (for a store's `load`).
+    pub fn new(session: Session, version: Version) -> Self {
+        Self { session, version }
+    }
+}
+
+/// The most ids a page of a listing holds.
+pub const MAX_PAGE: usize = 1_000;
+
 /// What to list: the ids that start with `prefix`, in order, from after `after`, at most
 /// `limit` of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +109,8 @@ pub struct ListQuery {
     pub prefix: String,
     /// List the ids after this one (the `next` of the previous page).
     pub after: Option<String>,
-    /// The most ids on a page (at least 1).
+    /// The most ids on a page (1 to [`MAX_PAGE`]; stores read it through
+    /// [`ListQuery::page_size`]).
     pub limit: usize,
 }
 
@@ -113,10 +124,15 @@ impl ListQuery {
         }
     }
 
-    /// At most `limit` ids a page (at least 1).
+    /// At most `limit` ids a page (1 to [`MAX_PAGE`]).
     pub fn limit(mut self, limit: usize) -> Self {
-        self.limit = limit.max(1);
+        self.limit = limit.clamp(1, MAX_PAGE);
         self
+    }
+
+    /// The most ids a page holds: [`limit`](ListQuery::limit) within 1 to [`MAX_PAGE`].
+    pub fn page_size(&self) -> usize {
+        self.limit.clamp(1, MAX_PAGE)
     }
 
     /// The page after the one that ended with `id`.

@@ -69,7 +69,7 @@ impl SessionStore for InMemorySessions {
                 }
                 _ => Bound::Included(query.prefix.as_str()),
             };
-            let limit = query.limit.max(1);
+            let limit = query.page_size();
             let mut matching = sessions
                 .range::<str, _>((start, Bound::Unbounded))
                 .take_while(|(id, _)| id.starts_with(&query.prefix))

@@ -78,6 +78,16 @@ fn json(value: &impl serde::Serialize) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(backend)
 }
 
+/// Column `index` of a row of session `id`: a column of another type is a corrupt row.
+fn column<'r, T: tokio_postgres::types::FromSql<'r>>(
+    id: &str,
+    row: &'r tokio_postgres::Row,
+    index: usize,
+) -> Result<T, StoreError> {
+    row.try_get(index)
+        .map_err(|e| corrupt(id, format!("column {index}: {e}")))
+}
+
 fn version(id: &str, stored: i64) -> Result<Version, StoreError> {
     u64::try_from(stored)
         .map(Version)
@@ -156,7 +166,7 @@ impl PostgresSessions {
             .await
             .map_err(backend)?
         {
-            Some(row) => row.get(0),
+            Some(row) => column("tower_agent_schema", &row, 0)?,
             None => {
                 tx.execute("INSERT INTO tower_agent_schema (version) VALUES (0)", &[])
                     .await
@@ -164,7 +174,8 @@ impl PostgresSessions {
                 0
             }
         };
-        let found = u32::try_from(found).unwrap_or(0);
+        let found = u32::try_from(found)
+            .map_err(|_| backend(format!("the schema version {found} is not a version")))?;
         if found > Self::SCHEMA {
             return Err(StoreError::Schema {
                 found,
@@ -252,7 +263,7 @@ async fn list_on(client: &Object, query: &ListQuery) -> Result<Page, StoreError>
         Some(after) if *after >= query.prefix => (after.as_str(), false),
         _ => (query.prefix.as_str(), true),
     };
-    let limit = query.limit.max(1);
+    let limit = query.page_size();
     let end = prefix_end(&query.prefix);
     let rows = client
         .query(
@@ -265,8 +276,8 @@ async fn list_on(client: &Object, query: &ListQuery) -> Result<Page, StoreError>
         .map_err(backend)?;
     let mut sessions = Vec::with_capacity(rows.len());
     for row in rows {
-        let id: String = row.get(0);
-        let version = version(&id, row.get(1))?;
+        let id: String = column("a listed session", &row, 0)?;
+        let version = version(&id, column(&id, &row, 1)?)?;
         sessions.push((id, version));
     }
     let next = if sessions.len() > limit {
@@ -303,8 +314,11 @@ impl PostgresSessions {
         let Some(row) = row else {
             return Ok(None);
         };
-        let (stored, incarnation, len): (i64, String, i64) = (row.get(0), row.get(1), row.get(2));
-        let (state, interrupts): (String, String) = (row.get(3), row.get(4));
+        let stored: i64 = column(id, &row, 0)?;
+        let incarnation: String = column(id, &row, 1)?;
+        let len: i64 = column(id, &row, 2)?;
+        let state: String = column(id, &row, 3)?;
+        let interrupts: String = column(id, &row, 4)?;
         let rows = tx
             .query(
                 &prepared(
@@ -319,7 +333,8 @@ impl PostgresSessions {
         tx.commit().await.map_err(backend)?;
         let mut messages = Vec::with_capacity(rows.len());
         for row in rows {
-            let (seq, body): (i64, &str) = (row.get(0), row.get(1));
+            let seq: i64 = column(id, &row, 0)?;
+            let body: &str = column(id, &row, 1)?;
             if seq != messages.len() as i64 {
                 return Err(corrupt(id, format!("message {seq} is out of place")));
             }
@@ -365,7 +380,10 @@ impl PostgresSessions {
             .await
             .map_err(backend)?;
         let found = match found {
-            Some(row) => Some((version(id, row.get(0))?, row.get::<_, String>(1))),
+            Some(row) => Some((
+                version(id, column(id, &row, 0)?)?,
+                column::<String>(id, &row, 1)?,
+            )),
             None => None,
         };
         let conflict = |found: Option<Version>| StoreError::Conflict {
@@ -411,8 +429,18 @@ impl PostgresSessions {
                     .await
                     .map_err(backend)?;
                 if made == 0 {
+                    // Read the winner's version on this connection: another one from the pool
+                    // could wait for ever when every connection is in such a race.
                     drop(tx);
-                    let now = self.load(id).await?.map(|stored| stored.version);
+                    let now = client
+                        .query_opt(
+                            "SELECT version FROM tower_agent_sessions WHERE id = $1",
+                            &[&id],
+                        )
+                        .await
+                        .map_err(backend)?;
+                    let now = now.map(|row| column(id, &row, 0)).transpose()?;
+                    let now = now.map(|v| version(id, v)).transpose()?;
                     return Err(conflict(now));
                 }
                 (Version(1), incarnation, 0)
@@ -473,7 +501,7 @@ impl PostgresSessions {
         let Some(row) = found else {
             return Ok(false);
         };
-        let found = version(id, row.get(0))?;
+        let found = version(id, column(id, &row, 0)?)?;
         if found != expected {
             return Err(StoreError::Conflict {
                 id: id.to_owned(),

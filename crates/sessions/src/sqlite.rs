@@ -361,7 +361,7 @@ impl SessionStore for SqliteSessions {
                     .after
                     .as_ref()
                     .is_none_or(|after| *after < query.prefix);
-                let limit = query.limit.max(1);
+                let limit = query.page_size();
                 let mut statement = connection
                     .prepare_cached(
                         "SELECT id, version FROM sessions

@@ -93,6 +93,62 @@ async fn every_step_is_saved_and_the_next_run_goes_on_from_the_store() {
 }
 
 #[tokio::test]
+async fn a_workflow_is_saved_when_its_run_ends() {
+    use tower_agent_workflow::Sequential;
+    let store = Recording::default();
+    let model = ScriptedModel::new([ModelResponse::text("one"), ModelResponse::text("two")]);
+    let step = Agent::new(model, ToolSet::new());
+    let workflow = Sequential::new("pipeline").step("answer", step);
+    let agent = StoreLayer::new(store.clone()).layer(workflow);
+    agent
+        .clone()
+        .oneshot(AgentRequest::new(Session::with_id("w"), "first"))
+        .await
+        .expect("runs");
+    assert_eq!(
+        store.saves(),
+        [(2, 0)],
+        "the nested agent saves nothing; the layer does"
+    );
+    let res = agent
+        .oneshot(AgentRequest::new(Session::with_id("w"), "second"))
+        .await
+        .expect("runs");
+    assert_eq!(
+        res.session.history.len(),
+        4,
+        "the second run went on from the first"
+    );
+    let stored = store.load("w").await.expect("loads").expect("stored");
+    assert_eq!(stored.session, res.session);
+}
+
+#[tokio::test]
+async fn a_session_changed_after_the_loop_saved_it_is_saved_again() {
+    use tower_agent_core::after_agent;
+    let store = Recording::default();
+    let model = ScriptedModel::new([ModelResponse::text("hello")]);
+    let agent = Agent::new(model, ToolSet::new());
+    // An after_agent layer between the store and the loop writes to the state.
+    let tagged = after_agent(
+        |mut res: tower_agent_core::AgentResponse, _: tower_agent_core::RunContext| async move {
+            res.session.state.insert("tagged".into(), json!(true));
+            Ok(res)
+        },
+    )
+    .layer(agent);
+    let res = StoreLayer::new(store.clone())
+        .layer(tagged)
+        .oneshot(AgentRequest::new(Session::with_id("t"), "hi"))
+        .await
+        .expect("runs");
+    assert_eq!(store.saves(), [(1, 0), (2, 0), (2, 0)]);
+    let stored = store.load("t").await.expect("loads").expect("stored");
+    assert_eq!(stored.session, res.session);
+    assert_eq!(stored.session.state.get("tagged"), Some(&json!(true)));
+}
+
+#[tokio::test]
 async fn another_writer_stops_the_run_and_nothing_is_overwritten() {
     let store = InMemorySessions::new();
     let writer = store.clone();
@@ -160,7 +216,16 @@ async fn a_session_of_its_own_is_not_run_over_a_stored_one() {
     own.history.push(Message::user("mine"));
     let refused = agent.oneshot(AgentRequest::new(own, "go")).await;
     let error: Error = refused.expect_err("refused");
-    assert!(error.message().contains("another writer"), "{error}");
+    assert_eq!(error.kind(), ErrorKind::BadRequest);
+    assert!(
+        error.message().contains("is stored (at v1): run it by id"),
+        "{error}"
+    );
+    let source = std::error::Error::source(&error).expect("a source");
+    assert!(matches!(
+        source.downcast_ref(),
+        Some(StoreError::Conflict { .. })
+    ));
     assert_eq!(model.request_count(), 0);
     let kept = store.load("s").await.expect("loads").expect("stored");
     assert_eq!(kept.session, stored);
@@ -219,17 +284,37 @@ async fn an_approval_pause_is_resumed_by_another_process_from_the_id_alone() {
     let waiting = store.load("ops/7").await.expect("loads").expect("stored");
     assert_eq!(waiting.session.interrupts.len(), 1);
     let call_id = waiting.session.interrupts[0].call.id.clone();
-    let deploy = StubTool::returning("deploy", "deployed v2");
+    // The approved call finds itself saved as in flight (no longer waiting, no result yet): a
+    // crash now would answer it as not completed on resume, not run it again.
+    let seen = Arc::new(Mutex::new(None));
+    let (observer, record) = (store.clone(), Arc::clone(&seen));
+    let deploy = StubTool::from_fn("deploy", move |req| {
+        let (store, handle) = (observer.clone(), tokio::runtime::Handle::current());
+        let stored = std::thread::spawn(move || handle.block_on(store.load("ops/7")))
+            .join()
+            .expect("no panic")
+            .expect("loads")
+            .expect("stored");
+        let last_calls: Vec<String> = stored
+            .session
+            .history
+            .last()
+            .map_or(vec![], |m| m.tool_calls().map(|c| c.id.clone()).collect());
+        *record.lock().expect("not poisoned") = Some((stored.session.interrupts.len(), last_calls));
+        ToolResponse::success(&req.call, "deployed v2")
+    });
     let second = agent(
         store.clone(),
         ScriptedModel::new([ModelResponse::text("Shipped.")]),
         deploy.clone(),
     );
-    let decisions = Decisions::new().with(call_id, json!(Decision::Approve));
+    let decisions = Decisions::new().with(call_id.clone(), json!(Decision::Approve));
     let request = AgentRequest::new(Session::with_id("ops/7"), AgentInput::Resume(decisions));
     let done = second.oneshot(request).await.expect("resumes");
     assert_eq!(done.text().as_deref(), Some("Shipped."));
     assert_eq!(deploy.calls().len(), 1, "the approved call ran once");
+    let seen = seen.lock().expect("not poisoned").clone();
+    assert_eq!(seen, Some((0, vec![call_id.clone()])));
     let stored = store.load("ops/7").await.expect("loads").expect("stored");
     assert!(stored.session.interrupts.is_empty());
     assert_eq!(stored.session, done.session);

@@ -12,11 +12,16 @@ use crate::session::Session;
 /// Where the agent saves the session during a run, so that a process that dies loses at most
 /// the step in flight.
 ///
-/// The agent calls [`save`](Saver::save) after appending the model's message when it
-/// calls tools (so a call in flight is known on resume, and answered then), after appending
-/// their results when the run goes on, and once at the run's end with the session the run
-/// returns (its pending interrupts among it; also when the run fails). A save's error fails the
-/// run with it (a lost store, another writer): the run stops instead of going on unsaved.
+/// The agent calls [`save`](Saver::save) with the input before the first model call (and, on a
+/// resume, before the decided calls run), after appending the model's message when it calls
+/// tools (so a call in flight is known on resume, and answered then), after appending their
+/// results when the run goes on, and once at the run's end with the session the run returns
+/// (its pending interrupts among it; also when the run fails). A save's error fails the run
+/// with it (a lost store, another writer): the run stops instead of going on unsaved.
+///
+/// The results of one round's calls are saved together: when tools run concurrently, a
+/// process that dies during a round loses the results of the calls of that round that had
+/// finished (they are answered as not completed on resume).
 ///
 /// A session store's layer attaches one (`tower_agent_sessions::StoreLayer`); write one by
 /// hand to save elsewhere:

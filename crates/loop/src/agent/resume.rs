@@ -58,6 +58,11 @@ where
                     .into_iter()
                     .map(|i| i.call)
                     .collect();
+                // The decided calls are saved as in flight before they run: a process that
+                // dies meanwhile resumes with them answered as not completed, never run twice.
+                if self.saver.is_some() {
+                    self.save().await?;
+                }
                 let mode = self.config.tool_execution;
                 let resume = Some(&decisions);
                 let out = execute(&mut self.tools, &self.ctx, 0, mode, calls.iter(), resume).await;

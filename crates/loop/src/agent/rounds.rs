@@ -188,7 +188,7 @@ where
     }
 
     /// Save the session as it stands with the context's saver, if it has one.
-    async fn save(&mut self) -> Result<(), Error> {
+    pub(super) async fn save(&mut self) -> Result<(), Error> {
         let Some(saver) = &self.saver else {
             return Ok(());
         };

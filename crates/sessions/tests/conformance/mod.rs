@@ -99,6 +99,12 @@ async fn listing_and_deleting(store: &dyn SessionStore) {
     let ids: Vec<_> = second.sessions.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!((ids, second.next), (vec!["u1/c3"], None));
 
+    // A limit past the largest page is the largest page, not an overflow.
+    let mut all = ListQuery::prefix("u1/");
+    all.limit = usize::MAX;
+    let page = store.list(&all).await.expect("lists");
+    assert_eq!((page.sessions.len(), page.next), (3, None));
+
     let (id, version) = versions[0];
     let wrong = store.delete(id, Version(version.0 + 1)).await;
     assert!(matches!(wrong, Err(StoreError::Conflict { .. })));
