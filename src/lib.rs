@@ -99,10 +99,10 @@ pub mod providers {
 
 /// Built-in layers: [`PatchDanglingLayer`](layers::PatchDanglingLayer),
 /// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),
-/// `RetryPolicy`, [`ApprovalLayer`](layers::ApprovalLayer),
+/// `RetryPolicy`, [`FallbackLayer`](layers::FallbackLayer), [`ApprovalLayer`](layers::ApprovalLayer),
 /// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
 /// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
-/// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `approval`, `limits`,
+/// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `approval`, `limits`,
 /// `checkpoint`, `evict`, `summarize`; `layers` for all, on by default). In the prelude, their
 /// `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`,
 /// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`).
@@ -111,6 +111,7 @@ pub mod providers {
     feature = "instructions",
     feature = "memory",
     feature = "retry",
+    feature = "fallback",
     feature = "approval",
     feature = "limits",
     feature = "checkpoint",
@@ -177,6 +178,7 @@ pub mod prelude {
         feature = "instructions",
         feature = "memory",
         feature = "retry",
+        feature = "fallback",
         feature = "approval",
         feature = "limits",
         feature = "checkpoint",

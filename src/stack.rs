@@ -13,6 +13,7 @@ use tower_agent_core::{
 use tower_agent_layers::approval::ApprovalLayer;
 use tower_agent_layers::checkpoint::CheckpointLayer;
 use tower_agent_layers::evict::EvictLayer;
+use tower_agent_layers::fallback::FallbackLayer;
 use tower_agent_layers::instructions::InstructionsLayer;
 use tower_agent_layers::limits::CallLimitsLayer;
 use tower_agent_layers::memory::MemoryLayer;
@@ -96,8 +97,8 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 ///
 /// ```text
 /// agent:  store → memory → patch → [agent_layer] → the loop
-/// model:  limits → memory → instructions → summarize → [model_layer] → patch → retry
-///         → [provider_layer] → the provider
+/// model:  limits → memory → instructions → summarize → [model_layer] → patch → fallback
+///         → retry → [provider_layer] → the provider
 /// tools:  evict → limits → checkpoint → approval → [tool_layer] → the tools
 /// ```
 ///
@@ -142,6 +143,7 @@ pub struct Builtins {
     instructions: Option<InstructionsLayer>,
     summarize: Option<SummarizeLayer>,
     retry: Option<RetryPolicy>,
+    fallback: Option<FallbackLayer>,
     approval: Option<ApprovalLayer>,
     checkpoint: Option<CheckpointLayer>,
     evict: Option<EvictLayer>,
@@ -215,6 +217,13 @@ impl Builtins {
         self
     }
 
+    /// Fallback to the next model of a chain, outside the retry: each model of the chain gets
+    /// the same retry and provider layers as the provider.
+    pub fn fallback(mut self, fallback: FallbackLayer) -> Self {
+        self.fallback = Some(fallback);
+        self
+    }
+
     /// Human approval of gated tool calls.
     pub fn approval(mut self, approval: ApprovalLayer) -> Self {
         self.approval = Some(approval);
@@ -260,8 +269,9 @@ impl Builtins {
         self
     }
 
-    /// A layer of the host's right around the provider, inside the retry (a fallback to
-    /// another model, a timeout per attempt); the first one added is the outermost.
+    /// A layer of the host's right around the provider, inside the retry (a timeout per
+    /// attempt, a durable journal), and around each model of the fallback chain; the first one
+    /// added is the outermost.
     pub fn provider_layer<L>(mut self, layer: L) -> Self
     where
         L: Layer<BoxModel> + Send + Sync + 'static,
@@ -324,7 +334,16 @@ impl Builtins {
     /// The model service's slots, outside in.
     fn model_slots(&self) -> Vec<Slot<BoxModel>> {
         let retry = self.retry.clone().map(RetryLayer::new);
-        vec![
+        // Around the provider, and around each model the fallback layer may call.
+        let around_provider: Vec<Slot<BoxModel>> = vec![
+            ("retry", retry.map(wrap).into_iter().collect()),
+            ("provider_layer", self.provider_layers.clone()),
+        ];
+        let fallback = self
+            .fallback
+            .clone()
+            .map(|fallback| fallback.map_models(|model| wrap_in(&around_provider, model)));
+        let mut slots = vec![
             (
                 "limits",
                 self.limits.clone().map(wrap).into_iter().collect(),
@@ -343,9 +362,10 @@ impl Builtins {
             ),
             ("model_layer", self.model_layers.clone()),
             ("patch", self.patch.map(wrap).into_iter().collect()),
-            ("retry", retry.map(wrap).into_iter().collect()),
-            ("provider_layer", self.provider_layers.clone()),
-        ]
+            ("fallback", fallback.map(wrap).into_iter().collect()),
+        ];
+        slots.extend(around_provider);
+        slots
     }
 
     /// The tool service's slots, outside in.
@@ -483,6 +503,11 @@ pub trait BuiltinsExt: Sized {
     /// [`Builtins::retry`].
     fn retry(self, policy: RetryPolicy) -> Builtins {
         self.builtins().retry(policy)
+    }
+
+    /// [`Builtins::fallback`].
+    fn fallback(self, fallback: FallbackLayer) -> Builtins {
+        self.builtins().fallback(fallback)
     }
 
     /// [`Builtins::approval`].

@@ -31,6 +31,7 @@ fn the_canonical_order() {
         .instructions(InstructionsLayer::new())
         .summarize(SummarizeLayer::new(ScriptedModel::new([])))
         .retry(RetryPolicy::new())
+        .fallback(tower_agent::layers::fallback::FallbackLayer::new())
         .approval(ApprovalLayer::builder().build().expect("valid"))
         .checkpoint(tower_agent::layers::checkpoint::CheckpointLayer::interrupting().every(10))
         .evict(EvictLayer::new(InMemory::new()))
@@ -49,6 +50,7 @@ fn the_canonical_order() {
             "summarize",
             "model_layer",
             "patch",
+            "fallback",
             "retry",
             "provider_layer",
             "provider"
@@ -244,4 +246,43 @@ async fn the_full_stack_in_a_dozen_lines() {
     );
     assert!(is_summary(&res.session.history[0]), "summarized on the way");
     assert_valid_history(&res.session.history);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_model_of_the_fallback_chain_gets_the_retry_and_the_provider_layers() {
+    use tower_agent::layers::fallback::FallbackLayer;
+    let primary = ScriptedModel::from_fn(|_| Err(Error::new(ErrorKind::Server, "down")));
+    let backup = ScriptedModel::with_results([
+        Err(Error::new(ErrorKind::Server, "a blip")),
+        Ok(ModelResponse::text("from the backup")),
+    ]);
+    let seen: Log = Arc::default();
+    let record = Arc::clone(&seen);
+    let agent = Agent::builder()
+        .retry(
+            RetryPolicy::new()
+                .max_attempts(2)
+                .base(std::time::Duration::from_millis(10))
+                .budget(None),
+        )
+        .fallback(FallbackLayer::new().to("backup", backup.clone()))
+        .provider_layer(before_model(move |req: ModelRequest| {
+            let record = Arc::clone(&record);
+            async move {
+                record
+                    .lock()
+                    .expect("not poisoned")
+                    .push("provider_layer".into());
+                Ok(Flow::Continue(req))
+            }
+        }))
+        .build(primary.clone(), ToolSet::new());
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "hi"))
+        .await
+        .expect("the backup answers");
+    assert_eq!(res.text().as_deref(), Some("from the backup"));
+    // Two attempts of each model, each through the provider layer.
+    assert_eq!((primary.request_count(), backup.request_count()), (2, 2));
+    assert_eq!(seen.lock().expect("not poisoned").len(), 4);
 }

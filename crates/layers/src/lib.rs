@@ -10,6 +10,7 @@
 //! | [`limits`] | `limits` | model and tool (`before_*`) | model-call and tool-call limits per run and per session, global or per tool |
 //! | [`checkpoint`] | `checkpoint` | tool (`before_tool`) | after every N tool calls, ask whether to go on; stop with a summary |
 //! | [`retry`] | `retry` | model (innermost; tools too) | tower's `Retry` with `RetryPolicy`: backoff, the provider's wait, a budget; nothing called after a cancellation |
+//! | [`fallback`] | `fallback` | model (outside retry) | the next model of a chain answers after a failure another model may not have, or a rejected response; stream readers told to discard |
 //! | [`evict`] | `evict` | tool (`after_tool`) | a result over a token limit goes whole to a storage backend; a preview and a read tool stay |
 //! | [`summarize`] | `summarize` | model (`before_model` and around) | older messages replaced by a summary, committed to the session; summarize and retry on context overflow |
 //!
@@ -47,6 +48,8 @@ mod by_name;
 pub mod checkpoint;
 #[cfg(feature = "evict")]
 pub mod evict;
+#[cfg(feature = "fallback")]
+pub mod fallback;
 #[cfg(feature = "instructions")]
 pub mod instructions;
 #[cfg(feature = "limits")]
@@ -72,6 +75,8 @@ pub use approval::{Approval, ApprovalLayer};
 pub use checkpoint::{Checkpoint, CheckpointLayer};
 #[cfg(feature = "evict")]
 pub use evict::{Evict, EvictLayer};
+#[cfg(feature = "fallback")]
+pub use fallback::{Fallback, FallbackLayer};
 #[cfg(feature = "instructions")]
 pub use instructions::{Instructions, InstructionsLayer};
 #[cfg(feature = "limits")]
@@ -91,6 +96,7 @@ use tower::ServiceBuilder;
     feature = "instructions",
     feature = "memory",
     feature = "retry",
+    feature = "fallback",
     feature = "approval",
     feature = "limits",
     feature = "checkpoint",
@@ -123,6 +129,10 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// cancelled (named apart from tower's own `retry`, which takes any policy).
     #[cfg(feature = "retry")]
     fn retry_calls(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>>;
+
+    /// Add a [`FallbackLayer`] (outside the retry layer).
+    #[cfg(feature = "fallback")]
+    fn fallback(self, fallback: FallbackLayer) -> ServiceBuilder<Stack<FallbackLayer, L>>;
 
     /// Add an [`ApprovalLayer`] (build it with [`ApprovalLayer::builder`]).
     #[cfg(feature = "approval")]
@@ -169,6 +179,11 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     #[cfg(feature = "retry")]
     fn retry_calls(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>> {
         self.layer(RetryLayer::new(policy))
+    }
+
+    #[cfg(feature = "fallback")]
+    fn fallback(self, fallback: FallbackLayer) -> ServiceBuilder<Stack<FallbackLayer, L>> {
+        self.layer(fallback)
     }
 
     #[cfg(feature = "approval")]

@@ -155,3 +155,48 @@ async fn a_server_error_is_retried_then_returned_typed() {
     assert_eq!(err.kind(), ErrorKind::Server);
     assert!(err.message().contains("upstream failure"), "{err}");
 }
+
+#[tokio::test]
+async fn an_overloaded_provider_falls_back_to_another_one_and_readers_are_told_to_discard() {
+    use tower::Layer;
+    use tower_agent_layers::fallback::FallbackLayer;
+    let Some(url) = aimock() else { return };
+    let test_id = new_id();
+    // The primary (OpenAI's wire) is overloaded for this model; the backup (Anthropic's wire)
+    // answers; both through the same retry.
+    let primary = OpenAi::new("primary-down")
+        .base_url(format!("{url}/v1"))
+        .api_key("sk-aimock")
+        .header("x-test-id", &test_id)
+        .expect("a valid header");
+    let backup = Anthropic::new("claude-sonnet-4-5")
+        .base_url(&url)
+        .api_key("sk-ant-aimock")
+        .header("x-test-id", &test_id)
+        .expect("a valid header");
+    let retry = || {
+        tower_agent_layers::retry::RetryLayer::new(
+            RetryPolicy::new()
+                .max_attempts(2)
+                .base(Duration::from_millis(10))
+                .jitter(Duration::ZERO)
+                .budget(None),
+        )
+    };
+    let model = FallbackLayer::new()
+        .to("anthropic", retry().layer(backup))
+        .layer(retry().layer(primary));
+    let recorder = EventRecorder::new();
+    let mut req = ModelRequest::new(vec![tower_agent_core::Message::user("Fall back please")]);
+    req.ctx = tower_agent_core::RunContext::new().with_observer(recorder.clone());
+    let res = model.oneshot(req).await.expect("the backup answers");
+    assert_eq!(res.message.text(), "Answered by the backup.");
+    // The primary's two attempts each end with a retry notice (the retry's, then the
+    // fallback's): a reader discards what came before each.
+    let retrying = recorder
+        .names()
+        .iter()
+        .filter(|n| **n == "retrying")
+        .count();
+    assert_eq!(retrying, 2, "{:?}", recorder.names());
+}

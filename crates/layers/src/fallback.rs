@@ -1,0 +1,332 @@
+//! Model fallback: when the model fails in a way another model may not (an outage, a rate
+//! limit, a used-up quota), or answers with a response a predicate rejects, the next model of a
+//! chain answers.
+//!
+//! [`FallbackLayer`] wraps the primary model; [`FallbackLayer::to`] adds the models to try
+//! after it, in order. Before each next model, an [`Event::Retrying`] tells stream readers to
+//! discard what the failed call streamed. Errors no other model can fix fail at once: a bad
+//! request, refused credentials, a cancelled run ([`FallbackLayer::when`] changes the rule).
+//! When every model failed, the call fails with the last model's error (its kind and message),
+//! with [`Attempts`] as its source: every model's name and error, in order. The tokens of
+//! failed and rejected calls are added to the answer's side usage (or the error's usage).
+//!
+//! Place it outside the retry layer (`Agent::builder()` does, and wraps every model of the
+//! chain in the same retry and provider layers as the primary): a model is given up only after
+//! its own retries. A summarizer or a judge given the same stack uses the same chain.
+//!
+//! ```
+//! use tower::{Layer, ServiceExt};
+//! use tower_agent_core::{Error, ErrorKind, Message, ModelRequest, ModelResponse};
+//! use tower_agent_layers::fallback::FallbackLayer;
+//! use tower_agent_test::ScriptedModel;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! let primary = ScriptedModel::with_results([Err(Error::new(ErrorKind::Overloaded { retry_after: None }, "busy"))]);
+//! let backup = ScriptedModel::new([ModelResponse::text("from the backup")]);
+//! let model = FallbackLayer::new().to("backup", backup).layer(primary);
+//! let res = model.oneshot(ModelRequest::new(vec![Message::user("hi")])).await?;
+//! assert_eq!(res.message.text(), "from the backup");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Event::Retrying`]: tower_agent_core::Event::Retrying
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower::ServiceExt;
+use tower::util::BoxCloneService;
+use tower_agent_core::{BoxError, Error, ErrorKind, Event, ModelRequest, ModelResponse, Usage};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// A model of the chain, boxed.
+pub type ChainModel = BoxCloneService<ModelRequest, ModelResponse, Error>;
+
+/// A model of the chain with its name. Behind a lock only so that the layer is `Sync` (a boxed
+/// service is not): each call clones the model.
+#[derive(Clone)]
+struct Link {
+    name: Arc<str>,
+    model: Arc<Mutex<ChainModel>>,
+}
+
+impl Link {
+    fn model(&self) -> ChainModel {
+        self.model
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+type ErrorRule = Arc<dyn Fn(&Error) -> bool + Send + Sync>;
+type ResponseRule = Arc<dyn Fn(&ModelResponse) -> bool + Send + Sync>;
+
+/// Whether the next model is tried after `error`, by default: the provider was unavailable or
+/// rate-limited (after the retries, when a retry layer is inside), answered nothing, or the
+/// quota is used up. Not after a bad request, refused credentials, a context that is too long,
+/// a cancelled run or a tool failure.
+pub fn falls_back(error: &Error) -> bool {
+    error.kind().is_transient() || error.kind() == ErrorKind::QuotaExhausted
+}
+
+/// Model fallback; see the [module docs](self).
+#[derive(Clone)]
+pub struct FallbackLayer {
+    models: Vec<Link>,
+    when: ErrorRule,
+    reject: Option<ResponseRule>,
+}
+
+impl Default for FallbackLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for FallbackLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.names().collect();
+        f.debug_struct("FallbackLayer")
+            .field("to", &names)
+            .field("rejects_responses", &self.reject.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FallbackLayer {
+    /// No model to fall back to yet; the default rule ([`falls_back`]).
+    pub fn new() -> Self {
+        Self {
+            models: Vec::new(),
+            when: Arc::new(falls_back),
+            reject: None,
+        }
+    }
+
+    /// Then try `model`, named `name` (in [`Attempts`] and logs).
+    pub fn to<M>(mut self, name: impl Into<Arc<str>>, model: M) -> Self
+    where
+        M: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+        M::Error: Into<BoxError>,
+        M::Future: Send + 'static,
+    {
+        let model = model.map_err(|e: M::Error| Error::from_boxed(e.into()));
+        self.models.push(Link {
+            name: name.into(),
+            model: Arc::new(Mutex::new(BoxCloneService::new(model))),
+        });
+        self
+    }
+
+    /// Try the next model after the errors `rule` accepts (instead of [`falls_back`]).
+    pub fn when(mut self, rule: impl Fn(&Error) -> bool + Send + Sync + 'static) -> Self {
+        self.when = Arc::new(rule);
+        self
+    }
+
+    /// Try the next model when `rule` rejects a response (a refusal, an empty answer).
+    pub fn reject(mut self, rule: impl Fn(&ModelResponse) -> bool + Send + Sync + 'static) -> Self {
+        self.reject = Some(Arc::new(rule));
+        self
+    }
+
+    /// The models to fall back to, each wrapped by `wrap` (the agent builder gives them the
+    /// primary's retry and provider layers).
+    pub fn map_models(mut self, wrap: impl Fn(ChainModel) -> ChainModel) -> Self {
+        for link in &mut self.models {
+            link.model = Arc::new(Mutex::new(wrap(link.model())));
+        }
+        self
+    }
+
+    /// The names of the models to fall back to, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.models.iter().map(|link| &*link.name)
+    }
+}
+
+impl<S> Layer<S> for FallbackLayer {
+    type Service = Fallback<S>;
+
+    fn layer(&self, inner: S) -> Fallback<S> {
+        Fallback {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`FallbackLayer`] makes.
+#[derive(Clone)]
+pub struct Fallback<S> {
+    inner: S,
+    layer: FallbackLayer,
+}
+
+impl<S> fmt::Debug for Fallback<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fallback")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every model a failed fallback chain tried, with its error, in order: the source of the
+/// error the call fails with.
+#[derive(Debug, Clone)]
+pub struct Attempts(Vec<(Arc<str>, Error)>);
+
+impl Attempts {
+    /// The models' names and errors, in the order they were tried.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Error)> {
+        self.0.iter().map(|(name, error)| (&**name, error))
+    }
+}
+
+impl fmt::Display for Attempts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("every model failed: ")?;
+        for (n, (name, error)) in self.0.iter().enumerate() {
+            if n > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{name}: {error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Attempts {}
+
+/// The name of the model the fallback layer wraps, in [`Attempts`].
+pub const PRIMARY: &str = "primary";
+
+/// The boxed future of [`Fallback`].
+pub type ResponseFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ModelResponse, Error>> + Send>>;
+
+impl<S> Service<ModelRequest> for Fallback<S>
+where
+    S: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::from_boxed(e.into()))
+    }
+
+    fn call(&mut self, request: ModelRequest) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut primary = std::mem::replace(&mut self.inner, clone);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            if layer.models.is_empty() {
+                return primary
+                    .call(request)
+                    .await
+                    .map_err(|e| Error::from_boxed(e.into()));
+            }
+            let ctx = request.ctx.clone();
+            let mut spent = Usage::default();
+            let mut attempts: Vec<(Arc<str>, Error)> = Vec::new();
+            let first = primary
+                .call(request.clone())
+                .await
+                .map_err(|e| Error::from_boxed(e.into()));
+            let mut outcome = layer.judge(first, &mut spent);
+            let mut name: Arc<str> = Arc::from(PRIMARY);
+            for link in &layer.models {
+                let next = &link.name;
+                let error = match outcome {
+                    Judged::Answer(response) => return Ok(response.with_spent(spent)),
+                    Judged::Final(error) => return Err(error.with_usage(spent)),
+                    Judged::Next(error) => error,
+                };
+                if ctx.is_cancelled() {
+                    return Err(Error::cancelled().with_usage(spent));
+                }
+                tracing::warn!(model = %name, next = %next, error = %error, "falling back to the next model");
+                let event = Event::Retrying {
+                    round: ctx.round(),
+                    attempt: attempts.len() as u32 + 2,
+                    delay: Duration::ZERO,
+                    error: error.clone(),
+                };
+                attempts.push((name, error));
+                if ctx.events().is_enabled() {
+                    ctx.emit(event).await?;
+                }
+                let answer = link.model().oneshot(request.clone()).await;
+                outcome = layer.judge(answer, &mut spent);
+                name = Arc::clone(next);
+            }
+            match outcome {
+                Judged::Answer(response) => Ok(response.with_spent(spent)),
+                Judged::Final(error) => Err(error.with_usage(spent)),
+                Judged::Next(last) => {
+                    attempts.push((name, last.clone()));
+                    let error = Error::new(last.kind(), last.message().to_owned());
+                    Err(error.with_source(Attempts(attempts)).with_usage(spent))
+                }
+            }
+        })
+    }
+}
+
+/// What one model's call gave the chain.
+enum Judged {
+    /// An answer to return.
+    Answer(ModelResponse),
+    /// An error no other model can fix.
+    Final(Error),
+    /// Try the next model.
+    Next(Error),
+}
+
+impl FallbackLayer {
+    fn judge(&self, result: Result<ModelResponse, Error>, spent: &mut Usage) -> Judged {
+        match result {
+            Ok(response) => match &self.reject {
+                Some(reject) if reject(&response) => {
+                    *spent += response.usage + response.side_usage;
+                    Judged::Next(Error::new(
+                        ErrorKind::InvalidResponse,
+                        "the fallback layer rejected the response",
+                    ))
+                }
+                _ => Judged::Answer(response),
+            },
+            Err(error) => {
+                *spent += error.usage();
+                if (self.when)(&error) && error.kind() != ErrorKind::Cancelled {
+                    Judged::Next(error)
+                } else {
+                    Judged::Final(error)
+                }
+            }
+        }
+    }
+}
+
+trait WithSpent {
+    fn with_spent(self, spent: Usage) -> Self;
+}
+
+impl WithSpent for ModelResponse {
+    fn with_spent(mut self, spent: Usage) -> Self {
+        self.side_usage += spent;
+        self
+    }
+}
