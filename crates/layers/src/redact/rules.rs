@@ -1,0 +1,265 @@
+//! The rules: patterns with a bounded length, one scan for all of them.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use regex::Regex;
+
+/// What replaces a match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replace {
+    /// `[REDACTED:<rule name>]`.
+    Label,
+    /// The match's characters, each replaced by this one.
+    Mask(char),
+    /// This text.
+    Text(Arc<str>),
+}
+
+/// Why a rule cannot be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleError {
+    /// The pattern is not a regular expression.
+    #[error("rule `{name}`: {message}")]
+    Pattern {
+        /// The rule's name.
+        name: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A match of the pattern may be of any length, so no stream could hold back enough to
+    /// catch it split across deltas: bound its repetitions (`{1,64}` rather than `+`).
+    #[error(
+        "rule `{name}`: a match may be of any length; bound its repetitions (`{{1,64}}`, not `+` or `*`)"
+    )]
+    Unbounded {
+        /// The rule's name.
+        name: String,
+    },
+}
+
+#[derive(Clone)]
+struct Rule {
+    name: Arc<str>,
+    replace: Replace,
+    /// The index of the group that wraps the rule's pattern in the combined expression.
+    group: usize,
+}
+
+/// A set of redaction rules: named patterns, each with what replaces its matches, applied in
+/// one scan (the leftmost match wins; between matches at one place, the rule added first).
+///
+/// Every pattern's matches have a bounded length, so a stream holds back only the bytes a
+/// match could still need ([`Rules::holdback`]): a secret split across two deltas is caught.
+///
+/// ```
+/// use tower_agent_layers::redact::{Replace, Rules};
+///
+/// let rules = Rules::new().emails().api_keys();
+/// assert_eq!(
+///     rules.redact("mail ada@example.com, key sk-abcdefghijklmnopqrstuvwx"),
+///     "mail [REDACTED:email], key [REDACTED:api_key]"
+/// );
+/// let masked = Rules::new().pattern("card", r"\d{4}-\d{4}-\d{4}-\d{4}", Replace::Mask('*')).unwrap();
+/// assert_eq!(masked.redact("card 1234-5678-9012-3456."), "card *******************.");
+/// ```
+#[derive(Clone)]
+pub struct Rules {
+    rules: Vec<Rule>,
+    patterns: Vec<String>,
+    regex: Option<Regex>,
+    longest: usize,
+    /// The groups of the combined expression so far.
+    groups: usize,
+}
+
+impl fmt::Debug for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.rules.iter().map(|r| &*r.name).collect();
+        f.debug_struct("Rules")
+            .field("rules", &names)
+            .field("holdback", &self.holdback())
+            .finish()
+    }
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Email addresses.
+pub const EMAIL: &str =
+    r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,4}\.[A-Za-z]{2,24}";
+/// Phone numbers: an optional `+`, then 9 to 15 digits with spaces, dots or dashes between.
+pub const PHONE: &str = r"\+?[0-9](?:[ .-]?[0-9]){8,14}";
+/// API keys and tokens of common services: OpenAI and Anthropic (`sk-...`), AWS access key
+/// ids, GitHub, Slack, Google API keys, and bearer tokens.
+pub const API_KEY: &str = concat!(
+    r"sk-(?:ant-)?[A-Za-z0-9_-]{20,200}",
+    r"|AKIA[0-9A-Z]{16}",
+    r"|gh[pousr]_[A-Za-z0-9]{36,255}",
+    r"|xox[abpr]-[A-Za-z0-9-]{10,200}",
+    r"|AIza[0-9A-Za-z_-]{35}",
+    r"|[Bb]earer [A-Za-z0-9._~+/-]{20,500}={0,2}",
+);
+
+impl Rules {
+    /// No rule: nothing is redacted.
+    pub fn new() -> Self {
+        Self {
+            rules: Vec::new(),
+            patterns: Vec::new(),
+            regex: None,
+            longest: 0,
+            groups: 1,
+        }
+    }
+
+    /// Email addresses, labelled `[REDACTED:email]`.
+    pub fn emails(self) -> Self {
+        self.built_in("email", EMAIL)
+    }
+
+    /// Phone numbers, labelled `[REDACTED:phone]`.
+    pub fn phones(self) -> Self {
+        self.built_in("phone", PHONE)
+    }
+
+    /// API keys and tokens ([`API_KEY`]), labelled `[REDACTED:api_key]`.
+    pub fn api_keys(self) -> Self {
+        self.built_in("api_key", API_KEY)
+    }
+
+    fn built_in(self, name: &str, pattern: &str) -> Self {
+        match self.clone().pattern(name, pattern, Replace::Label) {
+            Ok(rules) => rules,
+            // The built-in patterns are bounded and valid (a unit test checks each).
+            Err(_) => self,
+        }
+    }
+
+    /// Redact the matches of `pattern` (a regular expression whose matches have a bounded
+    /// length), named `name`, with `replace`.
+    ///
+    /// # Errors
+    ///
+    /// [`RuleError::Pattern`] when it does not parse, [`RuleError::Unbounded`] when a match
+    /// may be of any length.
+    pub fn pattern(
+        mut self,
+        name: impl Into<Arc<str>>,
+        pattern: &str,
+        replace: Replace,
+    ) -> Result<Self, RuleError> {
+        let name = name.into();
+        let invalid = |message: String| RuleError::Pattern {
+            name: name.to_string(),
+            message,
+        };
+        let hir = regex_syntax::parse(pattern).map_err(|e| invalid(e.to_string()))?;
+        let longest = hir
+            .properties()
+            .maximum_len()
+            .ok_or_else(|| RuleError::Unbounded {
+                name: name.to_string(),
+            })?;
+        let own_groups = hir.properties().explicit_captures_len();
+        self.patterns.push(format!("({pattern})"));
+        let regex = Regex::new(&self.patterns.join("|")).map_err(|e| invalid(e.to_string()))?;
+        self.regex = Some(regex);
+        self.longest = self.longest.max(longest);
+        let group = self.groups;
+        self.groups += 1 + own_groups;
+        self.rules.push(Rule {
+            name,
+            replace,
+            group,
+        });
+        Ok(self)
+    }
+
+    /// Whether there is no rule.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The bytes a stream holds back: one less than the longest match any rule can make, in
+    /// bytes (`\d` and `\w` match any script's characters, up to 4 bytes each; `[0-9]` keeps
+    /// the hold-back short).
+    pub fn holdback(&self) -> usize {
+        self.longest.saturating_sub(1)
+    }
+
+    /// `text` with every match replaced.
+    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        let matches = self.matches(text, 0);
+        if matches.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let mut out = String::with_capacity(text.len());
+        self.write(text, 0, text.len(), &matches, &mut out);
+        Cow::Owned(out)
+    }
+
+    /// The matches in `text` from byte `from` on (the text before it is context for the
+    /// patterns' assertions): (start, end, rule).
+    pub(super) fn matches(&self, text: &str, from: usize) -> Vec<(usize, usize, usize)> {
+        let Some(regex) = &self.regex else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        let mut at = from;
+        let mut locations = regex.capture_locations();
+        while at <= text.len() {
+            let Some(whole) = regex.captures_read_at(&mut locations, text, at) else {
+                break;
+            };
+            let rule = self
+                .rules
+                .iter()
+                .position(|rule| locations.get(rule.group).is_some())
+                .unwrap_or(0);
+            if whole.start() == whole.end() {
+                // An empty match replaces nothing; step past it.
+                at = whole.end() + text[whole.end()..].chars().next().map_or(1, char::len_utf8);
+                continue;
+            }
+            found.push((whole.start(), whole.end(), rule));
+            at = whole.end();
+        }
+        found
+    }
+
+    /// Write `text[start..end]` to `out`, replacing the matches (which lie within it).
+    pub(super) fn write(
+        &self,
+        text: &str,
+        start: usize,
+        end: usize,
+        matches: &[(usize, usize, usize)],
+        out: &mut String,
+    ) {
+        let mut at = start;
+        for &(from, to, rule) in matches {
+            out.push_str(&text[at..from]);
+            match &self.rules[rule].replace {
+                Replace::Label => {
+                    out.push_str("[REDACTED:");
+                    out.push_str(&self.rules[rule].name);
+                    out.push(']');
+                }
+                Replace::Mask(mask) => {
+                    out.extend(std::iter::repeat_n(*mask, text[from..to].chars().count()));
+                }
+                Replace::Text(replacement) => out.push_str(replacement),
+            }
+            at = to;
+        }
+        out.push_str(&text[at..end]);
+    }
+}

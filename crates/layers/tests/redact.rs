@@ -1,0 +1,108 @@
+//! Redaction rules on whole texts and on streams cut anywhere.
+#![cfg(feature = "redact")]
+
+use proptest::prelude::*;
+use tower_agent_layers::redact::{API_KEY, EMAIL, PHONE, Replace, RuleError, Rules};
+
+fn rules() -> Rules {
+    Rules::new().emails().phones().api_keys()
+}
+
+#[test]
+fn the_built_in_rules_catch_what_they_name() {
+    let rules = rules();
+    let text = "Ada <ada.lovelace@math.example.org> (+44 20 7946 0958) used sk-ant-api03-abcdefghijklmnopqrstuvwxyz and AKIAIOSFODNN7EXAMPLE.";
+    assert_eq!(
+        rules.redact(text),
+        "Ada <[REDACTED:email]> ([REDACTED:phone]) used [REDACTED:api_key] and [REDACTED:api_key]."
+    );
+    assert!(matches!(
+        rules.redact("nothing secret here"),
+        std::borrow::Cow::Borrowed(_)
+    ));
+    for pattern in [EMAIL, PHONE, API_KEY] {
+        assert!(
+            Rules::new().pattern("p", pattern, Replace::Label).is_ok(),
+            "{pattern}"
+        );
+    }
+}
+
+#[test]
+fn unbounded_and_invalid_patterns_are_refused_with_the_reason() {
+    let unbounded = Rules::new().pattern("word", r"\w+@\w+", Replace::Label);
+    assert!(matches!(unbounded, Err(RuleError::Unbounded { ref name }) if name == "word"));
+    let message = unbounded.expect_err("refused").to_string();
+    assert!(message.contains("bound its repetitions"), "{message}");
+    let invalid = Rules::new().pattern("bad", r"(\d{3}", Replace::Label);
+    assert!(matches!(invalid, Err(RuleError::Pattern { .. })));
+}
+
+#[test]
+fn replacements_and_rules_with_groups_of_their_own() {
+    let rules = Rules::new()
+        .pattern("id", r"(ID)-([0-9]{4})", Replace::Text("<id>".into()))
+        .and_then(|r| r.pattern("pin", r"PIN ([0-9]{4})", Replace::Mask('#')))
+        .expect("valid rules");
+    assert_eq!(rules.redact("ID-1234 and PIN 9876"), "<id> and ########");
+    assert_eq!(rules.holdback(), 7);
+}
+
+#[test]
+fn a_secret_split_across_two_deltas_never_shows_in_the_released_text() {
+    let rules = rules();
+    let key = "sk-abcdefghijklmnopqrstuvwxyz0123";
+    for split in 1..key.len() {
+        let mut stream = rules.stream();
+        let first = stream.push(&format!("the key is {}", &key[..split]));
+        assert!(!first.contains(&key[..split.max(3)]), "{split}: {first}");
+        let rest = stream.push(&format!("{} now", &key[split..]));
+        let out = first + &rest + &stream.finish();
+        assert_eq!(out, "the key is [REDACTED:api_key] now", "split at {split}");
+    }
+}
+
+#[test]
+fn a_stream_holds_back_no_more_than_the_rules_need() {
+    let rules = Rules::new()
+        .pattern("pin", r"PIN [0-9]{4}", Replace::Label)
+        .expect("a valid rule");
+    let mut stream = rules.stream();
+    let whole = "Nothing secret in this long sentence";
+    let released = stream.push(whole);
+    assert_eq!(released, whole[..whole.len() - rules.holdback()]);
+    assert_eq!(stream.finish(), whole[whole.len() - rules.holdback()..]);
+}
+
+fn text() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        "[a-z ]{0,12}",
+        Just("ada@example.com".to_owned()),
+        Just("+1 415 555 0100".to_owned()),
+        Just("sk-abcdefghijklmnopqrstuvwxyz".to_owned()),
+        Just("Bearer abcdefghijklmnopqrstuvwxyz0123".to_owned()),
+        Just("é".to_owned()),
+        "[0-9@.+ -]{0,6}",
+    ];
+    proptest::collection::vec(piece, 0..12).prop_map(|pieces| pieces.concat())
+}
+
+proptest! {
+    /// Cut anywhere, a stream releases exactly the redaction of the whole text.
+    #[test]
+    fn a_stream_cut_anywhere_redacts_as_the_whole_text(text in text(), cuts in proptest::collection::vec(0usize..200, 0..8)) {
+        let rules = rules();
+        let mut bounds: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).filter(|c| text.is_char_boundary(*c)).collect();
+        bounds.push(0);
+        bounds.push(text.len());
+        bounds.sort_unstable();
+        bounds.dedup();
+        let mut stream = rules.stream();
+        let mut out = String::new();
+        for pair in bounds.windows(2) {
+            out += &stream.push(&text[pair[0]..pair[1]]);
+        }
+        out += &stream.finish();
+        prop_assert_eq!(out, rules.redact(&text).into_owned());
+    }
+}
