@@ -99,10 +99,11 @@ pub mod providers {
 
 /// Built-in layers: [`PatchDanglingLayer`](layers::PatchDanglingLayer),
 /// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),
-/// `RetryPolicy`, [`FallbackLayer`](layers::FallbackLayer), [`ApprovalLayer`](layers::ApprovalLayer),
+/// `RetryPolicy`, [`FallbackLayer`](layers::FallbackLayer), `RedactLayer`,
+/// [`ApprovalLayer`](layers::ApprovalLayer),
 /// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
 /// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
-/// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `approval`, `limits`,
+/// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `approval`, `limits`,
 /// `checkpoint`, `evict`, `summarize`; `layers` for all, on by default). In the prelude, their
 /// `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`,
 /// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`).
@@ -112,6 +113,7 @@ pub mod providers {
     feature = "memory",
     feature = "retry",
     feature = "fallback",
+    feature = "redact",
     feature = "approval",
     feature = "limits",
     feature = "checkpoint",
@@ -179,6 +181,7 @@ pub mod prelude {
         feature = "memory",
         feature = "retry",
         feature = "fallback",
+        feature = "redact",
         feature = "approval",
         feature = "limits",
         feature = "checkpoint",

@@ -18,6 +18,7 @@ use tower_agent_layers::instructions::InstructionsLayer;
 use tower_agent_layers::limits::CallLimitsLayer;
 use tower_agent_layers::memory::MemoryLayer;
 use tower_agent_layers::patch::PatchDanglingLayer;
+use tower_agent_layers::redact::RedactLayer;
 use tower_agent_layers::retry::{RetryLayer, RetryPolicy};
 use tower_agent_layers::summarize::SummarizeLayer;
 use tower_agent_loop::AgentBuilder;
@@ -97,9 +98,9 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 ///
 /// ```text
 /// agent:  store → memory → patch → [agent_layer] → the loop
-/// model:  limits → memory → instructions → summarize → [model_layer] → patch → fallback
-///         → retry → [provider_layer] → the provider
-/// tools:  evict → limits → checkpoint → approval → [tool_layer] → the tools
+/// model:  redact → limits → memory → instructions → summarize → [model_layer] → patch
+///         → fallback → retry → [provider_layer] → the provider
+/// tools:  evict → redact → limits → checkpoint → approval → [tool_layer] → the tools
 /// ```
 ///
 /// A built-in that acts at two services is one value placed on both (memory, patch, limits).
@@ -144,6 +145,7 @@ pub struct Builtins {
     summarize: Option<SummarizeLayer>,
     retry: Option<RetryPolicy>,
     fallback: Option<FallbackLayer>,
+    redact: Option<RedactLayer>,
     approval: Option<ApprovalLayer>,
     checkpoint: Option<CheckpointLayer>,
     evict: Option<EvictLayer>,
@@ -221,6 +223,14 @@ impl Builtins {
     /// the same retry and provider layers as the provider.
     pub fn fallback(mut self, fallback: FallbackLayer) -> Self {
         self.fallback = Some(fallback);
+        self
+    }
+
+    /// Redaction of the model's input and output and of tool results: outermost on the
+    /// model stack (every other layer, the summarizer among them, sees redacted text), and on
+    /// the tool stack inside the eviction (a result is stored redacted).
+    pub fn redact(mut self, redact: RedactLayer) -> Self {
+        self.redact = Some(redact);
         self
     }
 
@@ -345,6 +355,10 @@ impl Builtins {
             .map(|fallback| fallback.map_models(|model| wrap_in(&around_provider, model)));
         let mut slots = vec![
             (
+                "redact",
+                self.redact.clone().map(wrap).into_iter().collect(),
+            ),
+            (
                 "limits",
                 self.limits.clone().map(wrap).into_iter().collect(),
             ),
@@ -374,6 +388,10 @@ impl Builtins {
             (
                 "evict",
                 self.evict.clone().map(wrap_tools).into_iter().collect(),
+            ),
+            (
+                "redact",
+                self.redact.clone().map(wrap_tools).into_iter().collect(),
             ),
             (
                 "limits",
@@ -508,6 +526,11 @@ pub trait BuiltinsExt: Sized {
     /// [`Builtins::fallback`].
     fn fallback(self, fallback: FallbackLayer) -> Builtins {
         self.builtins().fallback(fallback)
+    }
+
+    /// [`Builtins::redact`].
+    fn redact(self, redact: RedactLayer) -> Builtins {
+        self.builtins().redact(redact)
     }
 
     /// [`Builtins::approval`].

@@ -32,6 +32,9 @@ fn the_canonical_order() {
         .summarize(SummarizeLayer::new(ScriptedModel::new([])))
         .retry(RetryPolicy::new())
         .fallback(tower_agent::layers::fallback::FallbackLayer::new())
+        .redact(tower_agent::layers::redact::RedactLayer::new(
+            tower_agent::layers::redact::Rules::new().emails(),
+        ))
         .approval(ApprovalLayer::builder().build().expect("valid"))
         .checkpoint(tower_agent::layers::checkpoint::CheckpointLayer::interrupting().every(10))
         .evict(EvictLayer::new(InMemory::new()))
@@ -44,6 +47,7 @@ fn the_canonical_order() {
     assert_eq!(
         model,
         [
+            "redact",
             "limits",
             "memory",
             "instructions",
@@ -60,6 +64,7 @@ fn the_canonical_order() {
         tools,
         [
             "evict",
+            "redact",
             "limits",
             "checkpoint",
             "approval",

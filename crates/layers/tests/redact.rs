@@ -106,3 +106,73 @@ proptest! {
         prop_assert_eq!(out, rules.redact(&text).into_owned());
     }
 }
+
+mod layer {
+    use serde_json::json;
+    use tower::{Layer, ServiceExt};
+    use tower_agent_core::{AgentRequest, ModelResponse, Session, ToolCall};
+    use tower_agent_layers::redact::{RedactLayer, Rules};
+    use tower_agent_loop::Agent;
+    use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
+    use tower_agent_tools::ToolSet;
+
+    #[tokio::test]
+    async fn input_output_arguments_and_results_are_redacted_and_the_session_keeps_it() {
+        let redact = RedactLayer::new(Rules::new().emails().api_keys());
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([ToolCall::new(
+                "c1",
+                "send",
+                json!({ "to": "bob@example.com", "body": "hi" }),
+            )]),
+            ModelResponse::text("Sent. The key was sk-abcdefghijklmnopqrstuvwx."),
+        ]);
+        let send = StubTool::returning("send", "sent with key sk-zyxwvutsrqponmlkjihgfedc");
+        let tools = redact.layer(ToolSet::new().tool(send.clone()));
+        let agent = Agent::new(redact.layer(model.clone()), tools);
+        let res = agent
+            .oneshot(AgentRequest::new(
+                Session::new(),
+                "I am ada@example.com, mail Bob",
+            ))
+            .await
+            .expect("runs");
+        let requests = model.requests();
+        // The model never read the user's address, nor the key the tool returned.
+        assert_eq!(
+            requests[0].messages[0].text(),
+            "I am [REDACTED:email], mail Bob"
+        );
+        let result = requests[1]
+            .messages
+            .iter()
+            .flat_map(|m| m.tool_results())
+            .next();
+        assert_eq!(
+            result.map(|r| r.content.as_str()),
+            Some("sent with key [REDACTED:api_key]")
+        );
+        // The tool was called with the redacted arguments.
+        let args: serde_json::Value =
+            serde_json::from_str(&send.calls()[0].arguments).expect("JSON arguments");
+        assert_eq!(args, json!({ "to": "[REDACTED:email]", "body": "hi" }));
+        // The session holds no secret; its history is valid.
+        let saved = serde_json::to_string(&res.session).expect("serializes");
+        for secret in [
+            "ada@example.com",
+            "bob@example.com",
+            "sk-abcdef",
+            "sk-zyxwv",
+        ] {
+            assert!(!saved.contains(secret), "{secret} in the session");
+        }
+        assert_eq!(
+            res.text().as_deref(),
+            Some("Sent. The key was [REDACTED:api_key].")
+        );
+        assert_valid_history(&res.session.history);
+        // The second request starts with the first one's messages, kept in place.
+        let (first, second) = (&requests[0].messages, &requests[1].messages);
+        assert_eq!(second.kept(&first.mark()), first.len());
+    }
+}

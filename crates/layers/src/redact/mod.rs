@@ -6,9 +6,16 @@
 //! [`Rules::redact`] redacts a whole text; [`Rules::stream`] a text that arrives in pieces,
 //! holding back only what a match could still need ([`Rules::holdback`]), and releasing, piece
 //! by piece, exactly the redaction of the whole text (a property test cuts texts anywhere).
+//! [`RedactLayer`] applies them to the model's input and output and to tool results.
 
+mod layer;
 mod rules;
 mod stream;
 
+pub use layer::{Redact, RedactLayer};
 pub use rules::{API_KEY, EMAIL, PHONE, Replace, RuleError, Rules};
 pub use stream::RedactStream;
+
+/// The boxed future of [`Redact`].
+pub type ResponseFuture<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, tower_agent_core::Error>> + Send>>;

@@ -1,0 +1,267 @@
+//! The layer that applies the rules to what goes to the model, what comes back, and what tools
+//! return.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde_json::Value;
+use tower_agent_core::{
+    BoxError, ContentPart, DescribeTools, Error, ExtensionKey, HistoryMark, Message, ModelRequest,
+    ModelResponse, RunContext, ToolRequest, ToolResponse, ToolSpec,
+};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::Rules;
+
+/// Redaction of what the model reads and writes, and of tool results, with one set of
+/// [`Rules`]: one value on the model stack (outermost, so the summarizer and every other layer
+/// see redacted text) and on the tool stack.
+///
+/// - **Model input**: the text of the messages added since the last call (user messages, tool
+///   results, the model's own) is redacted before the call, and the redacted history is
+///   committed to the session: a secret a user typed never reaches the model, nor the session
+///   that is saved. Only the new messages are scanned, and the ones before keep their place, so
+///   a provider's cache of encoded messages holds.
+/// - **Model output**: the response's text, reasoning and tool-call arguments (each JSON string
+///   value) are redacted before the session gets them: a tool is called with the redacted
+///   arguments.
+/// - **Tool results**: redacted before the model sees them.
+///
+/// Streamed deltas pass through unredacted until deltas pass through layers (issue 20):
+/// readers of the event stream see the model's own text; the session, the next request and the
+/// final answer are redacted.
+///
+/// ```
+/// use tower::{Layer, ServiceExt};
+/// use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
+/// use tower_agent_layers::redact::{RedactLayer, Rules};
+/// use tower_agent_test::ScriptedModel;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let model = ScriptedModel::new([ModelResponse::text("Write to bob@example.com.")]);
+/// let redacted = RedactLayer::new(Rules::new().emails()).layer(model.clone());
+/// let res = redacted.oneshot(ModelRequest::new(vec![Message::user("I am ada@example.com")])).await?;
+/// assert_eq!(res.message.text(), "Write to [REDACTED:email].");
+/// assert_eq!(model.requests()[0].messages[0].text(), "I am [REDACTED:email]");
+/// assert_eq!(res.history.expect("committed")[0].text(), "I am [REDACTED:email]");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedactLayer {
+    rules: Arc<Rules>,
+    /// Where, in a run, the history stood when it was last redacted.
+    redacted: ExtensionKey<HistoryMark>,
+}
+
+impl fmt::Debug for RedactLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedactLayer")
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedactLayer {
+    /// Redact with `rules`.
+    pub fn new(rules: Rules) -> Self {
+        Self {
+            rules: Arc::new(rules),
+            redacted: ExtensionKey::new(),
+        }
+    }
+
+    /// The rules.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+}
+
+impl<S> Layer<S> for RedactLayer {
+    type Service = Redact<S>;
+
+    fn layer(&self, inner: S) -> Redact<S> {
+        Redact {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`RedactLayer`] makes.
+#[derive(Clone)]
+pub struct Redact<S> {
+    inner: S,
+    layer: RedactLayer,
+}
+
+impl<S> fmt::Debug for Redact<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redact")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: DescribeTools> DescribeTools for Redact<S> {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        self.inner.tool_specs()
+    }
+}
+
+/// `text` redacted in place; whether it changed.
+fn redact_in_place(rules: &Rules, text: &mut String) -> bool {
+    match rules.redact(text) {
+        Cow::Borrowed(_) => false,
+        Cow::Owned(redacted) => {
+            *text = redacted;
+            true
+        }
+    }
+}
+
+/// The string values of a JSON text redacted; `None` when nothing changed (or it is not JSON:
+/// then the text is redacted as text).
+fn redact_arguments(rules: &Rules, arguments: &str) -> Option<String> {
+    fn walk(rules: &Rules, value: &mut Value) -> bool {
+        match value {
+            Value::String(text) => redact_in_place(rules, text),
+            Value::Array(items) => items.iter_mut().fold(false, |c, v| walk(rules, v) | c),
+            Value::Object(fields) => fields.values_mut().fold(false, |c, v| walk(rules, v) | c),
+            _ => false,
+        }
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(mut value) => walk(rules, &mut value).then(|| value.to_string()),
+        Err(_) => match rules.redact(arguments) {
+            Cow::Owned(redacted) => Some(redacted),
+            Cow::Borrowed(_) => None,
+        },
+    }
+}
+
+/// Whether redacting `message` changes it (nothing is changed).
+fn needs(rules: &Rules, message: &Message) -> bool {
+    message.content.iter().any(|part| match part {
+        ContentPart::Text { text } | ContentPart::Reasoning { text, .. } => {
+            matches!(rules.redact(text), Cow::Owned(_))
+        }
+        ContentPart::ToolCall(call) => redact_arguments(rules, &call.arguments).is_some(),
+        ContentPart::ToolResult(result) => matches!(rules.redact(&result.content), Cow::Owned(_)),
+    })
+}
+
+/// Redact every part of `message`.
+fn redact_message(rules: &Rules, message: &mut Message) {
+    for part in &mut message.content {
+        match part {
+            ContentPart::Text { text } | ContentPart::Reasoning { text, .. } => {
+                redact_in_place(rules, text);
+            }
+            ContentPart::ToolCall(call) => {
+                if let Some(arguments) = redact_arguments(rules, &call.arguments) {
+                    call.arguments = arguments;
+                }
+            }
+            ContentPart::ToolResult(result) => {
+                redact_in_place(rules, &mut result.content);
+            }
+        }
+    }
+}
+
+impl RedactLayer {
+    /// Redact the messages of `request` added since this layer last saw the run's history;
+    /// whether any changed.
+    fn redact_input(&self, request: &mut ModelRequest) -> bool {
+        let ctx: &RunContext = &request.ctx;
+        let history = &mut request.messages;
+        let from = ctx
+            .extension_at(&self.redacted)
+            .map_or(0, |mark| history.kept(&mark));
+        let first = history[from..]
+            .iter()
+            .position(|m| needs(&self.rules, m))
+            .map(|at| from + at);
+        if let Some(first) = first {
+            for message in history.tail_mut(first).iter_mut() {
+                redact_message(&self.rules, message);
+            }
+        }
+        ctx.insert_extension_at(&self.redacted, history.mark());
+        first.is_some()
+    }
+}
+
+impl<S> Service<ModelRequest> for Redact<S>
+where
+    S: Service<ModelRequest, Response = ModelResponse>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = crate::redact::ResponseFuture<ModelResponse>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::from_boxed(e.into()))
+    }
+
+    fn call(&mut self, mut request: ModelRequest) -> Self::Future {
+        let changed = self.layer.redact_input(&mut request);
+        let committed = changed.then(|| request.messages.clone());
+        let rules = Arc::clone(&self.layer.rules);
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            match call.await {
+                Ok(mut response) => {
+                    if let Some(history) = committed {
+                        response.commit(history);
+                    }
+                    redact_message(&rules, &mut response.message);
+                    Ok(response)
+                }
+                Err(error) => {
+                    let error = Error::from_boxed(error.into());
+                    Err(match committed {
+                        Some(history) if error.history().is_none() => error.with_history(history),
+                        _ => error,
+                    })
+                }
+            }
+        })
+    }
+}
+
+impl<S> Service<ToolRequest> for Redact<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = ToolResponse;
+    type Error = Error;
+    type Future = crate::redact::ResponseFuture<ToolResponse>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::from_boxed(e.into()))
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        let rules = Arc::clone(&self.layer.rules);
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            let mut response = call.await.map_err(|e| Error::from_boxed(e.into()))?;
+            redact_in_place(&rules, &mut response.result.content);
+            Ok(response)
+        })
+    }
+}
