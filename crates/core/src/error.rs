@@ -169,6 +169,7 @@ pub struct Error {
     session: Option<Box<Session>>,
     history: Option<Box<History>>,
     usage: Usage,
+    streamed: bool,
 }
 
 impl fmt::Display for Error {
@@ -197,6 +198,7 @@ impl Error {
             session: None,
             history: None,
             usage: Usage::default(),
+            streamed: false,
         }
     }
 
@@ -300,6 +302,19 @@ impl Error {
         self
     }
 
+    /// Mark the error as one of a call whose stream had delivered deltas before it failed
+    /// (providers mark a stream that broke off): readers saw part of an answer, and a retry
+    /// policy decides whether to call again ([`Error::streamed`]).
+    pub fn with_streamed(mut self) -> Self {
+        self.streamed = true;
+        self
+    }
+
+    /// Whether the call's stream had delivered deltas before it failed.
+    pub fn streamed(&self) -> bool {
+        self.streamed
+    }
+
     /// The tokens the failed run used before it failed (its model calls, the summarizer's,
     /// nested agents'), when the agent attached them; zero otherwise.
     pub fn usage(&self) -> Usage {
@@ -362,6 +377,9 @@ impl fmt::Debug for Error {
                 "session",
                 &format_args!("<{} messages>", session.history.len()),
             );
+        }
+        if self.streamed {
+            d.field("streamed", &true);
         }
         if let Some(history) = &self.history {
             d.field("history", &format_args!("<{} messages>", history.len()));

@@ -399,3 +399,23 @@ async fn a_tool_interrupt_is_an_outcome_the_policy_never_sees() {
     );
     assert_eq!(ask.requests().len(), 1, "asked once, never retried");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_streamed_is_replayed_unless_the_policy_says_no() {
+    let streamed = || server().with_streamed();
+    // By default: called again, readers told to discard first.
+    let (result, calls) = call(exact(), vec![streamed()], ModelRequest::new(vec![])).await;
+    assert!(result.is_ok());
+    assert_eq!(calls.len(), 2);
+    // A reader that cannot take text back: the error comes back, marked.
+    let policy = exact().replay_streamed(false);
+    let (result, calls) = call(policy, vec![streamed()], ModelRequest::new(vec![])).await;
+    let error = result.expect_err("not replayed");
+    assert!(error.streamed());
+    assert_eq!(calls.len(), 1);
+    // A failure before any delta is retried as ever.
+    let policy = exact().replay_streamed(false);
+    let (result, calls) = call(policy, vec![server()], ModelRequest::new(vec![])).await;
+    assert!(result.is_ok());
+    assert_eq!(calls.len(), 2);
+}

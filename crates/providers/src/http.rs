@@ -177,17 +177,32 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     let mut deltas = Vec::new();
     let round = req.ctx.round();
     let listening = req.ctx.events().is_enabled();
+    // Once a delta reached the readers, a failure says so: they saw part of an answer.
+    let mut delivered = false;
+    let streamed = |error: Error, delivered: bool| match delivered {
+        true => error.with_streamed(),
+        false => error,
+    };
     while let Some(event) = events.next().await {
-        let event = event.map_err(|e| match e {
-            EventStreamError::Transport(Read::Failed(e)) => transport_error(W::PROVIDER, &url, e),
-            EventStreamError::Transport(Read::Idle) => idle_error::<W>(client.idle_timeout, &url),
-            other => invalid(W::PROVIDER, "the event stream", other),
-        })?;
-        decoder.feed(&event.event, &event.data, &mut deltas)?;
+        let event = event
+            .map_err(|e| match e {
+                EventStreamError::Transport(Read::Failed(e)) => {
+                    transport_error(W::PROVIDER, &url, e)
+                }
+                EventStreamError::Transport(Read::Idle) => {
+                    idle_error::<W>(client.idle_timeout, &url)
+                }
+                other => invalid(W::PROVIDER, "the event stream", other),
+            })
+            .map_err(|e| streamed(e, delivered))?;
+        decoder
+            .feed(&event.event, &event.data, &mut deltas)
+            .map_err(|e| streamed(e, delivered))?;
         for delta in deltas.drain(..) {
             if !listening {
                 continue;
             }
+            delivered = true;
             let event = match delta {
                 Delta::Text(delta) => Event::TextDelta { round, delta },
                 Delta::Reasoning(delta) => Event::ReasoningDelta { round, delta },
@@ -201,7 +216,7 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
             break;
         }
     }
-    decoder.finish()
+    decoder.finish().map_err(|e| streamed(e, delivered))
 }
 
 /// The events of a server-sent event stream, its reads cut in pieces (see [`pieces`]).

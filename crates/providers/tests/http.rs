@@ -116,6 +116,15 @@ async fn a_truncated_stream_is_an_error_not_half_a_message() {
     let err = call(model, request()).await.expect_err("cut off");
     assert_eq!(err.kind(), ErrorKind::Server);
     assert!(err.message().contains("ended before"), "{err}");
+    assert!(!err.streamed(), "nobody read its deltas: {err:?}");
+    // A reader got "Par" before the cut: the error says the call streamed.
+    let server = Server::start([Canned::fixture("openai/truncated.sse")]).await;
+    let model = OpenAi::new("m").base_url(format!("{}/v1", server.url));
+    let mut req = request();
+    req.ctx =
+        tower_agent_core::RunContext::new().with_observer(tower_agent_test::EventRecorder::new());
+    let err = call(model, req).await.expect_err("cut off");
+    assert!(err.streamed(), "{err:?}");
 
     // A chunk that arrived whole but is not JSON: not worth paying for the answer again.
     let server = Server::start([Canned::sse("data: {\"choices\": [\n\n")]).await;

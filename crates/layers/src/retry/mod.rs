@@ -25,6 +25,16 @@
 //! is not called again once the request's cancellation token fired, and the call fails with
 //! a `Cancelled` error (in an agent, the run ends `Cancelled`).
 //!
+//! **What is safe to replay.** The three providers' APIs (OpenAI Chat Completions and
+//! compatible servers, Anthropic Messages, Gemini `generateContent`) keep no state between
+//! calls: a request the provider may have run before failing (a 5xx after the body was sent, a
+//! stream that broke off) changes nothing on its side when sent again, and costs its tokens
+//! again. So every transient error is replayed. An API that stores what a call did (OpenAI's
+//! Responses API with `store: true`, an assistant thread) is not safe to replay blindly; none
+//! of the providers here speaks one. A call whose stream already reached readers is replayed
+//! too, after an [`Event::Retrying`] that tells them to discard what they got; a reader that
+//! cannot take text back sets [`RetryPolicy::replay_streamed`] to `false`.
+//!
 //! An interrupt is an outcome (a tool's `Ok` response), never an error: the policy never sees
 //! one, so a tool that asks a human is never run twice by a retry.
 //!
@@ -132,6 +142,8 @@ pub struct RetryPolicy {
     max_delay: Duration,
     jitter: Duration,
     budget: Option<Arc<TpsBudget>>,
+    /// Whether a call whose stream delivered deltas is called again.
+    replay_streamed: bool,
     /// The state of the jitter's random numbers, advanced by every draw of every clone.
     random: Arc<AtomicU64>,
 }
@@ -144,6 +156,7 @@ impl fmt::Debug for RetryPolicy {
             .field("max_delay", &self.max_delay)
             .field("jitter", &self.jitter)
             .field("budget", &self.budget.is_some())
+            .field("replay_streamed", &self.replay_streamed)
             .finish_non_exhaustive()
     }
 }
@@ -164,6 +177,7 @@ impl RetryPolicy {
             max_delay: Duration::from_secs(60),
             jitter: Duration::from_secs(2),
             budget: Some(Arc::new(TpsBudget::new(Duration::from_secs(10), 1, 0.2))),
+            replay_streamed: true,
             random: Arc::new(AtomicU64::new(std::hash::BuildHasher::hash_one(
                 &std::collections::hash_map::RandomState::new(),
                 0_u8,
@@ -199,6 +213,18 @@ impl RetryPolicy {
     /// The budget shared by every clone of this policy; `None` for no budget.
     pub fn budget(mut self, budget: Option<TpsBudget>) -> Self {
         self.budget = budget.map(Arc::new);
+        self
+    }
+
+    /// Whether a call whose stream had delivered deltas to readers before it failed
+    /// ([`Error::streamed`]) is called again (yes by default: readers are told to discard what
+    /// they got, [`Event::Retrying`]). With `false` the error is returned: for a reader that
+    /// cannot take text back (a terminal, a speech synthesizer).
+    ///
+    /// [`Error::streamed`]: tower_agent_core::Error::streamed
+    /// [`Event::Retrying`]: tower_agent_core::Event::Retrying
+    pub fn replay_streamed(mut self, replay: bool) -> Self {
+        self.replay_streamed = replay;
         self
     }
 }

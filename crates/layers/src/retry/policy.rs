@@ -92,6 +92,9 @@ where
         if !retryable(&error.kind()) || self.made >= policy.max_attempts {
             return None;
         }
+        if error.streamed() && !policy.replay_streamed {
+            return None;
+        }
         if let Some(budget) = &policy.budget {
             if !budget.withdraw() {
                 return None;
