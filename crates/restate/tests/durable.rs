@@ -334,16 +334,20 @@ impl Http {
         })
     }
 
-    fn post(&self, url: &str, body: Value) -> Value {
-        let (status, value) = self.send(reqwest::Method::POST, url, Some(body));
-        assert!((200..300).contains(&status), "{url}: {status} {value}");
-        value
-    }
-
     /// Start a run of session `key` with `message`; its invocation id.
     fn start_run(&self, server: &Server, key: &str, message: &str) -> String {
         let url = format!("{}/Agent/{key}/run/send", server.ingress());
-        let sent = self.post(&url, json!({ "message": message }));
+        let body = json!({ "message": message });
+        // A server that just started may refuse for a moment.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let sent = loop {
+            let (status, sent) = self.send(reqwest::Method::POST, &url, Some(body.clone()));
+            if (200..300).contains(&status) {
+                break sent;
+            }
+            assert!(Instant::now() < deadline, "{url}: {status} {sent}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
         sent["invocationId"]
             .as_str()
             .unwrap_or_else(|| panic!("an invocation id: {sent}"))
@@ -362,10 +366,17 @@ impl Http {
 
 fn register(http: &Http, server: &Server, port: u16) {
     let url = format!("{}/deployments", server.admin());
-    http.post(
-        &url,
-        json!({ "uri": format!("http://127.0.0.1:{port}"), "force": true }),
-    );
+    let body = json!({ "uri": format!("http://127.0.0.1:{port}"), "force": true });
+    // The server answers on its ports a moment before it takes registrations.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, answer) = http.send(reqwest::Method::POST, &url, Some(body.clone()));
+        if (200..300).contains(&status) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "register: {status} {answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn wait_for_line(path: &Path, line: &str, from: usize) {
