@@ -167,11 +167,45 @@ impl<S: DescribeTools> DescribeTools for Journal<S> {
     }
 }
 
-/// A step's name: what it calls, after the nested agent's path (a workflow's step).
-fn step_name(ctx: &RunContext, what: String) -> String {
+/// A request whose calls [`JournalLayer`] journals: a model request or a tool request.
+pub trait JournaledRequest: sealed::Sealed + Send + 'static {
+    /// What the call answers, as the journal records it.
+    type Response: Serialize + DeserializeOwned + Send + 'static;
+
+    /// The step's name: what it calls, after the nested agent's path (a workflow's step).
+    fn step_name(&self) -> String;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for tower_agent_core::ModelRequest {}
+    impl Sealed for tower_agent_core::ToolRequest {}
+}
+
+/// `what`, after the path of the nested agent `ctx` belongs to.
+fn on_path(ctx: &RunContext, what: String) -> String {
     match ctx.path() {
         Some(path) => format!("{path}: {what}"),
         None => what,
+    }
+}
+
+impl JournaledRequest for ModelRequest {
+    type Response = ModelResponse;
+
+    fn step_name(&self) -> String {
+        on_path(&self.ctx, format!("model (round {})", self.ctx.round()))
+    }
+}
+
+impl JournaledRequest for ToolRequest {
+    type Response = ToolResponse;
+
+    fn step_name(&self) -> String {
+        on_path(
+            &self.ctx,
+            format!("tool {} {}", self.call.name, self.call.id),
+        )
     }
 }
 
@@ -179,61 +213,29 @@ fn into_error(error: impl Into<BoxError>) -> Error {
     Error::from_boxed(error.into())
 }
 
-impl<S> Service<ModelRequest> for Journal<S>
+impl<S, R> Service<R> for Journal<S>
 where
-    S: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+    R: JournaledRequest,
+    S: Service<R, Response = R::Response> + Clone + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send,
 {
-    type Response = ModelResponse;
+    type Response = R::Response;
     type Error = Error;
-    type Future = BoxFuture<Result<ModelResponse, Error>>;
+    type Future = BoxFuture<Result<R::Response, Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.inner.poll_ready(cx).map_err(into_error)
     }
 
-    fn call(&mut self, request: ModelRequest) -> Self::Future {
+    fn call(&mut self, request: R) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let Some(steps) = current() else {
             return Box::pin(async move { inner.call(request).await.map_err(into_error) });
         };
-        let name = step_name(
-            &request.ctx,
-            format!("model (round {})", request.ctx.round()),
-        );
+        let name = request.step_name();
         // Called only when the journal has no result for this step.
-        let call =
-            Box::pin(async move { Recorded::of(inner.call(request).await.map_err(into_error)) });
-        Box::pin(async move { steps.journal(name, call).await })
-    }
-}
-
-impl<S> Service<ToolRequest> for Journal<S>
-where
-    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
-{
-    type Response = ToolResponse;
-    type Error = Error;
-    type Future = BoxFuture<Result<ToolResponse, Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.inner.poll_ready(cx).map_err(into_error)
-    }
-
-    fn call(&mut self, request: ToolRequest) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let Some(steps) = current() else {
-            return Box::pin(async move { inner.call(request).await.map_err(into_error) });
-        };
-        let name = step_name(
-            &request.ctx,
-            format!("tool {} {}", request.call.name, request.call.id),
-        );
         let call =
             Box::pin(async move { Recorded::of(inner.call(request).await.map_err(into_error)) });
         Box::pin(async move { steps.journal(name, call).await })

@@ -39,7 +39,7 @@
 mod journal;
 mod object;
 
-pub use journal::{Journal, JournalLayer};
+pub use journal::{Journal, JournalLayer, JournaledRequest};
 pub use object::{BoxAgent, DurableAgent, Pending, RunOutcome, RunRequest, RunResult};
 pub use restate_sdk;
 
