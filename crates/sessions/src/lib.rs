@@ -47,6 +47,8 @@ mod layer;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod rows;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -150,6 +152,20 @@ pub struct Page {
     pub sessions: Vec<(String, Version)>,
     /// The query's `after` for the next page; `None` on the last one.
     pub next: Option<String>,
+}
+
+impl Page {
+    /// The page of a query that asked for one id more than `limit`: the extra one, when it
+    /// came, says there is a next page.
+    pub(crate) fn of_one_more(mut sessions: Vec<(String, Version)>, limit: usize) -> Self {
+        let next = if sessions.len() > limit {
+            sessions.truncate(limit);
+            sessions.last().map(|(id, _)| id.clone())
+        } else {
+            None
+        };
+        Page { sessions, next }
+    }
 }
 
 /// Why a store refused or failed.

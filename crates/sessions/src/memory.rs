@@ -70,19 +70,12 @@ impl SessionStore for InMemorySessions {
                 _ => Bound::Included(query.prefix.as_str()),
             };
             let limit = query.page_size();
-            let mut matching = sessions
+            let matching = sessions
                 .range::<str, _>((start, Bound::Unbounded))
                 .take_while(|(id, _)| id.starts_with(&query.prefix))
                 .map(|(id, stored)| (id.clone(), stored.version));
-            let page: Vec<_> = matching.by_ref().take(limit).collect();
-            let next = match matching.next() {
-                Some(_) => page.last().map(|(id, _)| id.clone()),
-                None => None,
-            };
-            Ok(Page {
-                sessions: page,
-                next,
-            })
+            let sessions = matching.take(limit + 1).collect();
+            Ok(Page::of_one_more(sessions, limit))
         })
     }
 

@@ -4,9 +4,10 @@ use std::fmt;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
 use tokio_postgres::{NoTls, Statement};
-use tower_agent_core::{History, Message, Session, new_id};
+use tower_agent_core::{Session, new_id};
 
 use crate::known::{KnownHistories, prefix_end};
+use crate::rows::{backend, corrupt, json, session, version};
 use crate::{BoxFuture, ListQuery, Page, SessionStore, StoreError, Stored, Version, check_id};
 
 /// The schema, one migration per version; `tower_agent_schema` holds how many ran. Ids compare
@@ -63,21 +64,6 @@ impl fmt::Debug for PostgresSessions {
     }
 }
 
-fn backend(error: impl Into<crate::BoxError>) -> StoreError {
-    StoreError::Backend(error.into())
-}
-
-fn corrupt(id: &str, why: impl Into<crate::BoxError>) -> StoreError {
-    StoreError::Corrupt {
-        id: id.to_owned(),
-        source: why.into(),
-    }
-}
-
-fn json(value: &impl serde::Serialize) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(backend)
-}
-
 /// Column `index` of a row of session `id`: a column of another type is a corrupt row.
 fn column<'r, T: tokio_postgres::types::FromSql<'r>>(
     id: &str,
@@ -86,12 +72,6 @@ fn column<'r, T: tokio_postgres::types::FromSql<'r>>(
 ) -> Result<T, StoreError> {
     row.try_get(index)
         .map_err(|e| corrupt(id, format!("column {index}: {e}")))
-}
-
-fn version(id: &str, stored: i64) -> Result<Version, StoreError> {
-    u64::try_from(stored)
-        .map(Version)
-        .map_err(|e| corrupt(id, e))
 }
 
 impl PostgresSessions {
@@ -280,13 +260,7 @@ async fn list_on(client: &Object, query: &ListQuery) -> Result<Page, StoreError>
         let version = version(&id, column(&id, &row, 1)?)?;
         sessions.push((id, version));
     }
-    let next = if sessions.len() > limit {
-        sessions.truncate(limit);
-        sessions.last().map(|(id, _)| id.clone())
-    } else {
-        None
-    };
-    Ok(Page { sessions, next })
+    Ok(Page::of_one_more(sessions, limit))
 }
 
 impl PostgresSessions {
@@ -332,30 +306,10 @@ impl PostgresSessions {
             .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         let mut messages = Vec::with_capacity(rows.len());
-        for row in rows {
-            let seq: i64 = column(id, &row, 0)?;
-            let body: &str = column(id, &row, 1)?;
-            if seq != messages.len() as i64 {
-                return Err(corrupt(id, format!("message {seq} is out of place")));
-            }
-            let message: Message = serde_json::from_str(body)
-                .map_err(|e| corrupt(id, format!("message {seq}: {e}")))?;
-            messages.push(message);
+        for row in &rows {
+            messages.push((column::<i64>(id, row, 0)?, column::<&str>(id, row, 1)?));
         }
-        if messages.len() as i64 != len {
-            let held = messages.len();
-            return Err(corrupt(
-                id,
-                format!("{held} messages stored, {len} expected"),
-            ));
-        }
-        let session = Session {
-            id: id.to_owned(),
-            history: History::from(messages),
-            state: serde_json::from_str(&state).map_err(|e| corrupt(id, format!("state: {e}")))?,
-            interrupts: serde_json::from_str(&interrupts)
-                .map_err(|e| corrupt(id, format!("interrupts: {e}")))?,
-        };
+        let session = session(id, len, &state, &interrupts, messages)?;
         let version = version(id, stored)?;
         self.known.record(&session, version, &incarnation);
         Ok(Some(Stored { session, version }))

@@ -4,9 +4,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use tower_agent_core::{History, Message, Session, new_id};
+use tower_agent_core::{Session, new_id};
 
 use crate::known::{KnownHistories, prefix_end};
+use crate::rows::{backend, json, session, version};
 use crate::{BoxFuture, ListQuery, Page, SessionStore, StoreError, Stored, Version, check_id};
 
 /// The schema, one migration per version: the database's `user_version` says how many ran.
@@ -73,10 +74,6 @@ pub struct SqliteSessions {
 struct Inner {
     connection: Mutex<Connection>,
     known: KnownHistories,
-}
-
-fn backend(error: impl Into<crate::BoxError>) -> StoreError {
-    StoreError::Backend(error.into())
 }
 
 impl SqliteSessions {
@@ -188,17 +185,6 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn corrupt(id: &str, why: impl Into<crate::BoxError>) -> StoreError {
-    StoreError::Corrupt {
-        id: id.to_owned(),
-        source: why.into(),
-    }
-}
-
-fn json(value: &impl serde::Serialize) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(backend)
-}
-
 impl SessionStore for SqliteSessions {
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
         let id = id.to_owned();
@@ -223,7 +209,7 @@ impl SessionStore for SqliteSessions {
                     )
                     .optional()
                     .map_err(backend)?;
-                let Some((version, incarnation, len, state, interrupts)) = row else {
+                let Some((stored, incarnation, len, state, interrupts)) = row else {
                     return Ok(None);
                 };
                 let mut statement = tx
@@ -231,34 +217,15 @@ impl SessionStore for SqliteSessions {
                         "SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq",
                     )
                     .map_err(backend)?;
-                let mut rows = statement.query([&id]).map_err(backend)?;
-                let mut messages = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-                while let Some(row) = rows.next().map_err(backend)? {
-                    let seq: i64 = row.get(0).map_err(backend)?;
-                    let body: String = row.get(1).map_err(backend)?;
-                    if seq != messages.len() as i64 {
-                        return Err(corrupt(&id, format!("message {seq} is out of place")));
-                    }
-                    let message: Message = serde_json::from_str(&body)
-                        .map_err(|e| corrupt(&id, format!("message {seq}: {e}")))?;
-                    messages.push(message);
-                }
-                if messages.len() as i64 != len {
-                    let held = messages.len();
-                    return Err(corrupt(
-                        &id,
-                        format!("{held} messages stored, {len} expected"),
-                    ));
-                }
-                let session = Session {
-                    id: id.clone(),
-                    history: History::from(messages),
-                    state: serde_json::from_str(&state)
-                        .map_err(|e| corrupt(&id, format!("state: {e}")))?,
-                    interrupts: serde_json::from_str(&interrupts)
-                        .map_err(|e| corrupt(&id, format!("interrupts: {e}")))?,
-                };
-                let version = Version(u64::try_from(version).map_err(|e| corrupt(&id, e))?);
+                let rows = statement
+                    .query_map([&id], |row| {
+                        Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+                    })
+                    .map_err(backend)?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(backend)?;
+                let session = session(&id, len, &state, &interrupts, rows)?;
+                let version = version(&id, stored)?;
                 known.record(&session, version, &incarnation);
                 Ok(Some(Stored { session, version }))
             })
@@ -287,9 +254,10 @@ impl SessionStore for SqliteSessions {
                     .optional()
                     .map_err(backend)?;
                 let found = found
-                    .map(|(v, incarnation)| u64::try_from(v).map(|v| (Version(v), incarnation)))
-                    .transpose()
-                    .map_err(|e| corrupt(&session.id, e))?;
+                    .map(|(v, incarnation)| {
+                        Ok::<_, StoreError>((version(&session.id, v)?, incarnation))
+                    })
+                    .transpose()?;
                 if found.as_ref().map(|(v, _)| *v) != expected {
                     return Err(StoreError::Conflict {
                         id: session.id.clone(),
@@ -377,17 +345,11 @@ impl SessionStore for SqliteSessions {
                     .map_err(backend)?;
                 let mut sessions = Vec::with_capacity(limit + 1);
                 for row in rows {
-                    let (id, version) = row.map_err(backend)?;
-                    let version = u64::try_from(version).map_err(|e| corrupt(&id, e))?;
-                    sessions.push((id, Version(version)));
+                    let (id, stored) = row.map_err(backend)?;
+                    let version = version(&id, stored)?;
+                    sessions.push((id, version));
                 }
-                let next = if sessions.len() > limit {
-                    sessions.truncate(limit);
-                    sessions.last().map(|(id, _)| id.clone())
-                } else {
-                    None
-                };
-                Ok(Page { sessions, next })
+                Ok(Page::of_one_more(sessions, limit))
             })
             .await
         })
@@ -414,7 +376,7 @@ impl SessionStore for SqliteSessions {
                 let Some(found) = found else {
                     return Ok(false);
                 };
-                let found = Version(u64::try_from(found).map_err(|e| corrupt(&id, e))?);
+                let found = version(&id, found)?;
                 if found != expected {
                     return Err(StoreError::Conflict {
                         id,
