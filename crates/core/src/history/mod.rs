@@ -326,11 +326,13 @@ mod tests {
     use crate::message::{ToolCall, ToolResult};
     use serde_json::json;
 
-    fn call(id: &str) -> ToolCall {
+    /// A call of tool `t` with id `id`, no arguments.
+    pub(super) fn call(id: &str) -> ToolCall {
         ToolCall::new(id, "t", json!({}))
     }
 
-    fn answer(id: &str) -> Message {
+    /// A successful result of call `id`.
+    pub(super) fn answer(id: &str) -> Message {
         Message::tool_result(ToolResult::success(&call(id), "ok"))
     }
 

@@ -133,16 +133,7 @@ pub fn validate(messages: &[Message], pending: &[&str]) -> Result<(), HistoryErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{ToolCall, ToolResult};
-    use serde_json::json;
-
-    fn call(id: &str) -> ToolCall {
-        ToolCall::new(id, "t", json!({}))
-    }
-
-    fn answer(id: &str) -> Message {
-        Message::tool_result(ToolResult::success(&call(id), "ok"))
-    }
+    use crate::history::tests::{answer, call};
 
     #[test]
     fn answered_calls_are_valid() {

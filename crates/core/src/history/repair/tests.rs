@@ -4,7 +4,7 @@ use super::rebuild::fresh_id;
 use super::*;
 use crate::History;
 use crate::history::mark::tests::texts;
-use crate::history::tests::ids;
+use crate::history::tests::{call, ids};
 use crate::history::validate;
 
 #[test]
@@ -30,12 +30,8 @@ fn a_report_names_what_changed_in_singular_or_plural() {
     );
     assert_eq!(RepairReport::default().to_string(), "nothing");
 }
-use serde_json::json;
 
-fn call(id: &str) -> ToolCall {
-    ToolCall::new(id, "t", json!({}))
-}
-
+/// A result of call `id` that names it.
 fn answer(id: &str) -> Message {
     Message::tool_result(ToolResult::success(&call(id), format!("ok {id}")))
 }
