@@ -289,8 +289,12 @@ async fn main() -> Result<(), Error> {
             tokio::select! {
                 event = events.recv() => match event {
                     Some(Event::TextDelta { delta, .. }) => { streamed = true; say(&delta).await; }
-                    Some(Event::Retrying { delay, error, .. }) => {
+                    // A terminal cannot take text back: it says so, and the answer follows.
+                    Some(Event::Retract { .. }) => {
                         streamed = false;
+                        say("\n↺ (the text above is withdrawn)\n").await;
+                    }
+                    Some(Event::Retrying { delay, error, .. }) => {
                         say(&format!("\n⏳ {error}; retrying in {delay:?}\n")).await;
                     }
                     Some(Event::ToolStarted { name, .. }) => say(&format!("\n🔧 {name} ...")).await,

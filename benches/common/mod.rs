@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tower::{Service, service_fn};
 use tower_agent::prelude::*;
-use tower_agent::{GenerationOptions, History, ModelRequest};
+use tower_agent::{Deltas, GenerationOptions, History, ModelRequest};
 
 /// Rounds per run.
 pub(crate) const ROUNDS: u32 = 100;
@@ -74,6 +74,7 @@ pub(crate) fn reference(mut messages: History, handoff: Handoff) -> History {
     let ctx = RunContext::new();
     let tools: Arc<[ToolSpec]> = Arc::from(Vec::new());
     let options = GenerationOptions::default();
+    let deltas = Deltas::default();
     for round in 1..=ROUNDS {
         let req = ModelRequest {
             system: None,
@@ -84,6 +85,7 @@ pub(crate) fn reference(mut messages: History, handoff: Handoff) -> History {
             tools: tools.clone(),
             options: options.clone(),
             ctx: ctx.with_round(round),
+            deltas: deltas.clone(),
         };
         let res = black_box(model_answer(req.ctx.round()));
         drop(req);

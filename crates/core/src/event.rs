@@ -5,7 +5,7 @@
 //! ```text
 //! RunStarted
 //! (ToolStarted ToolFinished)*      calls resumed after an interrupt, round 0
-//! ( RoundStarted  TextDelta* ReasoningDelta*  Text?  RoundCompleted  (ToolStarted ToolFinished)* )*
+//! ( RoundStarted  (TextDelta | ReasoningDelta | Retract | Retrying)*  Text?  RoundCompleted  (ToolStarted ToolFinished)* )*
 //! RunFinished | RunFailed
 //! ```
 //!
@@ -14,7 +14,8 @@
 //! `RoundCompleted` comes right after the model answered and its message was appended,
 //! before any tool runs: observers get the history at that point with it, so an observer can
 //! persist progress there (the stream gets the event without the snapshot). Deltas come from
-//! providers that stream. With concurrent tool execution, `ToolStarted`/`ToolFinished` of one
+//! providers that stream, through the layers' filters ([`stream`](crate::stream)); the deltas
+//! of a round since its last `Retract` put together are its message's text and reasoning. With concurrent tool execution, `ToolStarted`/`ToolFinished` of one
 //! round may interleave; the history is still appended in call order.
 //!
 //! Observers are always awaited, also after the run was cancelled: keep them quick. A full
@@ -116,9 +117,18 @@ pub enum Event {
         /// The error the run returns.
         error: Error,
     },
-    /// A call failed and is about to be tried again after `delay` (the retry layer). For a
-    /// model call: discard the text and reasoning deltas received for this round so far, the
-    /// next attempt streams its answer from the start.
+    /// Discard the text and reasoning deltas of this round received so far: they are not
+    /// part of the message. Comes before a model call is made again (a retry, a fallback) and
+    /// when the message a round ends with does not go on from what was streamed (a layer
+    /// replaced or withheld it; then its text follows as one delta). See
+    /// [`stream`](crate::stream).
+    Retract {
+        /// The round.
+        round: u32,
+    },
+    /// A call failed and is about to be tried again after `delay` (the retry layer, the
+    /// fallback layer). For a model call whose deltas were streamed, an [`Event::Retract`]
+    /// comes first.
     Retrying {
         /// The round.
         round: u32,
@@ -241,6 +251,7 @@ impl Event {
             Event::RunFinished { .. } => "run_finished",
             Event::RunFailed { .. } => "run_failed",
             Event::Warning { .. } => "warning",
+            Event::Retract { .. } => "retract",
             Event::Retrying { .. } => "retrying",
             Event::ResultEvicted { .. } => "result_evicted",
             Event::Summarized { .. } => "summarized",

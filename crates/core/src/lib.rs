@@ -62,6 +62,7 @@ pub mod session;
 #[cfg(feature = "tower")]
 mod side;
 mod state;
+pub mod stream;
 pub mod tool;
 
 pub use agent::{AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopReason};
@@ -87,6 +88,7 @@ pub use session::{Progress, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;
 pub use state::StateKey;
+pub use stream::{Delta, Deltas, StreamFilter};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
     DescribeTools, DescribedTools, Interrupt, Pause, ToolAction, ToolRequest, ToolResponse,

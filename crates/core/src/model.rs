@@ -6,10 +6,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::context::RunContext;
+use crate::error::Error;
 use crate::history::History;
 use crate::message::{ContentPart, Message, Role, ToolCall};
 use crate::session::StopReason;
 pub use crate::session::Usage;
+use crate::stream::{Delta, Deltas};
 
 /// A tool offered to the model: its name, what it does, and its parameters as JSON Schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,6 +134,9 @@ pub struct ModelRequest {
     pub options: GenerationOptions,
     /// The run this call belongs to.
     pub ctx: RunContext,
+    /// The way up for the call's streamed deltas: the filters layers put on, then the run's
+    /// readers (see [`stream`](crate::stream)).
+    pub deltas: Deltas,
 }
 
 impl ModelRequest {
@@ -144,7 +149,40 @@ impl ModelRequest {
             tools: Arc::from(Vec::new()),
             options: GenerationOptions::default(),
             ctx: RunContext::new(),
+            deltas: Deltas::default(),
         }
+    }
+
+    /// Pass a streamed piece of the answer up through the layers' filters to the run's
+    /// readers (a provider that streams calls this for every delta).
+    ///
+    /// # Errors
+    ///
+    /// A filter stopped the stream (a guardrail), or an observer failed: stop reading and
+    /// return it.
+    pub async fn send_delta(&self, delta: Delta) -> Result<(), Error> {
+        self.deltas.send(&self.ctx, delta).await
+    }
+
+    /// The stream ended complete: the filters release what they held back (a provider calls
+    /// this once its answer is whole, before returning it).
+    ///
+    /// # Errors
+    ///
+    /// As [`send_delta`](Self::send_delta).
+    pub async fn end_stream(&self) -> Result<(), Error> {
+        self.deltas.end(&self.ctx).await
+    }
+
+    /// The call is about to be made again with this request (a retry, a fallback): the
+    /// filters forget what they saw, and readers given deltas get an
+    /// [`Event::Retract`](crate::Event::Retract).
+    ///
+    /// # Errors
+    ///
+    /// An observer's error.
+    pub async fn restart_stream(&self) -> Result<(), Error> {
+        self.deltas.restart(&self.ctx).await
     }
 
     /// Append a block to the system instructions, separated by a blank line.

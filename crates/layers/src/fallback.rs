@@ -3,8 +3,9 @@
 //! chain answers.
 //!
 //! [`FallbackLayer`] wraps the primary model; [`FallbackLayer::to`] adds the models to try
-//! after it, in order. Before each next model, an [`Event::Retrying`] tells stream readers to
-//! discard what the failed call streamed. Errors no other model can fix fail at once: a bad
+//! after it, in order. Before each next model the request's stream restarts: readers that got
+//! deltas of the failed call get an [`Event::Retract`] telling them to discard them, then an
+//! [`Event::Retrying`] names the failure. Errors no other model can fix fail at once: a bad
 //! request, refused credentials, a cancelled run ([`FallbackLayer::when`] changes the rule).
 //! When every model failed, the call fails with the last model's error (its kind and message),
 //! with [`Attempts`] as its source: every model's name and error, in order. The tokens of
@@ -32,6 +33,7 @@
 //! ```
 //!
 //! [`Event::Retrying`]: tower_agent_core::Event::Retrying
+//! [`Event::Retract`]: tower_agent_core::Event::Retract
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -265,6 +267,8 @@ where
                     error: error.clone(),
                 };
                 attempts.push((name, error));
+                // The next model answers from the start: readers discard what streamed.
+                request.restart_stream().await?;
                 if ctx.events().is_enabled() {
                     ctx.emit(event).await?;
                 }

@@ -109,11 +109,13 @@ proptest! {
 
 mod layer {
     use serde_json::json;
+    use std::time::Duration;
     use tower::{Layer, ServiceExt};
-    use tower_agent_core::{AgentRequest, ModelResponse, Session, ToolCall};
+
+    use tower_agent_core::{AgentRequest, Event, ModelResponse, Session, ToolCall};
     use tower_agent_layers::redact::{RedactLayer, Rules};
     use tower_agent_loop::Agent;
-    use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
+    use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
     use tower_agent_tools::ToolSet;
 
     #[tokio::test]
@@ -174,5 +176,45 @@ mod layer {
         // The second request starts with the first one's messages, kept in place.
         let (first, second) = (&requests[0].messages, &requests[1].messages);
         assert_eq!(second.kept(&first.mark()), first.len());
+    }
+
+    #[tokio::test]
+    async fn a_streamed_secret_never_reaches_a_reader_and_what_they_assemble_is_the_message() {
+        let rules = Rules::new().emails().api_keys();
+        // Text around the secrets, longer than the rules hold back, so deltas go up before
+        // the end.
+        let filler = "Lorem ipsum dolor sit amet. ".repeat(rules.holdback() / 20 + 1);
+        let answer = format!(
+            "{filler}Mail ada.lovelace@example.org, {filler}key sk-abcdefghijklmnopqrstuvwx, thanks"
+        );
+        // Three characters a delta: every secret is split across many deltas.
+        let model = ScriptedModel::new([ModelResponse::text(answer)]).streaming(3, Duration::ZERO);
+        let agent = Agent::new(RedactLayer::new(rules).layer(model), ToolSet::new());
+        let recorder = EventRecorder::new();
+        let res = agent
+            .oneshot(AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone()))
+            .await
+            .expect("runs");
+        let expected =
+            format!("{filler}Mail [REDACTED:email], {filler}key [REDACTED:api_key], thanks");
+        assert_eq!(res.text().as_deref(), Some(expected.as_str()));
+        assert_eq!(recorder.streamed_text(1), expected);
+        // The filter's deltas add up to the message: the agent had nothing to take back.
+        assert!(!recorder.names().contains(&"retract"));
+        let deltas: Vec<String> = recorder
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::TextDelta { delta, .. } => Some(delta),
+                _ => None,
+            })
+            .collect();
+        assert!(deltas.len() > 20, "{deltas:?}");
+        for secret in ["ada", "lovelace", "example", "sk-", "abcdef"] {
+            assert!(
+                deltas.iter().all(|d| !d.contains(secret)),
+                "{secret} in {deltas:?}"
+            );
+        }
     }
 }

@@ -419,3 +419,75 @@ async fn a_call_that_streamed_is_replayed_unless_the_policy_says_no() {
     assert!(result.is_ok());
     assert_eq!(calls.len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_broken_after_50_deltas_is_retracted_and_the_retry_streams_the_answer_once() {
+    // Two characters a delta: 50 deltas, then the stream breaks.
+    let model = ScriptedModel::new([]).streaming(2, Duration::from_millis(5));
+    model.push_broken("ab".repeat(50), server());
+    let answer = "The answer, streamed once and only once.";
+    model.push(Ok(ModelResponse::text(answer)));
+    let agent = Agent::new(
+        ServiceBuilder::new()
+            .retry_calls(exact())
+            .service(model.clone()),
+        ToolSet::new(),
+    );
+    let recorder = EventRecorder::new();
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone()))
+        .await
+        .expect("retried");
+    assert_eq!(res.text().as_deref(), Some(answer));
+    assert_eq!(model.request_count(), 2);
+    // 50 deltas, one retraction before the retry's notice, then the answer's deltas.
+    let names = recorder.names();
+    let retract = names
+        .iter()
+        .position(|n| *n == "retract")
+        .expect("a retract");
+    assert_eq!(
+        names[..retract]
+            .iter()
+            .filter(|n| **n == "text_delta")
+            .count(),
+        50
+    );
+    assert_eq!(names[retract + 1], "retrying");
+    assert_eq!(names.iter().filter(|n| **n == "retract").count(), 1);
+    // What a reader put together is the message: no text twice, none of the broken stream.
+    assert_eq!(recorder.streamed_text(1), answer);
+    let after: String = recorder.events()[retract..]
+        .iter()
+        .filter_map(|e| match e {
+            Event::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .concat();
+    assert_eq!(after, answer);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_not_replayed_is_retracted_when_the_run_fails() {
+    let model = ScriptedModel::new([]).streaming(4, Duration::ZERO);
+    model.push_broken("half an answ", server());
+    let agent = Agent::new(
+        ServiceBuilder::new()
+            .retry_calls(exact().replay_streamed(false))
+            .service(model.clone()),
+        ToolSet::new(),
+    );
+    let recorder = EventRecorder::new();
+    let error = agent
+        .oneshot(AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone()))
+        .await
+        .expect_err("not replayed");
+    assert!(error.streamed());
+    assert_eq!(model.request_count(), 1);
+    assert_eq!(recorder.streamed_text(1), "");
+    assert_eq!(
+        recorder.names()[recorder.names().len() - 2..],
+        ["retract", "run_failed"]
+    );
+}

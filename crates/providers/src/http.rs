@@ -9,12 +9,12 @@ use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tower_agent_core::event::BoxFuture;
 
-use tower_agent_core::{Error, ErrorKind, Event, FinishReason, ModelRequest, ModelResponse};
+use tower_agent_core::{Error, ErrorKind, FinishReason, ModelRequest, ModelResponse};
 use tracing::Instrument;
 
 use crate::classify::classify;
 use crate::encode;
-use crate::wire::{Delta, Endpoint, Format, invalid};
+use crate::wire::{Endpoint, Format, invalid};
 
 /// A provider's client: its wire format, where its requests go, the HTTP client, and whether
 /// to stream.
@@ -175,9 +175,8 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     let mut events = std::pin::pin!(events(reads));
     let mut decoder = W::decoder();
     let mut deltas = Vec::new();
-    let round = req.ctx.round();
     let listening = req.ctx.events().is_enabled();
-    // Once a delta reached the readers, a failure says so: they saw part of an answer.
+    // Once a delta went up to readers, a failure says so: they saw part of an answer.
     let mut delivered = false;
     let streamed = |error: Error, delivered: bool| match delivered {
         true => error.with_streamed(),
@@ -199,15 +198,9 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
             .feed(&event.event, &event.data, &mut deltas)
             .map_err(|e| streamed(e, delivered))?;
         for delta in deltas.drain(..) {
-            if !listening {
-                continue;
-            }
-            delivered = true;
-            let event = match delta {
-                Delta::Text(delta) => Event::TextDelta { round, delta },
-                Delta::Reasoning(delta) => Event::ReasoningDelta { round, delta },
-            };
-            req.ctx.emit(event).await?;
+            delivered |= listening;
+            // Up through the layers' filters: one may stop the stream (a guardrail).
+            req.send_delta(delta).await?;
         }
         if decoder.is_done() {
             // Read the body to its end, so the connection can serve the next call.
@@ -216,7 +209,9 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
             break;
         }
     }
-    decoder.finish().map_err(|e| streamed(e, delivered))
+    let response = decoder.finish().map_err(|e| streamed(e, delivered))?;
+    req.end_stream().await?;
+    Ok(response)
 }
 
 /// The events of a server-sent event stream, its reads cut in pieces (see [`pieces`]).

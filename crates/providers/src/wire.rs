@@ -14,19 +14,12 @@ use crate::key::ApiKey;
 // marker can name `Format` as its supertrait (the sealed-trait pattern): they are reachable
 // from no path outside the crate.
 
-/// A piece of a streamed answer, for the run's event sink.
-#[derive(Debug)]
-pub enum Delta {
-    /// Text of the answer.
-    Text(String),
-    /// Reasoning.
-    Reasoning(String),
-}
+pub(crate) use tower_agent_core::Delta;
 
 /// Assembles one streamed answer from its server-sent events.
 pub trait StreamDecoder: Send {
-    /// Take one event (`event` is its `event:` name, empty when none); push what should reach
-    /// the event sink now to `deltas`.
+    /// Take one event (`event` is its `event:` name, empty when none); push what should go up
+    /// to the run's readers now to `deltas`.
     ///
     /// # Errors
     ///

@@ -200,3 +200,60 @@ async fn an_overloaded_provider_falls_back_to_another_one_and_readers_are_told_t
         .count();
     assert_eq!(retrying, 2, "{:?}", recorder.names());
 }
+
+/// The answer of the "Break the stream please" fixtures.
+const UNBROKEN: &str = "A stream that broke after fifty chunks is retracted, and the retry streams this answer from its first word to its last, so the reader assembles it exactly once: no word twice, none of the broken attempt, nothing missing at the end of it.";
+
+/// A stream aimock breaks after 50 chunks, then serves whole: a reader is told to take back
+/// what it got, and what it puts together is the message.
+async fn a_broken_stream_is_retracted<M>(model: M)
+where
+    M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    M::Future: Send,
+{
+    let recorder = EventRecorder::new();
+    let req = AgentRequest::new(Session::new(), "Break the stream please")
+        .with_observer(recorder.clone());
+    let res = agent(model)
+        .oneshot(req)
+        .await
+        .expect("the retry completes");
+    assert_eq!(res.text().as_deref(), Some(UNBROKEN));
+    let names = names(&recorder);
+    let retract = names.iter().position(|n| *n == "retract");
+    let retract = retract.unwrap_or_else(|| panic!("no retract: {names:?}"));
+    let before = names[..retract]
+        .iter()
+        .filter(|n| **n == "text_delta")
+        .count();
+    // aimock's 50 chunks, less those that carry no text (the role, the block's start).
+    assert!(
+        (40..=50).contains(&before),
+        "{before} deltas before the break: {names:?}"
+    );
+    assert_eq!(names[retract + 1], "retrying");
+    assert_eq!(names.iter().filter(|n| **n == "retract").count(), 1);
+    assert_eq!(recorder.streamed_text(1), UNBROKEN);
+}
+
+#[tokio::test]
+async fn an_openai_stream_broken_midway_is_retracted_and_streamed_again() {
+    let Some(url) = aimock() else { return };
+    let model = OpenAi::new("gpt-4o-mini")
+        .base_url(format!("{url}/v1"))
+        .api_key("sk-aimock")
+        .header("x-test-id", &new_id())
+        .expect("a valid header");
+    a_broken_stream_is_retracted(model).await;
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_broken_midway_is_retracted_and_streamed_again() {
+    let Some(url) = aimock() else { return };
+    let model = Anthropic::new("claude-sonnet-4-5")
+        .base_url(&url)
+        .api_key("sk-ant-aimock")
+        .header("x-test-id", &new_id())
+        .expect("a valid header");
+    a_broken_stream_is_retracted(model).await;
+}

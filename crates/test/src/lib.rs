@@ -74,13 +74,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::history::validate;
 use tower_agent_core::{
-    Error, Event, Message, ModelRequest, ModelResponse, Observer, Role, ToolAction, ToolCall,
-    ToolRequest, ToolResponse, ToolSpec,
+    ContentPart, Delta, Error, Event, Message, ModelRequest, ModelResponse, Observer, Role,
+    ToolAction, ToolCall, ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_agent_tools::Tool;
 use tower_service::Service;
@@ -93,9 +94,26 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 type ScriptFn = Box<dyn FnMut(&ModelRequest) -> Result<ModelResponse, Error> + Send>;
 
+/// One scripted answer.
+enum Scripted {
+    Answer(Result<ModelResponse, Error>),
+    /// A stream that delivers `partial`, then fails.
+    Broken {
+        partial: String,
+        error: Error,
+    },
+}
+
 enum Script {
-    Queue(VecDeque<Result<ModelResponse, Error>>),
+    Queue(VecDeque<Scripted>),
     Fn(ScriptFn),
+}
+
+/// How answers are streamed: pieces of `chars` characters, `pause` before each.
+#[derive(Clone, Copy)]
+struct Streaming {
+    chars: usize,
+    pause: Duration,
 }
 
 struct ScriptState {
@@ -103,6 +121,7 @@ struct ScriptState {
     requests: Vec<ModelRequest>,
     served: usize,
     record: bool,
+    streaming: Option<Streaming>,
 }
 
 /// A model service that answers from a script and records every request.
@@ -112,6 +131,10 @@ struct ScriptState {
 /// Recorded requests keep their histories alive, so the agent's next append copies the
 /// history once (correct, only slower); use [`ScriptedModel::without_recording`] in
 /// long-running tests where that matters.
+///
+/// With [`ScriptedModel::streaming`] it streams its answers the way a provider does: each
+/// answer's reasoning and text in pieces through
+/// [`ModelRequest::send_delta`], then [`ModelRequest::end_stream`].
 #[derive(Clone)]
 pub struct ScriptedModel {
     state: Arc<Mutex<ScriptState>>,
@@ -125,7 +148,9 @@ impl ScriptedModel {
 
     /// A model answering with `results`, in order: use `Err` to script a provider failure.
     pub fn with_results(results: impl IntoIterator<Item = Result<ModelResponse, Error>>) -> Self {
-        Self::from_script(Script::Queue(results.into_iter().collect()))
+        Self::from_script(Script::Queue(
+            results.into_iter().map(Scripted::Answer).collect(),
+        ))
     }
 
     /// A model answering with whatever `f` returns for each request.
@@ -156,6 +181,7 @@ impl ScriptedModel {
                 requests: Vec::new(),
                 served: 0,
                 record: true,
+                streaming: None,
             })),
         }
     }
@@ -166,10 +192,55 @@ impl ScriptedModel {
         self
     }
 
+    /// Stream every answer: its reasoning, then its text, in pieces of `chars` characters,
+    /// waiting `pause` before each piece (zero for none).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::ServiceExt;
+    /// use tower_agent_core::{Event, Message, ModelRequest, ModelResponse, RunContext};
+    /// use tower_agent_test::ScriptedModel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_agent_core::Error> {
+    /// let model = ScriptedModel::new([ModelResponse::text("Hello!")]).streaming(4, Duration::ZERO);
+    /// let (ctx, mut events) = RunContext::new().with_event_stream(8);
+    /// let mut req = ModelRequest::new(vec![Message::user("hi")]);
+    /// req.ctx = ctx;
+    /// model.oneshot(req).await?;
+    /// let mut deltas = Vec::new();
+    /// while let Some(Event::TextDelta { delta, .. }) = events.recv().await {
+    ///     deltas.push(delta);
+    /// }
+    /// assert_eq!(deltas, ["Hell", "o!"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn streaming(self, chars: usize, pause: Duration) -> Self {
+        lock(&self.state).streaming = Some(Streaming {
+            chars: chars.max(1),
+            pause,
+        });
+        self
+    }
+
     /// Append a response to a queue script (ignored for a closure script).
     pub fn push(&self, response: Result<ModelResponse, Error>) {
         if let Script::Queue(queue) = &mut lock(&self.state).script {
-            queue.push_back(response);
+            queue.push_back(Scripted::Answer(response));
+        }
+    }
+
+    /// Append a broken stream to a queue script (ignored for a closure script): a streaming
+    /// model streams `partial` as text, then fails with `error` (marked
+    /// [`streamed`](Error::streamed) when `partial` is not empty); one that does not stream
+    /// fails at once.
+    pub fn push_broken(&self, partial: impl Into<String>, error: Error) {
+        if let Script::Queue(queue) = &mut lock(&self.state).script {
+            queue.push_back(Scripted::Broken {
+                partial: partial.into(),
+                error,
+            });
         }
     }
 
@@ -204,7 +275,7 @@ impl fmt::Debug for ScriptedModel {
 impl Service<ModelRequest> for ScriptedModel {
     type Response = ModelResponse;
     type Error = Error;
-    type Future = std::future::Ready<Result<ModelResponse, Error>>;
+    type Future = BoxFuture<'static, Result<ModelResponse, Error>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         Poll::Ready(Ok(()))
@@ -216,18 +287,64 @@ impl Service<ModelRequest> for ScriptedModel {
         let served = state.served;
         let answer = match &mut state.script {
             Script::Queue(queue) => queue.pop_front().unwrap_or_else(|| {
-                Err(Error::other(format!(
+                Scripted::Answer(Err(Error::other(format!(
                     "ScriptedModel: the script is exhausted: it held {} responses and this is request {served}",
                     served - 1
-                )))
+                ))))
             }),
-            Script::Fn(f) => f(&request),
+            Script::Fn(f) => Scripted::Answer(f(&request)),
         };
+        let streaming = state.streaming;
         if state.record {
-            state.requests.push(request);
+            state.requests.push(request.clone());
         }
-        std::future::ready(answer)
+        drop(state);
+        let Some(streaming) = streaming else {
+            return Box::pin(std::future::ready(match answer {
+                Scripted::Answer(answer) => answer,
+                Scripted::Broken { error, .. } => Err(error),
+            }));
+        };
+        Box::pin(async move {
+            match answer {
+                Scripted::Answer(Ok(response)) => {
+                    for part in &response.message.content {
+                        if let ContentPart::Reasoning { text, .. } = part {
+                            stream(&request, text, streaming, Delta::Reasoning).await?;
+                        }
+                    }
+                    stream(&request, &response.message.text(), streaming, Delta::Text).await?;
+                    request.end_stream().await?;
+                    Ok(response)
+                }
+                Scripted::Answer(Err(error)) => Err(error),
+                Scripted::Broken { partial, error } => {
+                    stream(&request, &partial, streaming, Delta::Text).await?;
+                    Err(match partial.is_empty() {
+                        true => error,
+                        false => error.with_streamed(),
+                    })
+                }
+            }
+        })
     }
+}
+
+/// Send `text` up in pieces.
+async fn stream(
+    request: &ModelRequest,
+    text: &str,
+    streaming: Streaming,
+    delta: fn(String) -> Delta,
+) -> Result<(), Error> {
+    let chars: Vec<char> = text.chars().collect();
+    for piece in chars.chunks(streaming.chars) {
+        if !streaming.pause.is_zero() {
+            tokio::time::sleep(streaming.pause).await;
+        }
+        request.send_delta(delta(piece.iter().collect())).await?;
+    }
+    Ok(())
 }
 
 #[derive(Clone)]
@@ -439,6 +556,21 @@ impl EventRecorder {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The text a stream reader put together for `round` from the run's own events: its
+    /// `TextDelta`s appended, emptied at each `Retract`. It equals the text of the round's
+    /// message (see [`tower_agent_core::stream`]).
+    pub fn streamed_text(&self, round: u32) -> String {
+        let mut text = String::new();
+        for event in lock(&self.events).iter() {
+            match event {
+                Event::TextDelta { round: r, delta } if *r == round => text.push_str(delta),
+                Event::Retract { round: r } if *r == round => text.clear(),
+                _ => {}
+            }
+        }
+        text
     }
 }
 

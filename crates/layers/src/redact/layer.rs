@@ -15,6 +15,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::Rules;
+use super::stream::RedactFilter;
 
 /// Redaction of what the model reads and writes, and of tool results, with one set of
 /// [`Rules`]: one value on the model stack (outermost, so the summarizer and every other layer
@@ -30,9 +31,10 @@ use super::Rules;
 ///   arguments.
 /// - **Tool results**: redacted before the model sees them.
 ///
-/// Streamed deltas pass through unredacted until deltas pass through layers (issue 20):
-/// readers of the event stream see the model's own text; the session, the next request and the
-/// final answer are redacted.
+/// - **Streamed output**: the deltas of the model's text and reasoning are redacted on their
+///   way up ([`stream`](tower_agent_core::stream)), each held back no more than
+///   [`Rules::holdback`] bytes, so a secret split across two deltas never reaches a reader
+///   whole; what the readers put together is the redacted message.
 ///
 /// ```
 /// use tower::{Layer, ServiceExt};
@@ -217,6 +219,7 @@ where
         let changed = self.layer.redact_input(&mut request);
         let committed = changed.then(|| request.messages.clone());
         let rules = Arc::clone(&self.layer.rules);
+        request.deltas.filter(RedactFilter::new(Arc::clone(&rules)));
         let call = self.inner.call(request);
         Box::pin(async move {
             match call.await {

@@ -6,7 +6,8 @@
 //! [`Rules::redact`] redacts a whole text; [`Rules::stream`] a text that arrives in pieces,
 //! holding back only what a match could still need ([`Rules::holdback`]), and releasing, piece
 //! by piece, exactly the redaction of the whole text (a property test cuts texts anywhere).
-//! [`RedactLayer`] applies them to the model's input and output and to tool results.
+//! [`RedactLayer`] applies them to the model's input, its output (streamed deltas included)
+//! and tool results.
 
 mod layer;
 mod rules;

@@ -1,6 +1,10 @@
 //! Redaction of a stream of text: the least held back that still catches a match split across
 //! pieces.
 
+use std::sync::Arc;
+
+use tower_agent_core::{Delta, Error, StreamFilter};
+
 use super::Rules;
 
 /// Redacts a text that arrives in pieces (a content block of a streamed message): what
@@ -22,6 +26,12 @@ use super::Rules;
 #[derive(Debug)]
 pub struct RedactStream<'r> {
     rules: &'r Rules,
+    held: Held,
+}
+
+/// What a stream has not released yet.
+#[derive(Debug, Default)]
+struct Held {
     /// The text not released yet, after `context` bytes already released (kept for the
     /// patterns' assertions, `\b` among them).
     pending: String,
@@ -33,8 +43,7 @@ impl Rules {
     pub fn stream(&self) -> RedactStream<'_> {
         RedactStream {
             rules: self,
-            pending: String::new(),
-            context: 0,
+            held: Held::default(),
         }
     }
 }
@@ -42,12 +51,28 @@ impl Rules {
 impl RedactStream<'_> {
     /// Take the next piece; the redacted text that can be released now.
     pub fn push(&mut self, piece: &str) -> String {
+        self.held.push(self.rules, piece)
+    }
+
+    /// The end of the text: the rest, redacted.
+    pub fn finish(&mut self) -> String {
+        self.held.finish(self.rules)
+    }
+
+    /// Forget what was pushed (a call started again): nothing is released of it.
+    pub fn reset(&mut self) {
+        self.held = Held::default();
+    }
+}
+
+impl Held {
+    fn push(&mut self, rules: &Rules, piece: &str) -> String {
         self.pending.push_str(piece);
         let len = self.pending.len();
-        let matches = self.rules.matches(&self.pending, self.context);
+        let matches = rules.matches(&self.pending, self.context);
         // A match of any rule starting before `cut` is whole already: it cannot reach past the
         // text so far.
-        let mut cut = floor_char(&self.pending, len.saturating_sub(self.rules.holdback()));
+        let mut cut = floor_char(&self.pending, len.saturating_sub(rules.holdback()));
         cut = cut.max(self.context);
         for &(start, end, _) in &matches {
             if start < cut && (end > cut || end == len) {
@@ -58,28 +83,18 @@ impl RedactStream<'_> {
         }
         let mut out = String::new();
         let released: Vec<_> = matches.into_iter().filter(|m| m.1 <= cut).collect();
-        self.rules
-            .write(&self.pending, self.context, cut, &released, &mut out);
+        rules.write(&self.pending, self.context, cut, &released, &mut out);
         self.keep_from(cut);
         out
     }
 
-    /// The end of the text: the rest, redacted.
-    pub fn finish(&mut self) -> String {
-        let matches = self.rules.matches(&self.pending, self.context);
+    fn finish(&mut self, rules: &Rules) -> String {
+        let matches = rules.matches(&self.pending, self.context);
         let mut out = String::new();
         let len = self.pending.len();
-        self.rules
-            .write(&self.pending, self.context, len, &matches, &mut out);
-        self.pending.clear();
-        self.context = 0;
+        rules.write(&self.pending, self.context, len, &matches, &mut out);
+        *self = Held::default();
         out
-    }
-
-    /// Forget what was pushed (a call started again): nothing is released of it.
-    pub fn reset(&mut self) {
-        self.pending.clear();
-        self.context = 0;
     }
 
     /// Keep the text from `cut` on, and the character before it as context.
@@ -90,6 +105,62 @@ impl RedactStream<'_> {
             .map_or(cut, |(at, _)| at);
         self.pending.drain(..context_start);
         self.context = cut - context_start;
+    }
+}
+
+/// The filter [`RedactLayer`](super::RedactLayer) puts on a model call's stream: text and
+/// reasoning each redacted as one stream, held back no more than [`Rules::holdback`] bytes.
+pub(super) struct RedactFilter {
+    rules: Arc<Rules>,
+    text: Held,
+    reasoning: Held,
+}
+
+impl RedactFilter {
+    pub(super) fn new(rules: Arc<Rules>) -> Self {
+        Self {
+            rules,
+            text: Held::default(),
+            reasoning: Held::default(),
+        }
+    }
+}
+
+impl StreamFilter for RedactFilter {
+    fn delta(&mut self, delta: Delta, out: &mut Vec<Delta>) -> Result<(), Error> {
+        let released = match delta {
+            Delta::Text(piece) => Delta::Text(self.text.push(&self.rules, &piece)),
+            Delta::Reasoning(piece) => Delta::Reasoning(self.reasoning.push(&self.rules, &piece)),
+            other => other,
+        };
+        if !is_empty(&released) {
+            out.push(released);
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, out: &mut Vec<Delta>) -> Result<(), Error> {
+        let reasoning = self.reasoning.finish(&self.rules);
+        if !reasoning.is_empty() {
+            out.push(Delta::Reasoning(reasoning));
+        }
+        let text = self.text.finish(&self.rules);
+        if !text.is_empty() {
+            out.push(Delta::Text(text));
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self) {
+        self.text = Held::default();
+        self.reasoning = Held::default();
+    }
+}
+
+fn is_empty(delta: &Delta) -> bool {
+    match delta {
+        Delta::Text(text) | Delta::Reasoning(text) => text.is_empty(),
+        _ => false,
     }
 }
 

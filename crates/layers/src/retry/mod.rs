@@ -18,8 +18,10 @@
 //! most [`RetryPolicy::max_attempts`] (10) calls in all. The jitter is drawn anew for every
 //! wait of every request, so requests that failed together do not retry in lockstep. A
 //! [`TpsBudget`] shared by every clone ([`RetryPolicy::budget`]) bounds retries to a share of
-//! successful calls, so a fleet of agents does not multiply an outage. Before each wait, a
-//! [`Event::Retrying`] tells stream readers to discard the deltas of the failed attempt.
+//! successful calls, so a fleet of agents does not multiply an outage. Before each wait the
+//! request's stream restarts ([`Retryable::restart`]): the filters of the layers outside the
+//! retry forget what they saw, and stream readers that got deltas of the failed attempt get an
+//! [`Event::Retract`] telling them to discard them; then an [`Event::Retrying`] says why.
 //!
 //! A cancelled run ends the wait at once, and nothing is called after it: the inner service
 //! is not called again once the request's cancellation token fired, and the call fails with
@@ -32,7 +34,7 @@
 //! again. So every transient error is replayed. An API that stores what a call did (OpenAI's
 //! Responses API with `store: true`, an assistant thread) is not safe to replay blindly; none
 //! of the providers here speaks one. A call whose stream already reached readers is replayed
-//! too, after an [`Event::Retrying`] that tells them to discard what they got; a reader that
+//! too, after an [`Event::Retract`] that tells them to discard what they got; a reader that
 //! cannot take text back sets [`RetryPolicy::replay_streamed`] to `false`.
 //!
 //! An interrupt is an outcome (a tool's `Ok` response), never an error: the policy never sees
@@ -74,11 +76,14 @@
 //! ```
 //!
 //! [`Event::Retrying`]: tower_agent_core::Event::Retrying
+//! [`Event::Retract`]: tower_agent_core::Event::Retract
 
 mod policy;
 mod service;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -99,7 +104,19 @@ pub trait Retryable: Clone {
     /// Change the request after the provider answered with nothing
     /// ([`ErrorKind::EmptyResponse`]); by default nothing changes.
     fn nudge(&mut self) {}
+
+    /// Get ready for the call to be made again, before the wait: a model request restarts
+    /// its stream ([`ModelRequest::restart_stream`]: the layers' filters forget, readers given
+    /// deltas get an [`Event::Retract`]). By default nothing.
+    ///
+    /// [`Event::Retract`]: tower_agent_core::Event::Retract
+    fn restart(&self) -> Restart {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
+
+/// What [`Retryable::restart`] returns.
+pub type Restart = Pin<Box<dyn Future<Output = Result<(), tower_agent_core::Error>> + Send>>;
 
 impl Retryable for ModelRequest {
     fn ctx(&self) -> &RunContext {
@@ -122,6 +139,11 @@ impl Retryable for ModelRequest {
             }
             None => self.messages.push(Message::user(".")),
         }
+    }
+
+    fn restart(&self) -> Restart {
+        let request = self.clone();
+        Box::pin(async move { request.restart_stream().await })
     }
 }
 
@@ -218,11 +240,11 @@ impl RetryPolicy {
 
     /// Whether a call whose stream had delivered deltas to readers before it failed
     /// ([`Error::streamed`]) is called again (yes by default: readers are told to discard what
-    /// they got, [`Event::Retrying`]). With `false` the error is returned: for a reader that
+    /// they got, [`Event::Retract`]). With `false` the error is returned: for a reader that
     /// cannot take text back (a terminal, a speech synthesizer).
     ///
     /// [`Error::streamed`]: tower_agent_core::Error::streamed
-    /// [`Event::Retrying`]: tower_agent_core::Event::Retrying
+    /// [`Event::Retract`]: tower_agent_core::Event::Retract
     pub fn replay_streamed(mut self, replay: bool) -> Self {
         self.replay_streamed = replay;
         self

@@ -104,6 +104,7 @@ where
             req.nudge();
         }
         let delay = policy.delay(self.made, error);
+        let restart = req.restart();
         let ctx = req.ctx().clone();
         let event = Event::Retrying {
             round: ctx.round(),
@@ -120,6 +121,8 @@ where
         );
         Some(Backoff {
             inner: Box::pin(async move {
+                // Failing observers cannot stop a wait; the run sees them on its next event.
+                let _ = restart.await;
                 if ctx.events().is_enabled() {
                     // A failing observer cannot stop a wait; the run sees it on its next event.
                     let _ = ctx.emit(event).await;
@@ -137,7 +140,8 @@ where
     }
 }
 
-/// The wait before a retry: emits [`Event::Retrying`], then sleeps until the delay passes or
+/// The wait before a retry: restarts the stream ([`Retryable::restart`]), emits
+/// [`Event::Retrying`], then sleeps until the delay passes or
 /// the run is cancelled.
 ///
 /// [`Event::Retrying`]: tower_agent_core::Event::Retrying

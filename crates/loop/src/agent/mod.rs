@@ -19,8 +19,8 @@ use std::task::{Context, Poll};
 #[cfg(doc)]
 use tower_agent_core::Outcome;
 use tower_agent_core::{
-    AgentRequest, AgentResponse, BoxError, DescribeTools, Error, ModelRequest, ModelResponse,
-    ToolRequest, ToolResponse, Usage,
+    AgentRequest, AgentResponse, BoxError, Deltas, DescribeTools, Error, ModelRequest,
+    ModelResponse, ToolRequest, ToolResponse, Usage,
 };
 use tower_service::Service;
 use tracing::Instrument;
@@ -205,6 +205,7 @@ where
             start: 0,
             saver,
             unsaved: false,
+            deltas: Deltas::default(),
         };
         ResponseFuture {
             inner: Box::pin(run.run(input).instrument(span)),

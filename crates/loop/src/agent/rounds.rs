@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use tower_agent_core::{
-    AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
-    History, Message, ModelRequest, ModelResponse, Outcome, Progress, Repair, Role, RunContext,
-    Saver, Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    AgentInput, AgentResponse, BoxError, ContentPart, Deltas, DescribeTools, Error, ErrorKind,
+    Event, History, Message, ModelRequest, ModelResponse, Outcome, Progress, Repair, Role,
+    RunContext, Saver, Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -34,6 +34,8 @@ pub(super) struct Run<M, T> {
     pub(super) saver: Option<Arc<dyn Saver>>,
     /// A save failed: the run ends without saving again.
     pub(super) unsaved: bool,
+    /// The way up for the model's deltas, in every round: settled after each call.
+    pub(super) deltas: Deltas,
 }
 
 /// A cancelled outcome; its progress is filled in when the run ends.
@@ -216,10 +218,22 @@ where
             },
             options: self.config.options.clone(),
             ctx: self.ctx.with_round(round),
+            deltas: self.deltas.clone(),
         };
         let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
         let token = self.ctx.cancellation_token().clone();
-        let response = match call(&mut self.model, request, &token, span).await {
+        let answer = call(&mut self.model, request, &token, span).await;
+        // The readers end up with what the history gets: the message, or nothing.
+        let kept = match &answer {
+            Some(Ok(response)) if response.stop.is_none() => Some(&response.message),
+            _ => None,
+        };
+        if self.ctx.events().is_enabled() {
+            self.deltas
+                .settle(&self.ctx.with_round(round), kept)
+                .await?;
+        }
+        let response = match answer {
             None => return Ok(Answer::End(cancelled_outcome())),
             Some(Ok(response)) => response,
             Some(Err(failure)) => {
