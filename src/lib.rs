@@ -99,11 +99,11 @@ pub mod providers {
 
 /// Built-in layers: [`PatchDanglingLayer`](layers::PatchDanglingLayer),
 /// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),
-/// `RetryPolicy`, [`FallbackLayer`](layers::FallbackLayer), `RedactLayer`,
+/// `RetryPolicy`, [`FallbackLayer`](layers::FallbackLayer), `RedactLayer`, `GuardrailLayer`,
 /// [`ApprovalLayer`](layers::ApprovalLayer),
 /// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
 /// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
-/// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `approval`, `limits`,
+/// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `guardrail`, `approval`, `limits`,
 /// `checkpoint`, `evict`, `summarize`; `layers` for all, on by default). In the prelude, their
 /// `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`,
 /// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`).
@@ -114,6 +114,7 @@ pub mod providers {
     feature = "retry",
     feature = "fallback",
     feature = "redact",
+    feature = "guardrail",
     feature = "approval",
     feature = "limits",
     feature = "checkpoint",
@@ -182,6 +183,7 @@ pub mod prelude {
         feature = "retry",
         feature = "fallback",
         feature = "redact",
+        feature = "guardrail",
         feature = "approval",
         feature = "limits",
         feature = "checkpoint",

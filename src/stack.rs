@@ -14,6 +14,7 @@ use tower_agent_layers::approval::ApprovalLayer;
 use tower_agent_layers::checkpoint::CheckpointLayer;
 use tower_agent_layers::evict::EvictLayer;
 use tower_agent_layers::fallback::FallbackLayer;
+use tower_agent_layers::guardrail::GuardrailLayer;
 use tower_agent_layers::instructions::InstructionsLayer;
 use tower_agent_layers::limits::CallLimitsLayer;
 use tower_agent_layers::memory::MemoryLayer;
@@ -98,9 +99,9 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 ///
 /// ```text
 /// agent:  store → memory → patch → [agent_layer] → the loop
-/// model:  redact → limits → memory → instructions → summarize → [model_layer] → patch
+/// model:  redact → guardrail → limits → memory → instructions → summarize → [model_layer] → patch
 ///         → fallback → retry → [provider_layer] → the provider
-/// tools:  evict → redact → limits → checkpoint → approval → [tool_layer] → the tools
+/// tools:  evict → redact → guardrail → limits → checkpoint → approval → [tool_layer] → the tools
 /// ```
 ///
 /// A built-in that acts at two services is one value placed on both (memory, patch, limits).
@@ -146,6 +147,7 @@ pub struct Builtins {
     retry: Option<RetryPolicy>,
     fallback: Option<FallbackLayer>,
     redact: Option<RedactLayer>,
+    guardrail: Option<GuardrailLayer>,
     approval: Option<ApprovalLayer>,
     checkpoint: Option<CheckpointLayer>,
     evict: Option<EvictLayer>,
@@ -231,6 +233,14 @@ impl Builtins {
     /// the tool stack inside the eviction (a result is stored redacted).
     pub fn redact(mut self, redact: RedactLayer) -> Self {
         self.redact = Some(redact);
+        self
+    }
+
+    /// Guardrails on the model's input and output and on tool results: inside the redaction
+    /// on both stacks (a guardrail reads what the model reads and what it wrote, before the
+    /// rest of the stack); a trip ends the run.
+    pub fn guardrail(mut self, guardrail: GuardrailLayer) -> Self {
+        self.guardrail = Some(guardrail);
         self
     }
 
@@ -359,6 +369,10 @@ impl Builtins {
                 self.redact.clone().map(wrap).into_iter().collect(),
             ),
             (
+                "guardrail",
+                self.guardrail.clone().map(wrap).into_iter().collect(),
+            ),
+            (
                 "limits",
                 self.limits.clone().map(wrap).into_iter().collect(),
             ),
@@ -392,6 +406,10 @@ impl Builtins {
             (
                 "redact",
                 self.redact.clone().map(wrap_tools).into_iter().collect(),
+            ),
+            (
+                "guardrail",
+                self.guardrail.clone().map(wrap_tools).into_iter().collect(),
             ),
             (
                 "limits",
@@ -531,6 +549,11 @@ pub trait BuiltinsExt: Sized {
     /// [`Builtins::redact`].
     fn redact(self, redact: RedactLayer) -> Builtins {
         self.builtins().redact(redact)
+    }
+
+    /// [`Builtins::guardrail`].
+    fn guardrail(self, guardrail: GuardrailLayer) -> Builtins {
+        self.builtins().guardrail(guardrail)
     }
 
     /// [`Builtins::approval`].

@@ -35,6 +35,7 @@ fn the_canonical_order() {
         .redact(tower_agent::layers::redact::RedactLayer::new(
             tower_agent::layers::redact::Rules::new().emails(),
         ))
+        .guardrail(tower_agent::layers::guardrail::GuardrailLayer::new())
         .approval(ApprovalLayer::builder().build().expect("valid"))
         .checkpoint(tower_agent::layers::checkpoint::CheckpointLayer::interrupting().every(10))
         .evict(EvictLayer::new(InMemory::new()))
@@ -48,6 +49,7 @@ fn the_canonical_order() {
         model,
         [
             "redact",
+            "guardrail",
             "limits",
             "memory",
             "instructions",
@@ -65,6 +67,7 @@ fn the_canonical_order() {
         [
             "evict",
             "redact",
+            "guardrail",
             "limits",
             "checkpoint",
             "approval",

@@ -165,6 +165,14 @@ pub enum StopReason {
         /// Why, in words.
         reason: String,
     },
+    /// A guardrail tripped (see the guardrail layer of `tower-agent-layers`): on the input, the
+    /// model's output or a tool result. Nothing it tripped on was appended.
+    Guardrail {
+        /// The guardrail's name.
+        name: String,
+        /// Why it tripped, as it said.
+        reason: String,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -193,6 +201,9 @@ impl fmt::Display for StopReason {
                 write!(f, "the loop reached its limit of {limit} iterations")
             }
             StopReason::Judge { reason } => write!(f, "the judge could not decide: {reason}"),
+            StopReason::Guardrail { name, reason } => {
+                write!(f, "the guardrail `{name}` tripped: {reason}")
+            }
         }
     }
 }

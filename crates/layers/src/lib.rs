@@ -51,6 +51,8 @@ pub mod checkpoint;
 pub mod evict;
 #[cfg(feature = "fallback")]
 pub mod fallback;
+#[cfg(feature = "guardrail")]
+pub mod guardrail;
 #[cfg(feature = "instructions")]
 pub mod instructions;
 #[cfg(feature = "limits")]
@@ -80,6 +82,8 @@ pub use checkpoint::{Checkpoint, CheckpointLayer};
 pub use evict::{Evict, EvictLayer};
 #[cfg(feature = "fallback")]
 pub use fallback::{Fallback, FallbackLayer};
+#[cfg(feature = "guardrail")]
+pub use guardrail::{Guarded, GuardrailLayer};
 #[cfg(feature = "instructions")]
 pub use instructions::{Instructions, InstructionsLayer};
 #[cfg(feature = "limits")]

@@ -53,6 +53,26 @@ async fn an_overloaded_model_falls_back_and_readers_are_told_to_discard() {
 }
 
 #[tokio::test]
+async fn a_primary_that_streamed_then_failed_is_retracted_before_the_backup_streams() {
+    let primary = ScriptedModel::new([]).streaming(3, std::time::Duration::ZERO);
+    primary.push_broken("The primary bega", Error::new(overloaded(), "overloaded"));
+    let backup = ScriptedModel::new([ModelResponse::text("The backup's whole answer.")])
+        .streaming(3, std::time::Duration::ZERO);
+    let model = FallbackLayer::new().to("backup", backup).layer(primary);
+    let (request, events) = request();
+    let res = model.oneshot(request).await.expect("the backup answers");
+    assert_eq!(res.message.text(), "The backup's whole answer.");
+    let names = events.names();
+    let retract = names
+        .iter()
+        .position(|n| *n == "retract")
+        .expect("retracted");
+    assert_eq!(names[retract + 1], "retrying");
+    assert_eq!(names.iter().filter(|n| **n == "retract").count(), 1);
+    assert_eq!(events.streamed_text(3), "The backup's whole answer.");
+}
+
+#[tokio::test]
 async fn errors_no_other_model_can_fix_fail_at_once() {
     for kind in [
         ErrorKind::BadRequest,

@@ -5,8 +5,8 @@ mod common;
 use serde_json::json;
 use tower::{ServiceExt, service_fn};
 use tower_agent_core::{
-    AgentRequest, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Session,
-    observer_fn,
+    AgentRequest, Delta, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, RunContext,
+    Session, StreamFilter, after_model, observer_fn,
 };
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, assert_valid_history};
@@ -97,16 +97,12 @@ async fn an_observer_error_stops_the_run_and_is_returned() {
 
 #[tokio::test]
 async fn a_streaming_provider_emits_deltas_inside_its_round() {
-    // The contract for providers: deltas go through the request's context.
+    // The contract for providers: deltas go up through the request, then the stream ends.
     let model = service_fn(|req: ModelRequest| async move {
         for delta in ["Hel", "lo"] {
-            req.ctx
-                .emit(Event::TextDelta {
-                    round: req.ctx.round(),
-                    delta: delta.into(),
-                })
-                .await?;
+            req.send_delta(Delta::Text(delta.into())).await?;
         }
+        req.end_stream().await?;
         Ok::<_, Error>(ModelResponse::text("Hello"))
     });
     let recorder = EventRecorder::new();
@@ -126,4 +122,54 @@ async fn a_streaming_provider_emits_deltas_inside_its_round() {
             "run_finished"
         ]
     );
+}
+
+#[tokio::test]
+async fn a_message_replaced_after_it_streamed_is_retracted_and_given_whole() {
+    let model = ScriptedModel::new([ModelResponse::text("I will delete it all.")])
+        .streaming(4, std::time::Duration::ZERO);
+    let replace = after_model(|mut res: ModelResponse, _ctx: RunContext| async move {
+        res.message = Message::assistant("I cannot do that.");
+        Ok(res)
+    });
+    let recorder = EventRecorder::new();
+    let res = Agent::new(tower::Layer::layer(&replace, model), calculator())
+        .oneshot(AgentRequest::new(Session::new(), "wipe").with_observer(recorder.clone()))
+        .await
+        .unwrap();
+    assert_eq!(res.text().as_deref(), Some("I cannot do that."));
+    assert_eq!(recorder.streamed_text(1), "I cannot do that.");
+    let names = recorder.names();
+    let retract = names
+        .iter()
+        .position(|n| *n == "retract")
+        .expect("retracted");
+    assert_eq!(names[retract + 1..retract + 3], ["text_delta", "text"]);
+}
+
+#[tokio::test]
+async fn a_filter_that_swallows_the_stream_leaves_the_answer_to_the_text_event() {
+    /// Holds every delta back and never releases it.
+    struct Swallow;
+    impl StreamFilter for Swallow {
+        fn delta(&mut self, _delta: Delta, _out: &mut Vec<Delta>) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+    let model = ScriptedModel::new([ModelResponse::text("Hello there")])
+        .streaming(2, std::time::Duration::ZERO);
+    let swallow = tower::layer::layer_fn(move |inner: ScriptedModel| {
+        tower::service_fn(move |mut req: ModelRequest| {
+            req.deltas.filter(Swallow);
+            inner.clone().oneshot(req)
+        })
+    });
+    let recorder = EventRecorder::new();
+    Agent::new(tower::Layer::layer(&swallow, model), calculator())
+        .oneshot(AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone()))
+        .await
+        .unwrap();
+    // Nothing streamed, so the agent adds nothing: the `Text` event carries the answer.
+    assert!(!recorder.names().contains(&"text_delta"));
+    assert!(recorder.names().contains(&"text"));
 }

@@ -257,3 +257,69 @@ async fn an_anthropic_stream_broken_midway_is_retracted_and_streamed_again() {
         .expect("a valid header");
     a_broken_stream_is_retracted(model).await;
 }
+
+/// An input guardrail in parallel with a slow stream (a chunk every 20 ms, about 8 s in all)
+/// trips after 150 ms: the call is dropped, its connection closed, and no delta comes after
+/// the trip.
+async fn a_parallel_trip_drops_the_stream<M>(model: M)
+where
+    M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    M::Future: Send,
+{
+    use tower::Layer;
+    use tower_agent_core::{Outcome, StopReason};
+    use tower_agent_layers::guardrail::{Guardrail, GuardrailLayer, Verdict};
+
+    let secret = Guardrail::new("secrets", |text: String| async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        match text.contains("secret") {
+            true => Verdict::trip("asks for a secret"),
+            false => Verdict::Pass,
+        }
+    });
+    let guard = GuardrailLayer::new().input(secret).parallel(true);
+    let recorder = EventRecorder::new();
+    let agent = Agent::new(guard.layer(model), ToolSet::new());
+    let started = std::time::Instant::now();
+    let res = agent
+        .oneshot(
+            AgentRequest::new(Session::new(), "Tell me the secret plan")
+                .with_observer(recorder.clone()),
+        )
+        .await
+        .expect("the run ends");
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(&res.outcome, Outcome::Stopped { reason: StopReason::Guardrail { name, .. }, .. } if name == "secrets"),
+        "{:?}",
+        res.outcome
+    );
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    let names = names(&recorder);
+    // The stream was live (deltas came), then taken back, and nothing came after.
+    let retract = names.iter().position(|n| *n == "retract");
+    let retract = retract.unwrap_or_else(|| panic!("no retract: {names:?}"));
+    assert!(!names[retract..].contains(&"text_delta"), "{names:?}");
+    let deltas = names.iter().filter(|n| **n == "text_delta").count();
+    assert!((1..20).contains(&deltas), "{deltas} deltas: {names:?}");
+    assert_eq!(recorder.streamed_text(1), "");
+    assert_eq!(res.session.history.len(), 1, "only the user's message");
+}
+
+#[tokio::test]
+async fn an_openai_stream_is_dropped_when_a_parallel_guardrail_trips() {
+    let Some(url) = aimock() else { return };
+    let model = OpenAi::new("gpt-4o-mini")
+        .base_url(format!("{url}/v1"))
+        .api_key("sk-aimock");
+    a_parallel_trip_drops_the_stream(model).await;
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_is_dropped_when_a_parallel_guardrail_trips() {
+    let Some(url) = aimock() else { return };
+    let model = Anthropic::new("claude-sonnet-4-5")
+        .base_url(&url)
+        .api_key("sk-ant-aimock");
+    a_parallel_trip_drops_the_stream(model).await;
+}

@@ -1,0 +1,310 @@
+//! The layer that runs guardrails around model calls and tool calls.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower_agent_core::{
+    BoxError, DescribeTools, Error, Message, ModelRequest, ModelResponse, Role, StopReason,
+    ToolAction, ToolRequest, ToolResponse, ToolSpec, Usage,
+};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::ResponseFuture;
+use super::check::{Guardrail, Trip, check_all};
+
+/// Guardrails on the model's input and output and on tool results: one value for the model
+/// stack and the tool stack. See the [module docs](super).
+#[derive(Clone, Default)]
+pub struct GuardrailLayer {
+    input: Arc<[Guardrail]>,
+    output: Arc<[Guardrail]>,
+    tool_results: Arc<[Guardrail]>,
+    parallel: bool,
+}
+
+impl fmt::Debug for GuardrailLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardrailLayer")
+            .field("input", &self.input)
+            .field("output", &self.output)
+            .field("tool_results", &self.tool_results)
+            .field("parallel", &self.parallel)
+            .finish()
+    }
+}
+
+fn with(list: &Arc<[Guardrail]>, guardrail: Guardrail) -> Arc<[Guardrail]> {
+    list.iter().cloned().chain([guardrail]).collect()
+}
+
+impl GuardrailLayer {
+    /// No guardrail yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Check the user's new text before the model reads it.
+    pub fn input(mut self, guardrail: Guardrail) -> Self {
+        self.input = with(&self.input, guardrail);
+        self
+    }
+
+    /// Check the model's message (its text, then each call's arguments on a line of their
+    /// own) before it goes up.
+    pub fn output(mut self, guardrail: Guardrail) -> Self {
+        self.output = with(&self.output, guardrail);
+        self
+    }
+
+    /// Check each tool result before the model reads it.
+    pub fn tool_results(mut self, guardrail: Guardrail) -> Self {
+        self.tool_results = with(&self.tool_results, guardrail);
+        self
+    }
+
+    /// Run the input guardrails while the model is called, not before (OpenAI's
+    /// `run_in_parallel`): the answer comes sooner when nothing trips, and a trip drops the
+    /// call. Off by default: a tripped input then costs no model call.
+    pub fn parallel(mut self, parallel: bool) -> Self {
+        self.parallel = parallel;
+        self
+    }
+}
+
+impl<S> Layer<S> for GuardrailLayer {
+    type Service = Guarded<S>;
+
+    fn layer(&self, inner: S) -> Guarded<S> {
+        Guarded {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`GuardrailLayer`] makes.
+#[derive(Clone)]
+pub struct Guarded<S> {
+    inner: S,
+    layer: GuardrailLayer,
+}
+
+impl<S> fmt::Debug for Guarded<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guarded")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: DescribeTools> DescribeTools for Guarded<S> {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        self.inner.tool_specs()
+    }
+}
+
+impl Trip {
+    fn reason(self) -> StopReason {
+        StopReason::Guardrail {
+            name: self.name.to_string(),
+            reason: self.reason,
+        }
+    }
+}
+
+/// The text of the user messages that end `messages`, or `None` when it ends otherwise (tool
+/// results: a later round of the same input).
+fn new_input(messages: &[Message]) -> Option<String> {
+    let start = messages
+        .iter()
+        .rposition(|m| m.role != Role::User)
+        .map_or(0, |at| at + 1);
+    let texts: Vec<String> = messages[start..].iter().map(Message::text).collect();
+    (!texts.is_empty()).then(|| texts.join("\n\n"))
+}
+
+/// What the output guardrails read of a message: its text, then each call's arguments.
+fn output_text(message: &Message) -> String {
+    let mut text = message.text();
+    for call in message.tool_calls() {
+        text.push('\n');
+        text.push_str(&call.arguments);
+    }
+    text
+}
+
+/// Tokens spent by the checks, added to a response's side usage.
+trait Spent {
+    fn spent(self, spent: Usage) -> Self;
+}
+
+impl Spent for ModelResponse {
+    fn spent(mut self, spent: Usage) -> Self {
+        self.add_side_usage(spent);
+        self
+    }
+}
+
+/// `response` stopped by `trip`: its message dropped, what it did kept (usage, a committed
+/// history).
+fn tripped(mut response: ModelResponse, trip: Trip) -> ModelResponse {
+    response.message = Message::assistant("");
+    response.stop = Some(trip.reason());
+    response
+}
+
+impl<S> Service<ModelRequest> for Guarded<S>
+where
+    S: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = ResponseFuture<ModelResponse>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::from_boxed(e.into()))
+    }
+
+    fn call(&mut self, request: ModelRequest) -> Self::Future {
+        // The ready service goes into the future: it is called only once the input passed
+        // (or, in parallel, at once).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let layer = self.layer.clone();
+        let input = match layer.input.is_empty() {
+            true => None,
+            false => new_input(&request.messages),
+        };
+        Box::pin(async move {
+            let ctx = request.ctx.clone();
+            let call = async move {
+                inner
+                    .call(request)
+                    .await
+                    .map_err(|e| Error::from_boxed(e.into()))
+            };
+            let (answer, mut spent) = match input {
+                None => (call.await, Default::default()),
+                Some(text) if !layer.parallel => {
+                    let (trip, spent) = check_all(&layer.input, text, &ctx).await?;
+                    if let Some(trip) = trip {
+                        return Ok(ModelResponse::stop(trip.reason()).spent(spent));
+                    }
+                    (call.await, spent)
+                }
+                Some(text) => {
+                    let checks = check_all(&layer.input, text, &ctx);
+                    tokio::pin!(call, checks);
+                    tokio::select! {
+                        checked = &mut checks => {
+                            let (trip, spent) = checked?;
+                            if let Some(trip) = trip {
+                                // The call is dropped here: its stream stops.
+                                return Ok(ModelResponse::stop(trip.reason()).spent(spent));
+                            }
+                            (call.await, spent)
+                        }
+                        answer = &mut call => {
+                            let (trip, spent) = checks.await?;
+                            match (trip, answer) {
+                                (Some(trip), Ok(response)) => (Ok(tripped(response, trip)), spent),
+                                // A trip wins over the call's failure.
+                                (Some(trip), Err(_)) => (Ok(ModelResponse::stop(trip.reason())), spent),
+                                (None, answer) => (answer, spent),
+                            }
+                        }
+                    }
+                }
+            };
+            let response = answer?;
+            if response.stop.is_some() || layer.output.is_empty() {
+                return Ok(response.spent(spent));
+            }
+            let (trip, used) =
+                check_all(&layer.output, output_text(&response.message), &ctx).await?;
+            spent += used;
+            let response = match trip {
+                Some(trip) => tripped(response, trip),
+                None => response,
+            };
+            Ok(response.spent(spent))
+        })
+    }
+}
+
+impl<S> Service<ToolRequest> for Guarded<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = ToolResponse;
+    type Error = Error;
+    type Future = ResponseFuture<ToolResponse>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::from_boxed(e.into()))
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        let guardrails = Arc::clone(&self.layer.tool_results);
+        let ctx = request.ctx.clone();
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            let mut response = call.await.map_err(|e| Error::from_boxed(e.into()))?;
+            if guardrails.is_empty() || response.is_interrupt() {
+                return Ok(response);
+            }
+            let text = response.result.content.clone();
+            let (trip, spent) = check_all(&guardrails, text, &ctx).await?;
+            response.usage += spent;
+            if let Some(trip) = trip {
+                response.result.content = format!(
+                    "Withheld: the guardrail `{}` tripped on this result.",
+                    trip.name
+                );
+                response.result.is_error = true;
+                response.action = ToolAction::Stop(trip.reason());
+            }
+            Ok(response)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_agent_core::{ToolCall, ToolResult};
+
+    #[test]
+    fn the_input_is_the_user_text_that_ends_the_history() {
+        let call = ToolCall::new("c1", "ls", serde_json::json!({}));
+        let history = vec![
+            Message::user("first"),
+            Message::assistant_with_calls("", vec![call.clone()]),
+            Message::tool_result(ToolResult::success(&call, "a b")),
+        ];
+        assert_eq!(new_input(&history), None);
+        let mut history = history;
+        history.push(Message::user("second"));
+        history.push(Message::user("third"));
+        assert_eq!(new_input(&history).as_deref(), Some("second\n\nthird"));
+        assert_eq!(new_input(&[Message::user("only")]).as_deref(), Some("only"));
+        assert_eq!(new_input(&[]), None);
+    }
+
+    #[test]
+    fn the_output_text_holds_the_calls_arguments() {
+        let call = ToolCall::new("c1", "send", serde_json::json!({"to": "x"}));
+        let message = Message::assistant_with_calls("Sending.", vec![call]);
+        assert_eq!(output_text(&message), "Sending.\n{\"to\":\"x\"}");
+    }
+}
