@@ -71,7 +71,9 @@
 //! - [`docs::interrupts`]: pause a run, save it, resume it elsewhere; approval, checkpoints,
 //!   stopping and cancelling;
 //! - [`docs::workflows`]: sequential and loop agents with a judge, sub-agents as tools,
-//!   progress lines, tool rules.
+//!   progress lines, tool rules;
+//! - [`docs::streams`]: streamed deltas through the layers, retraction, redaction on the wire,
+//!   guardrails.
 
 #![forbid(unsafe_code)]
 
@@ -228,6 +230,10 @@ pub mod docs {
     #[doc = include_str!("../docs/sessions.md")]
     #[cfg(all(feature = "sqlite", feature = "tools", feature = "layers"))]
     pub mod sessions {}
+
+    #[doc = include_str!("../docs/streams.md")]
+    #[cfg(all(feature = "tools", feature = "layers"))]
+    pub mod streams {}
 }
 
 /// The README's examples, compiled and run as doctests.
