@@ -144,35 +144,21 @@ impl Deltas {
 
     /// Pass `delta` up through the filters to the readers of `ctx`.
     pub(crate) async fn send(&self, ctx: &RunContext, delta: Delta) -> Result<(), Error> {
-        let Some(innermost) = &self.filters else {
-            return self.give(ctx, delta).await;
-        };
-        let mut batch = vec![delta];
-        let mut link = Some(innermost);
-        while let Some(at) = link {
-            let mut out = Vec::with_capacity(batch.len());
-            {
-                let mut filter = lock(&at.filter);
-                for delta in batch {
-                    filter.delta(delta, &mut out)?;
-                }
-            }
-            if out.is_empty() {
-                return Ok(());
-            }
-            batch = out;
-            link = at.up.as_ref();
+        match self.filters {
+            None => self.give(ctx, delta).await,
+            Some(_) => self.pass(ctx, vec![delta], false).await,
         }
-        for delta in batch {
-            self.give(ctx, delta).await?;
-        }
-        Ok(())
     }
 
     /// The stream ended: each filter, the innermost first, gets what the ones below released
     /// and releases what it held.
     pub(crate) async fn end(&self, ctx: &RunContext) -> Result<(), Error> {
-        let mut batch = Vec::new();
+        self.pass(ctx, Vec::new(), true).await
+    }
+
+    /// Pass `batch` up through every filter (ending each, when the stream `ends`), then give
+    /// what comes out to the readers.
+    async fn pass(&self, ctx: &RunContext, mut batch: Vec<Delta>, ends: bool) -> Result<(), Error> {
         let mut link = self.filters.as_ref();
         while let Some(at) = link {
             let mut out = Vec::with_capacity(batch.len());
@@ -181,7 +167,12 @@ impl Deltas {
                 for delta in batch {
                     filter.delta(delta, &mut out)?;
                 }
-                filter.end(&mut out)?;
+                if ends {
+                    filter.end(&mut out)?;
+                }
+            }
+            if out.is_empty() && !ends {
+                return Ok(());
             }
             batch = out;
             link = at.up.as_ref();

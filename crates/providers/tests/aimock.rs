@@ -62,6 +62,25 @@ where
     )
 }
 
+/// An OpenAI model on aimock, with a test id of its own: aimock counts fixture matches per
+/// `X-Test-Id`.
+fn openai(url: &str) -> OpenAi {
+    OpenAi::new("gpt-4o-mini")
+        .base_url(format!("{url}/v1"))
+        .api_key("sk-aimock")
+        .header("x-test-id", &new_id())
+        .expect("a valid header")
+}
+
+/// An Anthropic model on aimock, with a test id of its own.
+fn anthropic(url: &str) -> Anthropic {
+    Anthropic::new("claude-sonnet-4-5")
+        .base_url(url)
+        .api_key("sk-ant-aimock")
+        .header("x-test-id", &new_id())
+        .expect("a valid header")
+}
+
 fn names(recorder: &EventRecorder) -> Vec<&'static str> {
     recorder.names()
 }
@@ -69,12 +88,7 @@ fn names(recorder: &EventRecorder) -> Vec<&'static str> {
 #[tokio::test]
 async fn an_openai_run_recovers_from_a_429_and_streams_to_the_answer() {
     let Some(url) = aimock() else { return };
-    // A test id of its own: aimock counts fixture matches per `X-Test-Id`.
-    let model = OpenAi::new("gpt-4o-mini")
-        .base_url(format!("{url}/v1"))
-        .api_key("sk-aimock")
-        .header("x-test-id", &new_id())
-        .expect("a valid header");
+    let model = openai(&url);
     let recorder = EventRecorder::new();
     let req = AgentRequest::new(Session::new(), "What is the weather in Paris?")
         .with_observer(recorder.clone());
@@ -111,11 +125,7 @@ async fn an_openai_run_recovers_from_a_429_and_streams_to_the_answer() {
 #[tokio::test]
 async fn an_anthropic_run_calls_a_tool_and_answers() {
     let Some(url) = aimock() else { return };
-    let model = Anthropic::new("claude-sonnet-4-5")
-        .base_url(&url)
-        .api_key("sk-ant-aimock")
-        .header("x-test-id", &new_id())
-        .expect("a valid header");
+    let model = anthropic(&url);
     let recorder = EventRecorder::new();
     let req = AgentRequest::new(Session::new(), "What is the weather in Oslo?")
         .with_observer(recorder.clone());
@@ -239,22 +249,14 @@ where
 #[tokio::test]
 async fn an_openai_stream_broken_midway_is_retracted_and_streamed_again() {
     let Some(url) = aimock() else { return };
-    let model = OpenAi::new("gpt-4o-mini")
-        .base_url(format!("{url}/v1"))
-        .api_key("sk-aimock")
-        .header("x-test-id", &new_id())
-        .expect("a valid header");
+    let model = openai(&url);
     a_broken_stream_is_retracted(model).await;
 }
 
 #[tokio::test]
 async fn an_anthropic_stream_broken_midway_is_retracted_and_streamed_again() {
     let Some(url) = aimock() else { return };
-    let model = Anthropic::new("claude-sonnet-4-5")
-        .base_url(&url)
-        .api_key("sk-ant-aimock")
-        .header("x-test-id", &new_id())
-        .expect("a valid header");
+    let model = anthropic(&url);
     a_broken_stream_is_retracted(model).await;
 }
 
@@ -309,17 +311,13 @@ where
 #[tokio::test]
 async fn an_openai_stream_is_dropped_when_a_parallel_guardrail_trips() {
     let Some(url) = aimock() else { return };
-    let model = OpenAi::new("gpt-4o-mini")
-        .base_url(format!("{url}/v1"))
-        .api_key("sk-aimock");
+    let model = openai(&url);
     a_parallel_trip_drops_the_stream(model).await;
 }
 
 #[tokio::test]
 async fn an_anthropic_stream_is_dropped_when_a_parallel_guardrail_trips() {
     let Some(url) = aimock() else { return };
-    let model = Anthropic::new("claude-sonnet-4-5")
-        .base_url(&url)
-        .api_key("sk-ant-aimock");
+    let model = anthropic(&url);
     a_parallel_trip_drops_the_stream(model).await;
 }
