@@ -50,6 +50,65 @@ pub enum ToolChoice {
     Tool(String),
 }
 
+/// The form the model's answer must take: [`GenerationOptions::response_format`].
+///
+/// Each provider sends it natively: OpenAI-compatible servers as `response_format` with a
+/// `json_schema`, Anthropic as `output_config.format`, Gemini as a JSON `responseMimeType`
+/// with a `responseJsonSchema`. The answer's text is then the JSON value.
+///
+/// ```
+/// use serde_json::json;
+/// use tower_agent_core::{GenerationOptions, ResponseFormat};
+///
+/// let verdict = ResponseFormat::json_schema(
+///     "verdict",
+///     json!({
+///         "type": "object",
+///         "properties": { "done": { "type": "boolean" }, "reason": { "type": "string" } },
+///         "required": ["done", "reason"],
+///         "additionalProperties": false
+///     }),
+/// )
+/// .strict(true);
+/// let options = GenerationOptions::new().response_format(verdict);
+/// assert!(options.response_format.is_some());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ResponseFormat {
+    /// A JSON value matching a JSON Schema.
+    JsonSchema {
+        /// A name for the schema (OpenAI asks for one): letters, digits, `_` and `-`.
+        name: String,
+        /// The JSON Schema (for a Rust type: `serde_json::to_value(schemars::schema_for!(T))`).
+        schema: Value,
+        /// Ask the provider to hold the answer to the schema exactly (OpenAI's `strict`;
+        /// its schemas then need `additionalProperties: false` and every property required).
+        #[serde(default)]
+        strict: bool,
+    },
+}
+
+impl ResponseFormat {
+    /// A JSON value matching `schema`, named `name`; not strict.
+    pub fn json_schema(name: impl Into<String>, schema: Value) -> Self {
+        ResponseFormat::JsonSchema {
+            name: name.into(),
+            schema,
+            strict: false,
+        }
+    }
+
+    /// Whether the provider should hold the answer to the schema exactly.
+    pub fn strict(mut self, strict: bool) -> Self {
+        match &mut self {
+            ResponseFormat::JsonSchema { strict: s, .. } => *s = strict,
+        }
+        self
+    }
+}
+
 /// Sampling and length settings. Providers map what they support and ignore the rest.
 ///
 /// Built with its setters (the type is `non_exhaustive`: fields may be added):
@@ -78,6 +137,9 @@ pub struct GenerationOptions {
     pub stop: Vec<String>,
     /// Tool use policy; `None` leaves the provider's default.
     pub tool_choice: Option<ToolChoice>,
+    /// The form the answer must take; `None` for free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
 }
 
 impl GenerationOptions {
@@ -113,6 +175,12 @@ impl GenerationOptions {
     /// How the model may use tools.
     pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
         self.tool_choice = Some(choice);
+        self
+    }
+
+    /// The form the answer must take.
+    pub fn response_format(mut self, format: ResponseFormat) -> Self {
+        self.response_format = Some(format);
         self
     }
 }

@@ -2,7 +2,9 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use tower_agent_core::{ContentPart, Error, Message, ModelRequest, Role, ToolCall, ToolChoice};
+use tower_agent_core::{
+    ContentPart, Error, Message, ModelRequest, ResponseFormat, Role, ToolCall, ToolChoice,
+};
 
 use crate::wire::{self, Frame, text_of};
 
@@ -41,6 +43,9 @@ struct Rest<'a> {
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Value>,
+    /// Structured output: `{"format": {"type": "json_schema", "schema": ..}}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -127,6 +132,15 @@ fn rest(req: &ModelRequest, stream: bool) -> Rest<'_> {
             ToolChoice::Required => serde_json::json!({ "type": "any" }),
             ToolChoice::Tool(name) => serde_json::json!({ "type": "tool", "name": name }),
         }),
+        output_config: options
+            .response_format
+            .as_ref()
+            .and_then(|format| match format {
+                ResponseFormat::JsonSchema { schema, .. } => Some(serde_json::json!({
+                    "format": { "type": "json_schema", "schema": schema }
+                })),
+                _ => None,
+            }),
         temperature: options.temperature,
         top_p: options.top_p,
         stop_sequences: &options.stop,

@@ -166,3 +166,21 @@ fn an_error_event_inside_a_200_stream_is_typed() {
         ErrorKind::Server
     );
 }
+
+#[test]
+fn a_response_format_goes_as_the_output_config() {
+    let mut req = ModelRequest::new(vec![Message::user("judge")]);
+    let schema = json!({"type": "object", "properties": {"done": {"type": "boolean"}}});
+    req.options.response_format = Some(tower_agent_core::ResponseFormat::json_schema(
+        "verdict",
+        schema.clone(),
+    ));
+    let body: Value = serde_json::from_slice(
+        &encode::body(&wire().0, &wire().1, &req, false, false).expect("encodes"),
+    )
+    .expect("json");
+    assert_eq!(
+        body["output_config"],
+        json!({"format": {"type": "json_schema", "schema": schema}})
+    );
+}

@@ -2,7 +2,9 @@
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use tower_agent_core::{ContentPart, Error, Message, ModelRequest, Role, ToolChoice};
+use tower_agent_core::{
+    ContentPart, Error, Message, ModelRequest, ResponseFormat, Role, ToolChoice,
+};
 
 use crate::wire::{self, Frame, text_of};
 
@@ -92,6 +94,10 @@ fn rest(req: &ModelRequest, system: String) -> Value {
     }
     if !options.stop.is_empty() {
         generation.insert("stopSequences".into(), json!(options.stop));
+    }
+    if let Some(ResponseFormat::JsonSchema { schema, .. }) = &options.response_format {
+        generation.insert("responseMimeType".into(), json!("application/json"));
+        generation.insert("responseJsonSchema".into(), schema.clone());
     }
     if !generation.is_empty() {
         body.insert("generationConfig".into(), Value::Object(generation));

@@ -93,3 +93,31 @@ fn empty_candidates_and_cut_streams_are_errors() {
         .expect("valid");
     assert_eq!(decoder.finish().expect_err("cut").kind(), ErrorKind::Server);
 }
+
+#[test]
+fn a_response_format_goes_as_a_json_mime_type_and_schema() {
+    let mut req = ModelRequest::new(vec![Message::user("judge")]);
+    let schema = json!({"type": "object", "properties": {"done": {"type": "boolean"}}});
+    req.options.response_format = Some(tower_agent_core::ResponseFormat::json_schema(
+        "verdict",
+        schema.clone(),
+    ));
+    req.options.temperature = Some(0.0);
+    let endpoint = Endpoint {
+        model: "g".into(),
+        base_url: "http://x".into(),
+        key: None,
+    };
+    let body: Value = serde_json::from_slice(
+        &encode::body(&GeminiWire::default(), &endpoint, &req, false, false).expect("encodes"),
+    )
+    .expect("json");
+    assert_eq!(
+        body["generationConfig"],
+        json!({
+            "temperature": 0.0,
+            "responseMimeType": "application/json",
+            "responseJsonSchema": schema
+        })
+    );
+}

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 use serde_json::Value;
-use tower_agent_core::{Error, Message, ModelRequest, Role, ToolChoice};
+use tower_agent_core::{Error, Message, ModelRequest, ResponseFormat, Role, ToolChoice};
 
 use crate::wire::{self, Frame, text_of};
 
@@ -22,6 +22,8 @@ struct Rest<'a> {
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -135,6 +137,20 @@ fn rest(req: &ModelRequest, stream: bool, completion_tokens: bool) -> Rest<'_> {
                 serde_json::json!({ "type": "function", "function": { "name": name } })
             }
         }),
+        response_format: options
+            .response_format
+            .as_ref()
+            .and_then(|format| match format {
+                ResponseFormat::JsonSchema {
+                    name,
+                    schema,
+                    strict,
+                } => Some(serde_json::json!({
+                    "type": "json_schema",
+                    "json_schema": { "name": name, "schema": schema, "strict": strict }
+                })),
+                _ => None,
+            }),
         temperature: options.temperature,
         top_p: options.top_p,
         max_tokens: options.max_tokens.filter(|_| !completion_tokens),

@@ -212,3 +212,20 @@ fn a_later_round_reuses_the_bytes_of_the_messages_its_history_kept() {
     next.messages = tower_agent_core::History::from(next.messages.to_vec());
     assert!(body_of(&next).contains("first"));
 }
+
+#[test]
+fn a_response_format_goes_as_a_json_schema() {
+    let mut req = ModelRequest::new(vec![Message::user("judge")]);
+    let schema = json!({"type": "object", "properties": {"done": {"type": "boolean"}}});
+    req.options.response_format =
+        Some(tower_agent_core::ResponseFormat::json_schema("verdict", schema.clone()).strict(true));
+    assert_eq!(
+        encoded(&req)["response_format"],
+        json!({
+            "type": "json_schema",
+            "json_schema": {"name": "verdict", "schema": schema, "strict": true}
+        })
+    );
+    req.options.response_format = None;
+    assert!(encoded(&req).get("response_format").is_none());
+}
