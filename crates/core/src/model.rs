@@ -399,6 +399,20 @@ impl ModelResponse {
         self.side_usage += usage;
     }
 
+    /// The response with `usage` added to the tokens of side calls (a classifier's, a
+    /// rejected call's).
+    ///
+    /// ```
+    /// use tower_agent_core::{ModelResponse, Usage};
+    ///
+    /// let res = ModelResponse::text("ok").with_side_usage(Usage::new(5, 1));
+    /// assert_eq!(res.with_side_usage(Usage::new(1, 1)).side_usage, Usage::new(6, 2));
+    /// ```
+    pub fn with_side_usage(mut self, usage: Usage) -> Self {
+        self.side_usage += usage;
+        self
+    }
+
     /// A text answer.
     pub fn text(text: impl Into<String>) -> Self {
         Self::new(Message::assistant(text))

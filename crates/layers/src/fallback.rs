@@ -252,7 +252,7 @@ where
             for link in &layer.models {
                 let next = &link.name;
                 let error = match outcome {
-                    Judged::Answer(response) => return Ok(response.with_spent(spent)),
+                    Judged::Answer(response) => return Ok(response.with_side_usage(spent)),
                     Judged::Final(error) => return Err(error.with_usage(spent)),
                     Judged::Next(error) => error,
                 };
@@ -277,7 +277,7 @@ where
                 name = Arc::clone(next);
             }
             match outcome {
-                Judged::Answer(response) => Ok(response.with_spent(spent)),
+                Judged::Answer(response) => Ok(response.with_side_usage(spent)),
                 Judged::Final(error) => Err(error.with_usage(spent)),
                 Judged::Next(last) => {
                     attempts.push((name, last.clone()));
@@ -321,16 +321,5 @@ impl FallbackLayer {
                 }
             }
         }
-    }
-}
-
-trait WithSpent {
-    fn with_spent(self, spent: Usage) -> Self;
-}
-
-impl WithSpent for ModelResponse {
-    fn with_spent(mut self, spent: Usage) -> Self {
-        self.side_usage += spent;
-        self
     }
 }

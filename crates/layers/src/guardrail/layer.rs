@@ -1,9 +1,11 @@
 //! The layer that runs guardrails around model calls and tool calls.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures_util::future::Either;
 use tower_agent_core::{
     BoxError, DescribeTools, Error, Message, ModelRequest, ModelResponse, Role, StopReason,
     ToolAction, ToolRequest, ToolResponse, ToolSpec, Usage,
@@ -135,18 +137,6 @@ fn output_text(message: &Message) -> String {
     text
 }
 
-/// Tokens spent by the checks, added to a response's side usage.
-trait Spent {
-    fn spent(self, spent: Usage) -> Self;
-}
-
-impl Spent for ModelResponse {
-    fn spent(mut self, spent: Usage) -> Self {
-        self.add_side_usage(spent);
-        self
-    }
-}
-
 /// `response` stopped by `trip`: its message dropped, what it did kept (usage, a committed
 /// history).
 fn tripped(mut response: ModelResponse, trip: Trip) -> ModelResponse {
@@ -172,69 +162,79 @@ where
     }
 
     fn call(&mut self, request: ModelRequest) -> Self::Future {
-        // The ready service goes into the future: it is called only once the input passed
-        // (or, in parallel, at once).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let layer = self.layer.clone();
-        let input = match layer.input.is_empty() {
+        let input = match self.layer.input.is_empty() {
             true => None,
-            false => new_input(&request.messages),
+            false => new_input(&request.messages).map(|text| (text, Arc::clone(&self.layer.input))),
         };
+        let parallel = self.layer.parallel;
+        let output = Arc::clone(&self.layer.output);
+        let ctx = request.ctx.clone();
+        let call = match input.is_some() && !parallel {
+            // Checked first: the ready service goes into the future, called once the input
+            // passed.
+            true => {
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                Either::Left(async move { inner.call(request).await })
+            }
+            false => Either::Right(self.inner.call(request)),
+        };
+        let call = async move { call.await.map_err(|e| Error::from_boxed(e.into())) };
         Box::pin(async move {
-            let ctx = request.ctx.clone();
-            let call = async move {
-                inner
-                    .call(request)
-                    .await
-                    .map_err(|e| Error::from_boxed(e.into()))
-            };
             let (answer, mut spent) = match input {
-                None => (call.await, Default::default()),
-                Some(text) if !layer.parallel => {
-                    let (trip, spent) = check_all(&layer.input, text, &ctx).await?;
-                    if let Some(trip) = trip {
-                        return Ok(ModelResponse::stop(trip.reason()).spent(spent));
+                None => (call.await, Usage::default()),
+                Some((text, guardrails)) if !parallel => {
+                    match check_all(&guardrails, text, &ctx).await? {
+                        // The call was never made.
+                        (Some(trip), spent) => (Ok(ModelResponse::stop(trip.reason())), spent),
+                        (None, spent) => (call.await, spent),
                     }
-                    (call.await, spent)
                 }
-                Some(text) => {
-                    let checks = check_all(&layer.input, text, &ctx);
-                    tokio::pin!(call, checks);
-                    tokio::select! {
-                        checked = &mut checks => {
-                            let (trip, spent) = checked?;
-                            if let Some(trip) = trip {
-                                // The call is dropped here: its stream stops.
-                                return Ok(ModelResponse::stop(trip.reason()).spent(spent));
-                            }
-                            (call.await, spent)
-                        }
-                        answer = &mut call => {
-                            let (trip, spent) = checks.await?;
-                            match (trip, answer) {
-                                (Some(trip), Ok(response)) => (Ok(tripped(response, trip)), spent),
-                                // A trip wins over the call's failure.
-                                (Some(trip), Err(_)) => (Ok(ModelResponse::stop(trip.reason())), spent),
-                                (None, answer) => (answer, spent),
-                            }
-                        }
-                    }
+                Some((text, guardrails)) => {
+                    in_parallel(call, check_all(&guardrails, text, &ctx)).await?
                 }
             };
             let response = answer?;
-            if response.stop.is_some() || layer.output.is_empty() {
-                return Ok(response.spent(spent));
+            if response.stop.is_some() || output.is_empty() {
+                return Ok(response.with_side_usage(spent));
             }
-            let (trip, used) =
-                check_all(&layer.output, output_text(&response.message), &ctx).await?;
+            let (trip, used) = check_all(&output, output_text(&response.message), &ctx).await?;
             spent += used;
             let response = match trip {
                 Some(trip) => tripped(response, trip),
                 None => response,
             };
-            Ok(response.spent(spent))
+            Ok(response.with_side_usage(spent))
         })
+    }
+}
+
+/// The call and the input checks at once: a trip drops the call (its stream stops); an
+/// answer that comes first waits for the checks, and a trip withholds it. The answer (or the
+/// stop of a trip) and the checks' tokens.
+async fn in_parallel(
+    call: impl Future<Output = Result<ModelResponse, Error>>,
+    checks: impl Future<Output = Result<(Option<Trip>, Usage), Error>>,
+) -> Result<(Result<ModelResponse, Error>, Usage), Error> {
+    tokio::pin!(call, checks);
+    tokio::select! {
+        checked = &mut checks => {
+            let (trip, spent) = checked?;
+            Ok(match trip {
+                // The call is dropped here: its stream stops.
+                Some(trip) => (Ok(ModelResponse::stop(trip.reason())), spent),
+                None => (call.await, spent),
+            })
+        }
+        answer = &mut call => {
+            let (trip, spent) = checks.await?;
+            Ok(match (trip, answer) {
+                (Some(trip), Ok(response)) => (Ok(tripped(response, trip)), spent),
+                // A trip wins over the call's failure.
+                (Some(trip), Err(_)) => (Ok(ModelResponse::stop(trip.reason())), spent),
+                (None, answer) => (answer, spent),
+            })
+        }
     }
 }
 
