@@ -137,11 +137,6 @@ impl Deltas {
         }));
     }
 
-    /// Whether any filter is on.
-    pub fn is_filtered(&self) -> bool {
-        self.filters.is_some()
-    }
-
     /// Pass `delta` up through the filters to the readers of `ctx`.
     pub(crate) async fn send(&self, ctx: &RunContext, delta: Delta) -> Result<(), Error> {
         match self.filters {
