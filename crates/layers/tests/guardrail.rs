@@ -244,6 +244,23 @@ async fn a_classifier_model_moderates_input_and_output_and_its_tokens_count() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_guardrail_can_be_asked_alone() {
+    let (moderation, _) = moderation();
+    let ctx = tower_agent_core::RunContext::new();
+    assert_eq!(
+        moderation.check("hello", &ctx).await.expect("checks"),
+        Verdict::Pass
+    );
+    assert_eq!(
+        moderation
+            .check("I will hurt you", &ctx)
+            .await
+            .expect("checks"),
+        Verdict::trip("a threat of violence")
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_classifier_that_fails_fails_the_call_nothing_passes_unchecked() {
     let down = ScriptedModel::with_results([Err(Error::new(ErrorKind::Auth, "bad key"))]);
     let guard = GuardrailLayer::new().input(Guardrail::model(
@@ -259,4 +276,23 @@ async fn a_classifier_that_fails_fails_the_call_nothing_passes_unchecked() {
         .expect_err("the check failed");
     assert_eq!(error.kind(), ErrorKind::Auth);
     assert_eq!(model.request_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_input_is_checked_once_per_user_turn_not_at_every_round() {
+    let checked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = checked.clone();
+    let guard = GuardrailLayer::new().input(Guardrail::new("counted", move |_text: String| {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { Verdict::Pass }
+    }));
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([ToolCall::new("c1", "ls", json!({}))]),
+        ModelResponse::text("two files"),
+    ]);
+    let ls = StubTool::returning("ls", "a b");
+    let (res, _) = run(&guard, model.clone(), ToolSet::new().tool(ls), "list").await;
+    assert_eq!(res.text().as_deref(), Some("two files"));
+    assert_eq!(model.request_count(), 2);
+    assert_eq!(checked.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
