@@ -134,6 +134,12 @@ async fn bad_ids(store: &dyn SessionStore) {
         .expect("the longest id is taken");
 }
 
+/// The session stored under `id`.
+async fn stored(store: &dyn SessionStore, id: &str) -> Session {
+    let loaded = store.load(id).await.expect("loads");
+    loaded.unwrap_or_else(|| panic!("{id} is stored")).session
+}
+
 /// Whatever a save writes of a history (all of it, or what was added since), the session
 /// comes back whole: after appends, an edit in the middle, a shortened history, a save from
 /// another handle on the same store, and a session deleted and made again elsewhere.
@@ -145,42 +151,13 @@ async fn histories_round_trip(store: &dyn SessionStore, other: &dyn SessionStore
         s.history.push(Message::user(format!("u{n}")));
         v = store.save(&s, Some(v)).await.expect("appended");
     }
-    let loaded = |store: &'static str| {
-        move |stored: Option<tower_agent_sessions::Stored>| {
-            stored.unwrap_or_else(|| panic!("{store}: stored"))
-        }
-    };
-    assert_eq!(
-        store
-            .load("h")
-            .await
-            .map(loaded("same"))
-            .expect("loads")
-            .session,
-        s
-    );
+    assert_eq!(stored(store, "h").await, s);
     s.history.make_mut()[3] = Message::assistant("edited in the middle");
     v = store.save(&s, Some(v)).await.expect("edited");
-    assert_eq!(
-        other
-            .load("h")
-            .await
-            .map(loaded("other"))
-            .expect("loads")
-            .session,
-        s
-    );
+    assert_eq!(stored(other, "h").await, s);
     s.history.make_mut().truncate(4);
     v = store.save(&s, Some(v)).await.expect("shortened");
-    assert_eq!(
-        other
-            .load("h")
-            .await
-            .map(loaded("other"))
-            .expect("loads")
-            .session,
-        s
-    );
+    assert_eq!(stored(other, "h").await, s);
 
     // Another handle goes on from what it loaded; this one has to load again.
     let mut theirs = other.load("h").await.expect("loads").expect("stored");
