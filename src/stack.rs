@@ -21,6 +21,8 @@ use tower_agent_layers::memory::MemoryLayer;
 use tower_agent_layers::patch::PatchDanglingLayer;
 use tower_agent_layers::redact::RedactLayer;
 use tower_agent_layers::retry::{RetryLayer, RetryPolicy};
+#[cfg(feature = "structured")]
+use tower_agent_layers::structured::StructuredLayer;
 use tower_agent_layers::summarize::SummarizeLayer;
 use tower_agent_loop::AgentBuilder;
 #[cfg(feature = "sessions")]
@@ -100,7 +102,7 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 /// ```text
 /// agent:  store → memory → patch → [agent_layer] → the loop
 /// model:  redact → guardrail → limits → memory → instructions → summarize → [model_layer] → patch
-///         → fallback → retry → [provider_layer] → the provider
+///         → structured → fallback → retry → [provider_layer] → the provider
 /// tools:  evict → redact → guardrail → limits → checkpoint → approval → [tool_layer] → the tools
 /// ```
 ///
@@ -146,6 +148,8 @@ pub struct Builtins {
     summarize: Option<SummarizeLayer>,
     retry: Option<RetryPolicy>,
     fallback: Option<FallbackLayer>,
+    #[cfg(feature = "structured")]
+    structured: Option<StructuredLayer>,
     redact: Option<RedactLayer>,
     guardrail: Option<GuardrailLayer>,
     approval: Option<ApprovalLayer>,
@@ -225,6 +229,16 @@ impl Builtins {
     /// the same retry and provider layers as the provider.
     pub fn fallback(mut self, fallback: FallbackLayer) -> Self {
         self.fallback = Some(fallback);
+        self
+    }
+
+    /// Structured output checked against the request's response format, and the answers that
+    /// do not match sent back with what is wrong (bounded): inside the patch, outside the
+    /// fallback and the retry (each repair is a call of its own); the host's model layers
+    /// and the guardrails see only the answer that matched.
+    #[cfg(feature = "structured")]
+    pub fn structured(mut self, structured: StructuredLayer) -> Self {
+        self.structured = Some(structured);
         self
     }
 
@@ -390,6 +404,11 @@ impl Builtins {
             ),
             ("model_layer", self.model_layers.clone()),
             ("patch", self.patch.map(wrap).into_iter().collect()),
+            #[cfg(feature = "structured")]
+            (
+                "structured",
+                self.structured.map(wrap).into_iter().collect(),
+            ),
             ("fallback", fallback.map(wrap).into_iter().collect()),
         ];
         slots.extend(around_provider);
@@ -544,6 +563,12 @@ pub trait BuiltinsExt: Sized {
     /// [`Builtins::fallback`].
     fn fallback(self, fallback: FallbackLayer) -> Builtins {
         self.builtins().fallback(fallback)
+    }
+
+    /// [`Builtins::structured`].
+    #[cfg(feature = "structured")]
+    fn structured(self, structured: StructuredLayer) -> Builtins {
+        self.builtins().structured(structured)
     }
 
     /// [`Builtins::redact`].

@@ -64,8 +64,10 @@ pub enum ErrorKind {
     },
     /// The provider failed (HTTP 5xx), could not be reached, or its answer broke off.
     Server,
-    /// The provider's answer arrived but is not what it sends (not its JSON). Not transient:
-    /// the same request would be paid for again and decoded the same way.
+    /// The provider's answer arrived but is not what was asked for: not the provider's JSON,
+    /// a response a fallback rejected, or an answer that still did not match its response
+    /// format after the repairs allowed. Not transient: the same request would be paid for
+    /// again and most likely answered the same way.
     InvalidResponse,
     /// The credentials were refused (HTTP 401/403). Never worth retrying.
     Auth,

@@ -321,3 +321,59 @@ async fn an_anthropic_stream_is_dropped_when_a_parallel_guardrail_trips() {
     let model = anthropic(&url);
     a_parallel_trip_drops_the_stream(model).await;
 }
+
+/// A recorded answer streamed three characters a chunk, an email and an API key in it: each
+/// split across many chunks, neither reaches a reader, and what readers assemble is the
+/// redacted message.
+async fn a_split_secret_never_reaches_a_reader<M>(model: M)
+where
+    M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    M::Future: Send,
+{
+    use tower::Layer;
+    use tower_agent_core::Event;
+    use tower_agent_layers::redact::{RedactLayer, Rules};
+
+    let redact = RedactLayer::new(Rules::new().emails().api_keys());
+    let recorder = EventRecorder::new();
+    let agent = Agent::new(redact.layer(model), ToolSet::new());
+    let res = agent
+        .oneshot(
+            AgentRequest::new(Session::new(), "Who can give me access?")
+                .with_observer(recorder.clone()),
+        )
+        .await
+        .expect("answered");
+    let filler = "Lorem ipsum dolor sit amet. ".repeat(8);
+    let expected = format!("{filler}Mail [REDACTED:email], {filler}key [REDACTED:api_key], thanks");
+    assert_eq!(res.text().as_deref(), Some(expected.as_str()));
+    assert_eq!(recorder.streamed_text(1), expected);
+    assert!(!names(&recorder).contains(&"retract"));
+    let deltas: Vec<String> = recorder
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TextDelta { delta, .. } => Some(delta),
+            _ => None,
+        })
+        .collect();
+    assert!(deltas.len() > 2, "released as it streamed: {deltas:?}");
+    for secret in ["ada", "lovelace", "example", "sk-", "abcdef"] {
+        assert!(
+            deltas.iter().all(|d| !d.contains(secret)),
+            "{secret} in {deltas:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_secret_split_across_openai_chunks_never_reaches_a_reader() {
+    let Some(url) = aimock() else { return };
+    a_split_secret_never_reaches_a_reader(openai(&url)).await;
+}
+
+#[tokio::test]
+async fn a_secret_split_across_anthropic_chunks_never_reaches_a_reader() {
+    let Some(url) = aimock() else { return };
+    a_split_secret_never_reaches_a_reader(anthropic(&url)).await;
+}

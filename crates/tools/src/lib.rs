@@ -50,7 +50,7 @@ mod schema;
 mod set;
 
 pub use function::{FnTool, Reply, ToolContext, ToolHandler, ToolOutput, tool_fn};
-pub use schema::{NoArgs, parameters_schema};
+pub use schema::{NoArgs, parameters_schema, response_format};
 pub use set::ToolSet;
 
 use std::fmt;

@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use tower_agent_core::ResponseFormat;
 
 /// The arguments of a tool that takes none. Accepts `{}` (and empty text).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -75,6 +76,36 @@ pub fn parameters_schema<T: JsonSchema>() -> Value {
         ),
     }
     value
+}
+
+/// A [`ResponseFormat`] for answers of type `T`, named `name`: the JSON Schema of `T`, written
+/// as [`parameters_schema`] writes it (an object schema, subschemas inlined); not strict. Read
+/// the answer back with `serde_json::from_str::<T>(&res.message.text())`.
+///
+/// # Panics
+///
+/// When `T` is not described by an object, as [`parameters_schema`]: providers want an
+/// object at the top of a response format too.
+///
+/// ```
+/// use schemars::JsonSchema;
+/// use tower_agent_core::ResponseFormat;
+/// use tower_agent_tools::response_format;
+///
+/// /// A trip.
+/// #[derive(JsonSchema)]
+/// struct Trip {
+///     city: String,
+///     days: u8,
+/// }
+///
+/// let ResponseFormat::JsonSchema { name, schema, strict, .. } = response_format::<Trip>("trip")
+/// else { unreachable!() };
+/// assert_eq!((name.as_str(), strict), ("trip", false));
+/// assert_eq!(schema["required"], serde_json::json!(["city", "days"]));
+/// ```
+pub fn response_format<T: JsonSchema>(name: impl Into<String>) -> ResponseFormat {
+    ResponseFormat::json_schema(name, parameters_schema::<T>())
 }
 
 /// The `format`s schemars gives Rust's number types: meaningless to a model, and refused by

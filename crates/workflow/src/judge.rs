@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentResponse, BoxError, Error, Message, ModelRequest, ModelResponse, RunContext, SideModel,
-    Usage,
+    AgentResponse, BoxError, Error, GenerationOptions, Message, ModelRequest, ModelResponse,
+    ResponseFormat, RunContext, SideModel, Usage,
 };
 use tower_service::Service;
 
@@ -165,7 +165,8 @@ result of the latest iteration of the work. Answer with one JSON object and noth
 
 /// A judge backed by a model service: it reads the iteration's final answer and answers
 /// `{"decision": "continue" | "stop", "reason": "..."}`, parsed strictly (that object and
-/// nothing else). An answer that does not parse is asked for once more, with the parse error;
+/// nothing else). Its requests carry that shape as a strict response format (`verdict`), which
+/// every provider of `tower-agent-providers` sends natively. An answer that does not parse is asked for once more, with the parse error;
 /// a second one that does not parse makes the verdict [`Verdict::Undecided`], and the loop
 /// stops with a clear reason.
 #[derive(Clone)]
@@ -203,6 +204,7 @@ impl ModelJudge {
     ) -> Result<String, Error> {
         let mut req = ModelRequest::new(messages);
         req.system = Some(Arc::clone(&self.prompt));
+        req.options = GenerationOptions::new().response_format(verdict_format());
         req.ctx = ctx.side_call();
         let res = self.model.ask(req).await?;
         // The loop adds the judge's tokens to the workflow's usage.
@@ -215,6 +217,20 @@ impl fmt::Debug for ModelJudge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModelJudge").finish_non_exhaustive()
     }
+}
+
+/// The verdict's JSON Schema, as [`parse_verdict`] reads it: both fields, nothing else.
+fn verdict_format() -> ResponseFormat {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "decision": { "type": "string", "enum": ["continue", "stop"] },
+            "reason": { "type": "string" }
+        },
+        "required": ["decision", "reason"],
+        "additionalProperties": false
+    });
+    ResponseFormat::json_schema("verdict", schema).strict(true)
 }
 
 /// The verdict as the model must write it.

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
-    AgentInput, AgentRequest, Decision, Error, ErrorKind, Event, ModelResponse, Outcome, Role,
-    Session, StopReason, ToolCall,
+    AgentInput, AgentRequest, Decision, Error, ErrorKind, Event, ModelResponse, Outcome,
+    ResponseFormat, Role, Session, StopReason, ToolCall,
 };
 use tower_agent_layers::approval::{ApprovalLayer, Gate};
 use tower_agent_loop::Agent;
@@ -249,6 +249,27 @@ async fn a_model_judge_is_parsed_strictly_and_asked_once_more() {
         .expect("runs");
     assert_eq!(res.text().as_deref(), Some("v1"));
     assert_eq!(judge_model.request_count(), 2);
+    // Each request asks for the verdict's shape, strictly.
+    for request in judge_model.requests() {
+        let Some(ResponseFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+            ..
+        }) = &request.options.response_format
+        else {
+            panic!("no response format: {:?}", request.options);
+        };
+        assert_eq!((name.as_str(), *strict), ("verdict", true));
+        assert_eq!(
+            schema["required"],
+            serde_json::json!(["decision", "reason"])
+        );
+        assert_eq!(
+            schema["properties"]["decision"]["enum"],
+            serde_json::json!(["continue", "stop"])
+        );
+    }
     let again = &judge_model.requests()[1].messages;
     assert!(again[0].text().contains("v1"), "the judge reads the result");
     assert!(again[2].text().starts_with("That is not a valid verdict"));
