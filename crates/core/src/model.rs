@@ -22,16 +22,36 @@ pub struct ToolSpec {
     pub description: String,
     /// The JSON Schema of its arguments (an object schema).
     pub parameters: Value,
+    /// The tool only reads: running it again, or running it and dropping the result, changes
+    /// nothing. An agent built with `early_tool_start(true)` may start a call to it while the
+    /// model is still streaming. Not sent to providers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 impl ToolSpec {
-    /// A spec.
+    /// A spec; not read-only.
     pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
         Self {
             name: name.into(),
             description: description.into(),
             parameters,
+            read_only: false,
         }
+    }
+
+    /// Mark the tool as one that only reads ([`ToolSpec::read_only`]).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::ToolSpec;
+    ///
+    /// let spec = ToolSpec::new("search", "Search the docs.", json!({"type": "object"})).read_only();
+    /// assert!(spec.read_only);
+    /// ```
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 }
 

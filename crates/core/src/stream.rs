@@ -63,7 +63,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::context::RunContext;
 use crate::error::Error;
 use crate::event::Event;
-use crate::message::{ContentPart, Message};
+use crate::message::{ContentPart, Message, ToolCall};
 
 /// A piece of a streamed answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +73,12 @@ pub enum Delta {
     Text(String),
     /// Reasoning ("thinking").
     Reasoning(String),
+    /// A tool call whose arguments the stream has closed, as it will stand in the message.
+    /// A provider sends it as soon as it knows the call is complete; readers get no event for
+    /// it (the message's calls come with `RoundCompleted`), and an agent built with
+    /// `early_tool_start(true)` may start a read-only tool with it. A filter passes it on
+    /// unless it means to keep the call from starting early.
+    ToolCall(ToolCall),
 }
 
 /// What a layer does to the deltas of the model calls below it.
@@ -267,6 +273,8 @@ impl Deltas {
                     given.reasoning.push_str(&delta);
                     Event::ReasoningDelta { round, delta }
                 }
+                // Not text: the calls reach readers with the message.
+                Delta::ToolCall(_) => return Ok(()),
             }
         };
         ctx.emit(event).await

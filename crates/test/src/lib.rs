@@ -115,6 +115,7 @@ pub struct StubTool {
     spec: Arc<ToolSpec>,
     behavior: Behavior,
     requests: Arc<Mutex<Vec<ToolRequest>>>,
+    delay: std::time::Duration,
 }
 
 impl StubTool {
@@ -129,7 +130,20 @@ impl StubTool {
             spec: Arc::new(spec),
             behavior,
             requests: Arc::default(),
+            delay: std::time::Duration::ZERO,
         }
+    }
+
+    /// Marked read-only ([`ToolSpec::read_only`]).
+    pub fn read_only(mut self) -> Self {
+        Arc::make_mut(&mut self.spec).read_only = true;
+        self
+    }
+
+    /// Takes `delay` (on tokio's clock) before it answers, like a slow tool.
+    pub fn taking(mut self, delay: std::time::Duration) -> Self {
+        self.delay = delay;
+        self
     }
 
     /// Succeeds with `content`.
@@ -235,7 +249,14 @@ impl Service<ToolRequest> for StubTool {
             Behavior::Hangs => return Box::pin(futures_util::future::pending()),
             Behavior::Fn(f) => Ok(f(&request)),
         };
-        Box::pin(std::future::ready(answer))
+        let delay = self.delay;
+        if delay.is_zero() {
+            return Box::pin(std::future::ready(answer));
+        }
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            answer
+        })
     }
 }
 

@@ -113,7 +113,8 @@ impl ScriptedModel {
     }
 
     /// Stream every answer: its reasoning, then its text, in pieces of `chars` characters,
-    /// waiting `pause` before each piece (zero for none).
+    /// then each tool call whole ([`Delta::ToolCall`]), waiting `pause` before each piece and
+    /// each call (zero for none).
     ///
     /// ```
     /// use std::time::Duration;
@@ -234,6 +235,13 @@ impl Service<ModelRequest> for ScriptedModel {
                         }
                     }
                     stream(&request, &response.message.text(), streaming, Delta::Text).await?;
+                    // Each call as the stream closes it, a pause apart.
+                    for call in response.message.tool_calls() {
+                        if !streaming.pause.is_zero() {
+                            tokio::time::sleep(streaming.pause).await;
+                        }
+                        request.send_delta(Delta::ToolCall(call.clone())).await?;
+                    }
                     request.end_stream().await?;
                     Ok(response)
                 }

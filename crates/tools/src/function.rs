@@ -296,6 +296,13 @@ impl<H: ToolHandler<M>, M> FnTool<H, M> {
             _marker: PhantomData,
         }
     }
+
+    /// Mark the tool as one that only reads ([`ToolSpec::read_only`]): an agent built with
+    /// `early_tool_start(true)` may start it while the model still streams.
+    pub fn read_only(mut self) -> Self {
+        Arc::make_mut(&mut self.spec).read_only = true;
+        self
+    }
 }
 
 impl<H: Clone, M> Clone for FnTool<H, M> {

@@ -36,6 +36,9 @@ pub struct AgentConfig {
     pub system: Option<Arc<str>>,
     /// The generation options of every model call.
     pub options: GenerationOptions,
+    /// Start calls to read-only tools while the model still streams
+    /// ([`AgentBuilder::early_tool_start`]).
+    pub early_tool_start: bool,
 }
 
 impl Default for AgentConfig {
@@ -46,6 +49,7 @@ impl Default for AgentConfig {
             tool_specs: None,
             system: None,
             options: GenerationOptions::default(),
+            early_tool_start: false,
         }
     }
 }
@@ -103,6 +107,22 @@ impl AgentBuilder {
     /// The generation options of every model call.
     pub fn options(mut self, options: GenerationOptions) -> Self {
         self.config.options = options;
+        self
+    }
+
+    /// Start a call to a read-only tool ([`ToolSpec::read_only`]) as soon as the model's
+    /// stream closes it, while the model still streams the rest. The round keeps the early
+    /// result when the model's message has the same call (id, name and arguments); otherwise,
+    /// and when the stream breaks, is retried or falls back, the early run is aborted and the
+    /// call runs as usual. Off by default.
+    ///
+    /// The early run goes through the whole tool stack, but starts before the message is
+    /// saved and before the round's `ToolStarted` event (which still comes, in call order,
+    /// when the round adopts it): keep it to tools that only read. It needs a provider that
+    /// streams calls ([`Delta::ToolCall`](tower_agent_core::stream::Delta::ToolCall)); every
+    /// provider of `tower-agent-providers` does.
+    pub fn early_tool_start(mut self, early: bool) -> Self {
+        self.config.early_tool_start = early;
         self
     }
 

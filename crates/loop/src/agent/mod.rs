@@ -9,6 +9,7 @@
 //! | `resume` | applying the input (new messages, continue, resume) |
 //! | `tools` | executing the tool calls of one round, sequentially or concurrently |
 //! | `call` | calling a service: readiness, panics, cancellation, spans |
+//! | `early` | read-only tools started while the model still streams |
 
 use std::fmt;
 use std::future::Future;
@@ -40,6 +41,7 @@ macro_rules! emit {
 
 mod builder;
 mod call;
+mod early;
 mod input;
 mod resume;
 mod rounds;
@@ -206,6 +208,7 @@ where
             saver,
             unsaved: false,
             deltas: Deltas::default(),
+            early: None,
         };
         ResponseFuture {
             inner: Box::pin(run.run(input).instrument(span)),

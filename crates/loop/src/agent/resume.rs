@@ -65,7 +65,16 @@ where
                 }
                 let mode = self.config.tool_execution;
                 let resume = Some(&decisions);
-                let out = execute(&mut self.tools, &self.ctx, 0, mode, calls.iter(), resume).await;
+                let out = execute(
+                    &mut self.tools,
+                    &self.ctx,
+                    0,
+                    mode,
+                    calls.iter(),
+                    resume,
+                    None,
+                )
+                .await;
                 self.absorb_round(out, true)?
             }
             AgentInput::Continue => {

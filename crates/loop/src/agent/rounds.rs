@@ -13,6 +13,7 @@ use tower_service::Service;
 
 use super::AgentConfig;
 use super::call::call;
+use super::early::Early;
 use super::input::check_input;
 use super::tools::{RUN_FAILED, RoundTools, execute, not_executed};
 
@@ -36,6 +37,8 @@ pub(super) struct Run<M, T> {
     pub(super) unsaved: bool,
     /// The way up for the model's deltas, in every round: settled after each call.
     pub(super) deltas: Deltas,
+    /// The read-only calls the last model call started early, until its round adopts them.
+    pub(super) early: Option<Early>,
 }
 
 /// A cancelled outcome; its progress is filled in when the run ends.
@@ -141,6 +144,8 @@ where
                 Answer::Message(message, usage) => (message, usage),
                 Answer::End(outcome) => return Ok(outcome),
             };
+            // Dropped (its runs aborted) unless the round adopts them.
+            let early = self.early.take();
             let calls = self.normalize(&mut message, round);
             if message.has_text() {
                 emit!(
@@ -179,7 +184,7 @@ where
             };
             let mode = self.config.tool_execution;
             let calls = message.tool_calls();
-            let out = execute(&mut self.tools, &self.ctx, round, mode, calls, None).await;
+            let out = execute(&mut self.tools, &self.ctx, round, mode, calls, None, early).await;
             if let Some(outcome) = self.absorb_round(out, false)? {
                 return Ok(outcome);
             }
@@ -208,7 +213,7 @@ where
     /// Call the model with the history, and apply what its response did: the history a layer
     /// committed, the usage, a stop. The model's message, or the outcome the run ends with.
     async fn call_model(&mut self, round: u32) -> Result<Answer, Error> {
-        let request = ModelRequest {
+        let mut request = ModelRequest {
             system: self.config.system.clone(),
             messages: self.session.history.clone(),
             // Asked every round: a tool service may change what it serves.
@@ -220,9 +225,24 @@ where
             ctx: self.ctx.with_round(round),
             deltas: self.deltas.clone(),
         };
+        // Above every layer's filter: it starts the calls the layers let through.
+        self.early = None;
+        if self.config.early_tool_start {
+            if let Some((early, filter)) = Early::new(&request.tools, &self.tools, &request.ctx) {
+                request.deltas.filter(filter);
+                self.early = Some(early);
+            }
+        }
         let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
         let token = self.ctx.cancellation_token().clone();
         let answer = call(&mut self.model, request, &token, span).await;
+        if let Some(early) = &self.early {
+            early.close();
+        }
+        if !matches!(&answer, Some(Ok(response)) if response.stop.is_none()) {
+            // No message: the early runs answer nothing.
+            self.early = None;
+        }
         // The readers end up with what the history gets: the message, or nothing.
         let kept = match &answer {
             Some(Ok(response)) if response.stop.is_none() => Some(&response.message),

@@ -9,6 +9,7 @@ use tower_service::Service;
 
 use super::ToolExecution;
 use super::call::{self, CallFailure, tool_span};
+use super::early::{Early, EarlyRun};
 
 /// The result of a call left without one when the run failed.
 pub(super) const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
@@ -63,7 +64,8 @@ fn is_error(outcome: &ToolOutcome) -> bool {
 }
 
 /// Run the tool calls of one round. Never fails: every call gets a result, an interrupt, or
-/// (on cancellation, stop or error) a synthetic result.
+/// (on cancellation, stop or error) a synthetic result. A call that started `early` is waited
+/// for instead of run again.
 pub(super) async fn execute<T>(
     tools: &mut T,
     ctx: &RunContext,
@@ -71,6 +73,7 @@ pub(super) async fn execute<T>(
     mode: ToolExecution,
     calls: impl Iterator<Item = &ToolCall> + Send,
     resume: Option<&Decisions>,
+    early: Option<Early>,
 ) -> RoundTools
 where
     T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
@@ -79,9 +82,15 @@ where
 {
     let mut out = RoundTools::default();
     let token = ctx.cancellation_token();
+    let calls: Vec<&ToolCall> = calls.collect();
+    // The early runs of these calls; the others are aborted now, with `early`.
+    let mut adopted: Vec<Option<_>> = match early {
+        Some(early) => calls.iter().map(|call| early.adopt(call)).collect(),
+        None => calls.iter().map(|_| None).collect(),
+    };
     match mode {
         ToolExecution::Sequential => {
-            for call in calls {
+            for (call, adopted) in calls.iter().zip(&mut adopted) {
                 if out.answered_unrun(call) {
                     continue;
                 }
@@ -90,8 +99,13 @@ where
                     out.answer(ToolResult::error(call, RUN_FAILED));
                     continue;
                 }
-                let request = tool_request(call, ctx, round, resume);
-                let outcome = call::call(&mut *tools, request, token, tool_span(call)).await;
+                let outcome = match adopted.take() {
+                    Some(run) => run.finish().await,
+                    None => {
+                        let request = tool_request(call, ctx, round, resume);
+                        call::call(&mut *tools, request, token, tool_span(call)).await
+                    }
+                };
                 let is_error = absorb(&mut out, call, outcome, token);
                 if let Err(error) = emit!(ctx, finished(round, call, is_error)) {
                     out.error.get_or_insert(error);
@@ -99,14 +113,14 @@ where
             }
         }
         ToolExecution::Concurrent { limit } => {
-            let calls: Vec<&ToolCall> = calls.collect();
             // Each future owns what it needs (no borrows), which keeps the run future `Send`.
             let running: Vec<_> = calls
                 .iter()
+                .zip(adopted)
                 .enumerate()
-                .map(|(index, call)| {
+                .map(|(index, (call, adopted))| {
                     let request = tool_request(call, ctx, round, resume);
-                    run_one(index, tools.clone(), request)
+                    run_one(index, tools.clone(), request, adopted)
                 })
                 .collect();
             let mut running = stream::iter(running).buffer_unordered(limit.max(1));
@@ -172,11 +186,12 @@ fn tool_request(
     }
 }
 
-/// One call of a concurrent round: announce it, run it.
+/// One call of a concurrent round: announce it, run it (or wait for its early run).
 async fn run_one<T>(
     index: usize,
     mut service: T,
     request: ToolRequest,
+    early: Option<EarlyRun>,
 ) -> (usize, Result<Option<ToolOutcome>, Error>)
 where
     T: Service<ToolRequest, Response = ToolResponse>,
@@ -186,8 +201,13 @@ where
     if let Err(error) = emit!(ctx, started(ctx.round(), &request.call)) {
         return (index, Err(error));
     }
-    let span = tool_span(&request.call);
-    let outcome = call::call(&mut service, request, ctx.cancellation_token(), span).await;
+    let outcome = match early {
+        Some(run) => run.finish().await,
+        None => {
+            let span = tool_span(&request.call);
+            call::call(&mut service, request, ctx.cancellation_token(), span).await
+        }
+    };
     (index, Ok(outcome))
 }
 

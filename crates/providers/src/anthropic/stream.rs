@@ -53,6 +53,23 @@ fn str_of<'v>(value: &'v Value, key: &str) -> &'v str {
     value.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
+/// A streamed `tool_use` block as a call: the arguments as the model wrote them, valid JSON or
+/// not (the tool service reports malformed arguments to the model), else the block's input.
+fn tool_call(id: &str, name: &str, json: &str, start: &Value) -> Option<ToolCall> {
+    if !json.trim().is_empty() {
+        return Some(ToolCall::raw(id, name, json));
+    }
+    let block = WireBlock::ToolUse {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        input: start.clone(),
+    };
+    match block_part(block) {
+        Some(ContentPart::ToolCall(call)) => Some(call),
+        _ => None,
+    }
+}
+
 impl StreamDecoder for Decoder {
     fn feed(&mut self, event: &str, data: &str, deltas: &mut Vec<Delta>) -> Result<(), Error> {
         if data.trim().is_empty() {
@@ -123,6 +140,21 @@ impl StreamDecoder for Decoder {
                     _ => {}
                 }
             }
+            "content_block_stop" => {
+                let index = index_of(&value);
+                if let Some(Open::ToolUse {
+                    id,
+                    name,
+                    json,
+                    start,
+                }) = self.block(index)
+                {
+                    // The call's arguments are closed: as it will stand in the message.
+                    if let Some(call) = tool_call(id, name, json, start) {
+                        deltas.push(Delta::ToolCall(call));
+                    }
+                }
+            }
             "message_delta" => {
                 if let Some(reason) = value.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.stop_reason = Some(reason.to_owned());
@@ -165,17 +197,8 @@ impl StreamDecoder for Decoder {
                     json,
                     start,
                 } => {
-                    if !json.trim().is_empty() {
-                        // The arguments as the model wrote them, valid JSON or not: the tool
-                        // service reports malformed arguments to the model.
-                        parts.push(ContentPart::ToolCall(ToolCall::raw(id, name, json)));
-                        continue;
-                    }
-                    WireBlock::ToolUse {
-                        id,
-                        name,
-                        input: start,
-                    }
+                    parts.extend(tool_call(&id, &name, &json, &start).map(ContentPart::ToolCall));
+                    continue;
                 }
                 Open::Other => continue,
             };

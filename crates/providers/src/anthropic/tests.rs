@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 use tower_agent_core::{ContentPart, ErrorKind, FinishReason, Role, ToolCall, ToolResult, Usage};
 
 use crate::encode;
+use crate::wire::Delta;
 
 use super::stream::*;
 use super::*;
@@ -121,6 +122,10 @@ fn a_streamed_answer_with_thinking_and_a_call() {
             "content_block_delta",
             r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"src\"}"}}"#,
         ),
+        (
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":2}"#,
+        ),
         ("ping", r#"{"type":"ping"}"#),
         (
             "message_delta",
@@ -128,9 +133,27 @@ fn a_streamed_answer_with_thinking_and_a_call() {
         ),
         ("message_stop", r#"{"type":"message_stop"}"#),
     ] {
+        let before = deltas.len();
         decoder.feed(event, data, &mut deltas).expect("valid");
+        // The call goes up when its block stops, whole.
+        let call_sent = deltas[before..]
+            .iter()
+            .any(|d| matches!(d, Delta::ToolCall(_)));
+        assert_eq!(
+            call_sent,
+            data.contains(r#""content_block_stop","index":2"#),
+            "{data}"
+        );
     }
-    assert_eq!(deltas.len(), 2);
+    let call = ToolCall::raw("toolu_1", "ls", r#"{"path":"src"}"#);
+    assert_eq!(
+        deltas,
+        [
+            Delta::Reasoning("hmm".into()),
+            Delta::Text("Let me".into()),
+            Delta::ToolCall(call)
+        ]
+    );
     let res = decoder.finish().expect("complete");
     assert_eq!(
         res.message.content,

@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 use tower_agent_core::{ContentPart, ErrorKind, FinishReason, Role, ToolCall, ToolResult, Usage};
 
 use crate::encode;
+use crate::wire::Delta;
 
 use super::response::*;
 use super::*;
@@ -54,10 +55,11 @@ fn chunks_accumulate_into_one_message() {
     for data in [
         r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Hel"}]}}]}"#,
         r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"lo"}]}}]}"#,
-        r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"ls","args":{}},"thoughtSignature":"S"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":3,"thoughtsTokenCount":2}}"#,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"ls","args":{}},"thoughtSignature":"S"},{"functionCall":{"name":"cat","args":{"p":"a"},"id":"c2"}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":3,"thoughtsTokenCount":2}}"#,
     ] {
         decoder.feed("", data, &mut deltas).expect("valid");
     }
+    let cat = ToolCall::raw("c2", "cat", r#"{"p":"a"}"#);
     let res = decoder.finish().expect("complete");
     assert_eq!(
         res.message.content,
@@ -70,11 +72,20 @@ fn chunks_accumulate_into_one_message() {
                 signature: Some("S".into())
             },
             ContentPart::ToolCall(ToolCall::raw("", "ls", "{}")),
+            ContentPart::ToolCall(cat.clone()),
         ]
     );
     assert_eq!(res.usage, Usage::new(7, 5));
     assert_eq!(res.finish_reason, FinishReason::ToolCalls);
-    assert_eq!(deltas.len(), 2);
+    // Calls come whole; one without an id could not be matched, so it is not sent early.
+    assert_eq!(
+        deltas,
+        [
+            Delta::Text("Hel".into()),
+            Delta::Text("lo".into()),
+            Delta::ToolCall(cat)
+        ]
+    );
 }
 
 #[test]

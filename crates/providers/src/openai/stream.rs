@@ -17,6 +17,9 @@ pub(super) struct Decoder {
     /// Calls by their stream index (none when the server sends none): id, name, argument
     /// fragments joined.
     calls: Vec<(Option<usize>, ToolCall)>,
+    /// How many of `calls` were sent up as complete (a call is, once the next one starts or
+    /// the choice finishes).
+    closed: usize,
     finish: Option<String>,
     usage: Option<WireUsage>,
     done: bool,
@@ -62,6 +65,14 @@ struct ChunkFunction {
 }
 
 impl Decoder {
+    /// Send up the calls before `end` not yet sent: their arguments are closed.
+    fn close_calls(&mut self, end: usize, deltas: &mut Vec<Delta>) {
+        for (_, call) in &self.calls[self.closed.min(end)..end] {
+            deltas.push(Delta::ToolCall(call.clone()));
+        }
+        self.closed = self.closed.max(end);
+    }
+
     /// Where the call a fragment belongs to is: by its index; without one, by its id (a new
     /// id is a new call); with neither, the call before.
     fn call_for(&mut self, fragment: &ChunkCall) -> usize {
@@ -111,7 +122,21 @@ impl StreamDecoder for Decoder {
                 deltas.push(Delta::Text(text));
             }
             for fragment in delta.tool_calls {
+                let before = self.calls.len();
                 let at = self.call_for(&fragment);
+                // A new call after the open ones (by index, or without indexes): those are
+                // complete. Servers send calls in index order; when one does not, the calls
+                // are sent up at the finish.
+                let after_open =
+                    self.calls[self.closed.min(at)..at]
+                        .iter()
+                        .all(|(index, _)| match (index, fragment.index) {
+                            (Some(open), Some(new)) => *open < new,
+                            _ => true,
+                        });
+                if at >= before && after_open {
+                    self.close_calls(at, deltas);
+                }
                 let call = &mut self.calls[at].1;
                 if let Some(id) = fragment.id.filter(|id| !id.is_empty()) {
                     call.id = id;
@@ -127,6 +152,7 @@ impl StreamDecoder for Decoder {
             }
             if choice.finish_reason.is_some() {
                 self.finish = choice.finish_reason;
+                self.close_calls(self.calls.len(), deltas);
             }
         }
         Ok(())

@@ -8,6 +8,7 @@ use tower_agent_core::{
 use std::sync::Arc;
 
 use crate::encode;
+use crate::wire::Delta;
 
 use super::stream::*;
 use super::*;
@@ -85,7 +86,16 @@ fn stream_fragments_are_joined_by_index() {
         decoder.feed("", data, &mut deltas).expect("a valid chunk");
     }
     assert!(decoder.is_done());
-    assert_eq!(deltas.len(), 2);
+    // Out of index order: the calls are sent up whole at the finish.
+    assert_eq!(
+        deltas,
+        [
+            Delta::Text("Hel".into()),
+            Delta::Text("lo".into()),
+            Delta::ToolCall(ToolCall::raw("b", "t2", "{\"x\":1}")),
+            Delta::ToolCall(ToolCall::raw("a", "t1", "")),
+        ]
+    );
     let res = decoder.finish().expect("complete");
     assert_eq!(res.message.text(), "Hello");
     let calls: Vec<_> = res
@@ -96,6 +106,38 @@ fn stream_fragments_are_joined_by_index() {
     assert_eq!(calls, [("a", "t1", ""), ("b", "t2", "{\"x\":1}")]);
     assert_eq!(res.usage, Usage::new(9, 3).with_cached(4));
     assert_eq!(res.finish_reason, FinishReason::ToolCalls);
+}
+
+#[test]
+fn a_call_is_sent_up_as_soon_as_the_next_one_starts() {
+    let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
+    let mut sent = Vec::new();
+    for data in [
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"docs","arguments":"{\"q\":"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"x\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"code","arguments":"{}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        "[DONE]",
+    ] {
+        let mut deltas = Vec::new();
+        decoder.feed("", data, &mut deltas).expect("a valid chunk");
+        sent.push(deltas);
+    }
+    let a = ToolCall::raw("a", "docs", "{\"q\":\"x\"}");
+    let b = ToolCall::raw("b", "code", "{}");
+    assert_eq!(
+        sent,
+        [
+            vec![],
+            vec![],
+            vec![Delta::ToolCall(a.clone())],
+            vec![Delta::ToolCall(b.clone())],
+            vec![]
+        ]
+    );
+    let res = decoder.finish().expect("complete");
+    let calls: Vec<ToolCall> = res.message.tool_calls().cloned().collect();
+    assert_eq!(calls, [a, b], "what was sent up is what the message holds");
 }
 
 #[test]
