@@ -112,7 +112,7 @@ mod layer {
     use std::time::Duration;
     use tower::{Layer, ServiceExt};
 
-    use tower_agent_core::{AgentRequest, Event, ModelResponse, Session, ToolCall};
+    use tower_agent_core::{AgentRequest, ModelResponse, Session, ToolCall};
     use tower_agent_layers::redact::{RedactLayer, Rules};
     use tower_agent_loop::Agent;
     use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
@@ -201,14 +201,7 @@ mod layer {
         assert_eq!(recorder.streamed_text(1), expected);
         // The filter's deltas add up to the message: the agent had nothing to take back.
         assert!(!recorder.names().contains(&"retract"));
-        let deltas: Vec<String> = recorder
-            .events()
-            .into_iter()
-            .filter_map(|e| match e {
-                Event::TextDelta { delta, .. } => Some(delta),
-                _ => None,
-            })
-            .collect();
+        let deltas = recorder.text_deltas();
         assert!(deltas.len() > 20, "{deltas:?}");
         for secret in ["ada", "lovelace", "example", "sk-", "abcdef"] {
             assert!(

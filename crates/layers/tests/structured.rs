@@ -43,6 +43,15 @@ fn request(format: Option<ResponseFormat>) -> (ModelRequest, EventRecorder) {
     (request, recorder)
 }
 
+/// `layer` over `model`, called once with `req`.
+async fn ask(
+    layer: StructuredLayer,
+    model: &ScriptedModel,
+    req: ModelRequest,
+) -> Result<ModelResponse, Error> {
+    layer.layer(model.clone()).oneshot(req).await
+}
+
 fn answer(text: &str, input: u64) -> ModelResponse {
     let mut res = ModelResponse::text(text);
     res.usage = Usage::new(input, 5);
@@ -56,9 +65,7 @@ async fn an_answer_that_does_not_match_is_sent_back_with_what_is_wrong() {
         answer(r#"{"city": "Paris", "days": 3}"#, 20),
     ]);
     let (req, _) = request(Some(trip()));
-    let res = StructuredLayer::new()
-        .layer(model.clone())
-        .oneshot(req)
+    let res = ask(StructuredLayer::new(), &model, req)
         .await
         .expect("the repaired answer");
     assert_eq!(res.message.text(), r#"{"city": "Paris", "days": 3}"#);
@@ -101,9 +108,7 @@ async fn text_that_is_not_json_is_refused_as_such() {
         answer(r#" {"city": "Paris", "days": 3} "#, 1),
     ]);
     let (req, _) = request(Some(trip()));
-    let res = StructuredLayer::new()
-        .layer(model.clone())
-        .oneshot(req)
+    let res = ask(StructuredLayer::new(), &model, req)
         .await
         .expect("the repaired answer");
     assert_eq!(
@@ -122,10 +127,7 @@ async fn when_no_answer_matches_the_call_fails_typed_after_the_repairs() {
         answer(r#"{"city": "never asked"}"#, 40),
     ]);
     let (req, _) = request(Some(trip()));
-    let error = StructuredLayer::new()
-        .repairs(1)
-        .layer(model.clone())
-        .oneshot(req)
+    let error = ask(StructuredLayer::new().repairs(1), &model, req)
         .await
         .expect_err("no answer matched");
     assert_eq!(error.kind(), ErrorKind::InvalidResponse);
@@ -148,10 +150,7 @@ async fn when_no_answer_matches_the_call_fails_typed_after_the_repairs() {
 async fn zero_repairs_fails_at_once_and_a_model_error_passes_through() {
     let model = ScriptedModel::new([answer("no", 1)]);
     let (req, _) = request(Some(trip()));
-    let error = StructuredLayer::new()
-        .repairs(0)
-        .layer(model.clone())
-        .oneshot(req)
+    let error = ask(StructuredLayer::new().repairs(0), &model, req)
         .await
         .expect_err("refused");
     assert_eq!(error.kind(), ErrorKind::InvalidResponse);
@@ -195,9 +194,7 @@ async fn a_streamed_answer_that_is_refused_is_retracted() {
 async fn without_a_format_or_with_tool_calls_nothing_is_checked() {
     let model = ScriptedModel::new([answer("free text", 1)]);
     let (req, _) = request(None);
-    let res = StructuredLayer::new()
-        .layer(model.clone())
-        .oneshot(req)
+    let res = ask(StructuredLayer::new(), &model, req)
         .await
         .expect("passed through");
     assert_eq!(res.message.text(), "free text");
@@ -206,9 +203,7 @@ async fn without_a_format_or_with_tool_calls_nothing_is_checked() {
     let calls = ModelResponse::tool_calls([ToolCall::new("c1", "weather", json!({"x": 1}))]);
     let model = ScriptedModel::new([calls.clone()]);
     let (req, _) = request(Some(trip()));
-    let res = StructuredLayer::new()
-        .layer(model.clone())
-        .oneshot(req)
+    let res = ask(StructuredLayer::new(), &model, req)
         .await
         .expect("passed through");
     assert_eq!(res.message, calls.message);
@@ -220,9 +215,7 @@ async fn a_schema_that_is_not_valid_fails_at_once_as_a_bad_request() {
     let model = ScriptedModel::new([answer("{}", 1), answer("{}", 1)]);
     let bad = ResponseFormat::json_schema("bad", json!({ "type": "no-such-type" }));
     let (req, _) = request(Some(bad));
-    let error = StructuredLayer::new()
-        .layer(model.clone())
-        .oneshot(req)
+    let error = ask(StructuredLayer::new(), &model, req)
         .await
         .expect_err("a host error");
     assert_eq!(error.kind(), ErrorKind::BadRequest);

@@ -331,7 +331,6 @@ where
     M::Future: Send,
 {
     use tower::Layer;
-    use tower_agent_core::Event;
     use tower_agent_layers::redact::{RedactLayer, Rules};
 
     let redact = RedactLayer::new(Rules::new().emails().api_keys());
@@ -349,14 +348,7 @@ where
     assert_eq!(res.text().as_deref(), Some(expected.as_str()));
     assert_eq!(recorder.streamed_text(1), expected);
     assert!(!names(&recorder).contains(&"retract"));
-    let deltas: Vec<String> = recorder
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::TextDelta { delta, .. } => Some(delta),
-            _ => None,
-        })
-        .collect();
+    let deltas = recorder.text_deltas();
     assert!(deltas.len() > 2, "released as it streamed: {deltas:?}");
     for secret in ["ada", "lovelace", "example", "sk-", "abcdef"] {
         assert!(

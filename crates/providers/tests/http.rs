@@ -18,7 +18,7 @@ use tower_agent_providers::{Anthropic, Gemini, OpenAi};
 use tower_agent_test::{EventRecorder, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
 
-use common::{Canned, Server, call, text_deltas};
+use common::{Canned, Server, call};
 
 const KEY: &str = "sk-test-SECRET-0123456789";
 
@@ -85,7 +85,7 @@ async fn openai_streams_deltas_and_assembles_parallel_calls() {
     let (req, recorder) = observed();
     let res = call(model.clone(), req).await.expect("streamed");
     assert_eq!(res.message.text(), "Paris is the capital.");
-    assert_eq!(text_deltas(&recorder), ["Par", "is is", " the capital."]);
+    assert_eq!(recorder.text_deltas(), ["Par", "is is", " the capital."]);
     assert_eq!(res.usage, Usage::new(24, 6));
     assert_eq!(
         server.received()[0].json()["stream_options"],
@@ -236,7 +236,7 @@ async fn anthropic_streams_thinking_text_and_parallel_calls() {
     );
     assert_eq!(res.usage, Usage::new(2458, 89).with_cached(2048));
     assert_eq!(res.finish_reason, FinishReason::ToolCalls);
-    assert_eq!(text_deltas(&recorder), ["I'll check both."]);
+    assert_eq!(recorder.text_deltas(), ["I'll check both."]);
     assert!(recorder.names().contains(&"reasoning_delta"));
 
     let sent = &server.received()[0];
@@ -283,7 +283,7 @@ async fn gemini_streams_and_calls_with_signatures() {
     let res = call(model.clone(), req).await.expect("streamed");
     assert_eq!(res.message.text(), "Paris is the capital of France.");
     assert_eq!(res.usage, Usage::new(9, 31));
-    assert_eq!(text_deltas(&recorder).len(), 2);
+    assert_eq!(recorder.text_deltas().len(), 2);
     let sent = &server.received()[0];
     assert_eq!(
         sent.path,

@@ -149,7 +149,7 @@ async fn streaming_with_usage_through_the_openai_and_the_anthropic_endpoints() {
         let text = res.message.text();
         assert!(!text.trim().is_empty(), "{name}: no text");
         // The message is exactly what streamed.
-        assert_eq!(common::text_deltas(&recorder).concat(), text, "{name}");
+        assert_eq!(recorder.text_deltas().concat(), text, "{name}");
         assert!(recorder.events().len() > 1, "{name}: streamed in pieces");
         assert!(res.usage.input_tokens > 10, "{name}: {:?}", res.usage);
         assert!(
@@ -465,6 +465,6 @@ async fn a_response_format_holds_the_real_model_to_its_schema() {
     let text = res.message.text();
     let trip: Trip = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     assert!(!trip.city.is_empty(), "{text}");
-    assert_eq!(common::text_deltas(&recorder).concat(), text, "it streamed");
+    assert_eq!(recorder.text_deltas().concat(), text, "it streamed");
     eprintln!("{text}");
 }

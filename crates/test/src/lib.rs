@@ -326,6 +326,17 @@ impl EventRecorder {
             .collect()
     }
 
+    /// Every `TextDelta`'s text, in order, whatever its round (retractions included).
+    pub fn text_deltas(&self) -> Vec<String> {
+        lock(&self.events)
+            .iter()
+            .filter_map(|event| match event {
+                Event::TextDelta { delta, .. } => Some(delta.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The text a stream reader put together for `round` from the run's own events: its
     /// `TextDelta`s appended, emptied at each `Retract`. It equals the text of the round's
     /// message (see [`tower_agent_core::stream`]).

@@ -256,18 +256,6 @@ pub async fn call(
     model.ready().await?.call(req).await
 }
 
-/// The text deltas `recorder` saw, in order.
-pub fn text_deltas(recorder: &tower_agent_test::EventRecorder) -> Vec<String> {
-    recorder
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            tower_agent_core::Event::TextDelta { delta, .. } => Some(delta),
-            _ => None,
-        })
-        .collect()
-}
-
 async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
     let mut buffer = Vec::new();
     let mut chunk = [0_u8; 4096];
