@@ -11,7 +11,7 @@
 //! | [`checkpoint`] | `checkpoint` | tool (`before_tool`) | after every N tool calls, ask whether to go on; stop with a summary |
 //! | [`retry`] | `retry` | model (innermost; tools too) | tower's `Retry` with `RetryPolicy`: backoff, the provider's wait, a budget; nothing called after a cancellation |
 //! | [`fallback`] | `fallback` | model (outside retry) | the next model of a chain answers after a failure another model may not have, or a rejected response; stream readers told to discard |
-//! | [`structured`] | `structured` | model (around, outside fallback) | the answer checked against its response format (JSON Schema) and sent back with what is wrong, bounded; tool arguments too, as an option |
+//! | `structured` | `structured` | model (around, outside fallback) | the answer checked against its response format (JSON Schema) and sent back with what is wrong, bounded; tool arguments too, as an option |
 //! | `redact` | `redact` | rules for whole texts and streams | emails, phone numbers, API keys and bounded patterns of your own, replaced or masked; a stream holds back only what a match could still need |
 //! | [`evict`] | `evict` | tool (`after_tool`) | a result over a token limit goes whole to a storage backend; a preview and a read tool stay |
 //! | [`summarize`] | `summarize` | model (`before_model` and around) | older messages replaced by a summary, committed to the session; summarize and retry on context overflow |
