@@ -84,6 +84,18 @@ impl Early {
         lock(&self.shared).closed = true;
     }
 
+    /// Abort the runs none of `calls` matches (id, name and arguments).
+    pub(super) fn keep<'c>(&self, calls: impl Iterator<Item = &'c ToolCall>) {
+        let calls: Vec<&ToolCall> = calls.collect();
+        lock(&self.shared).runs.retain(|(early, run)| {
+            let kept = calls.contains(&early);
+            if !kept {
+                run.abort();
+            }
+            kept
+        });
+    }
+
     /// The early run of `call`, if one started with the same id, name and arguments.
     pub(super) fn adopt(&self, call: &ToolCall) -> Option<EarlyRun> {
         let mut shared = lock(&self.shared);

@@ -183,6 +183,9 @@ where
                 unreachable!("the model's message is the last");
             };
             let mode = self.config.tool_execution;
+            if let Some(early) = &early {
+                early.keep(message.tool_calls());
+            }
             let calls = message.tool_calls();
             let out = execute(&mut self.tools, &self.ctx, round, mode, calls, None, early).await;
             if let Some(outcome) = self.absorb_round(out, false)? {

@@ -65,7 +65,7 @@ fn is_error(outcome: &ToolOutcome) -> bool {
 
 /// Run the tool calls of one round. Never fails: every call gets a result, an interrupt, or
 /// (on cancellation, stop or error) a synthetic result. A call that started `early` is waited
-/// for instead of run again.
+/// for instead of run again (the caller has aborted the early runs no call matches).
 pub(super) async fn execute<T>(
     tools: &mut T,
     ctx: &RunContext,
@@ -82,15 +82,9 @@ where
 {
     let mut out = RoundTools::default();
     let token = ctx.cancellation_token();
-    let calls: Vec<&ToolCall> = calls.collect();
-    // The early runs of these calls; the others are aborted now, with `early`.
-    let mut adopted: Vec<Option<_>> = match early {
-        Some(early) => calls.iter().map(|call| early.adopt(call)).collect(),
-        None => calls.iter().map(|_| None).collect(),
-    };
     match mode {
         ToolExecution::Sequential => {
-            for (call, adopted) in calls.iter().zip(&mut adopted) {
+            for call in calls {
                 if out.answered_unrun(call) {
                     continue;
                 }
@@ -99,7 +93,7 @@ where
                     out.answer(ToolResult::error(call, RUN_FAILED));
                     continue;
                 }
-                let outcome = match adopted.take() {
+                let outcome = match early.as_ref().and_then(|early| early.adopt(call)) {
                     Some(run) => run.finish().await,
                     None => {
                         let request = tool_request(call, ctx, round, resume);
@@ -113,13 +107,14 @@ where
             }
         }
         ToolExecution::Concurrent { limit } => {
+            let calls: Vec<&ToolCall> = calls.collect();
             // Each future owns what it needs (no borrows), which keeps the run future `Send`.
             let running: Vec<_> = calls
                 .iter()
-                .zip(adopted)
                 .enumerate()
-                .map(|(index, (call, adopted))| {
+                .map(|(index, call)| {
                     let request = tool_request(call, ctx, round, resume);
+                    let adopted = early.as_ref().and_then(|early| early.adopt(call));
                     run_one(index, tools.clone(), request, adopted)
                 })
                 .collect();
