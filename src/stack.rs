@@ -251,8 +251,9 @@ impl Builtins {
     }
 
     /// Guardrails on the model's input and output and on tool results: inside the redaction
-    /// on both stacks (a guardrail reads what the model reads and what it wrote, before the
-    /// rest of the stack); a trip ends the run.
+    /// on both stacks, so a guardrail reads the redacted input the model reads, but the
+    /// model's output and tool results before they are redacted (a classifier model among
+    /// the guardrails sees them too); a trip ends the run.
     pub fn guardrail(mut self, guardrail: GuardrailLayer) -> Self {
         self.guardrail = Some(guardrail);
         self

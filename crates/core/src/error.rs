@@ -171,7 +171,6 @@ pub struct Error {
     session: Option<Box<Session>>,
     history: Option<Box<History>>,
     usage: Usage,
-    streamed: bool,
 }
 
 impl fmt::Display for Error {
@@ -200,7 +199,6 @@ impl Error {
             session: None,
             history: None,
             usage: Usage::default(),
-            streamed: false,
         }
     }
 
@@ -298,23 +296,24 @@ impl Error {
         self.history.take().map(|h| *h)
     }
 
-    /// Attach the tokens the failed run used before it failed.
+    /// Attach the tokens the failed run used before it failed (replacing any attached).
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = usage;
         self
     }
 
-    /// Mark the error as one of a call whose stream had delivered deltas before it failed
-    /// (providers mark a stream that broke off): readers saw part of an answer, and a retry
-    /// policy decides whether to call again ([`Error::streamed`]).
-    pub fn with_streamed(mut self) -> Self {
-        self.streamed = true;
+    /// Add `usage` to the tokens attached: a layer that spent tokens before an inner call
+    /// failed keeps the inner call's own.
+    ///
+    /// ```
+    /// use tower_agent_core::{Error, Usage};
+    ///
+    /// let error = Error::other("down").with_usage(Usage::new(5, 1));
+    /// assert_eq!(error.add_usage(Usage::new(1, 1)).usage(), Usage::new(6, 2));
+    /// ```
+    pub fn add_usage(mut self, usage: Usage) -> Self {
+        self.usage += usage;
         self
-    }
-
-    /// Whether the call's stream had delivered deltas before it failed.
-    pub fn streamed(&self) -> bool {
-        self.streamed
     }
 
     /// The tokens the failed run used before it failed (its model calls, the summarizer's,
@@ -379,9 +378,6 @@ impl fmt::Debug for Error {
                 "session",
                 &format_args!("<{} messages>", session.history.len()),
             );
-        }
-        if self.streamed {
-            d.field("streamed", &true);
         }
         if let Some(history) = &self.history {
             d.field("history", &format_args!("<{} messages>", history.len()));

@@ -273,6 +273,28 @@ impl ModelRequest {
         self.deltas.restart(&self.ctx).await
     }
 
+    /// A layer calls the model again at once with this request after `error` (a fallback, a
+    /// repair): the stream restarts ([`restart_stream`](Self::restart_stream)), then readers
+    /// get [`Event::Retrying`](crate::Event::Retrying) naming `attempt`, the call's number
+    /// from 1.
+    ///
+    /// # Errors
+    ///
+    /// An observer's error.
+    pub async fn call_again(&self, attempt: u32, error: &Error) -> Result<(), Error> {
+        self.restart_stream().await?;
+        if !self.ctx.events().is_enabled() {
+            return Ok(());
+        }
+        let event = crate::Event::Retrying {
+            round: self.ctx.round(),
+            attempt,
+            delay: std::time::Duration::ZERO,
+            error: error.clone(),
+        };
+        self.ctx.emit(event).await
+    }
+
     /// Append a block to the system instructions, separated by a blank line.
     ///
     /// ```

@@ -58,9 +58,9 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
-use crate::context::RunContext;
+use crate::context::{RunContext, lock};
 use crate::error::Error;
 use crate::event::Event;
 use crate::message::{ContentPart, Message, ToolCall};
@@ -160,12 +160,13 @@ impl Deltas {
     /// Pass `batch` up through every filter (ending each, when the stream `ends`), then give
     /// what comes out to the readers.
     async fn pass(&self, ctx: &RunContext, mut batch: Vec<Delta>, ends: bool) -> Result<(), Error> {
+        // Two buffers for the whole chain: what a filter gets, and what it lets through.
+        let mut out = Vec::new();
         let mut link = self.filters.as_ref();
         while let Some(at) = link {
-            let mut out = Vec::with_capacity(batch.len());
             {
                 let mut filter = lock(&at.filter);
-                for delta in batch {
+                for delta in batch.drain(..) {
                     filter.delta(delta, &mut out)?;
                 }
                 if ends {
@@ -175,7 +176,7 @@ impl Deltas {
             if out.is_empty() && !ends {
                 return Ok(());
             }
-            batch = out;
+            std::mem::swap(&mut batch, &mut out);
             link = at.up.as_ref();
         }
         for delta in batch {
@@ -184,9 +185,22 @@ impl Deltas {
         Ok(())
     }
 
+    /// Whether readers were given deltas since the last settle or retraction: part of the
+    /// current call's answer is out (a retry policy may refuse to replay it).
+    pub fn delivered(&self) -> bool {
+        let given = lock(&self.given);
+        !given.text.is_empty() || !given.reasoning.is_empty()
+    }
+
     /// The call is about to be made again: every filter forgets, and readers that were given
-    /// deltas get an [`Event::Retract`].
-    pub(crate) async fn restart(&self, ctx: &RunContext) -> Result<(), Error> {
+    /// deltas get an [`Event::Retract`] (as [`ModelRequest::restart_stream`] does).
+    ///
+    /// # Errors
+    ///
+    /// An observer's error.
+    ///
+    /// [`ModelRequest::restart_stream`]: crate::ModelRequest::restart_stream
+    pub async fn restart(&self, ctx: &RunContext) -> Result<(), Error> {
         let mut link = self.filters.as_ref();
         while let Some(at) = link {
             lock(&at.filter).restart();
@@ -290,10 +304,6 @@ fn streamed_parts(message: &Message) -> (String, String) {
         }
     }
     (message.text(), reasoning)
-}
-
-fn lock<T: ?Sized>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl fmt::Debug for Deltas {
@@ -426,6 +436,32 @@ mod tests {
         let error = req.send_delta(text("stop now")).await.unwrap_err();
         assert_eq!(error.message(), "stopped");
         assert!(drain(req, events).await.is_empty());
+
+        /// Passes text on; stops at "stop", after pushing what it had.
+        struct Stop;
+        impl StreamFilter for Stop {
+            fn delta(&mut self, delta: Delta, out: &mut Vec<Delta>) -> Result<(), Error> {
+                match delta {
+                    Delta::Text(text) if text.contains("stop") => {
+                        out.push(Delta::Text("half".into()));
+                        Err(Error::other("stopped"))
+                    }
+                    other => {
+                        out.push(other);
+                        Ok(())
+                    }
+                }
+            }
+        }
+        // Below a filter that passes everything: what went up before the error stays, the
+        // stopping delta and what the filter pushed with its error never go up.
+        let (mut req, events) = request();
+        req.deltas.filter(Tag("", Arc::new(Mutex::new(0))));
+        req.deltas.filter(Stop);
+        req.send_delta(text("fine")).await.unwrap();
+        let error = req.send_delta(text("stop now")).await.unwrap_err();
+        assert_eq!(error.message(), "stopped");
+        assert_eq!(drain(req, events).await, ["text3:fine"]);
     }
 
     #[tokio::test]

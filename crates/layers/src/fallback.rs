@@ -10,6 +10,9 @@
 //! When every model failed, the call fails with the last model's error (its kind and message),
 //! with [`Attempts`] as its source: every model's name and error, in order. The tokens of
 //! failed and rejected calls are added to the answer's side usage (or the error's usage).
+//! The next model is called even when the failed one's stream reached readers (they get the
+//! `Retract`): `RetryPolicy::replay_streamed(false)` governs the retry only, so a reader that
+//! cannot take text back uses no fallback chain.
 //!
 //! Place it outside the retry layer (`Agent::builder()` does, and wraps every model of the
 //! chain in the same retry and provider layers as the primary): a model is given up only after
@@ -38,11 +41,10 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tower::ServiceExt;
 use tower::util::BoxCloneService;
-use tower_agent_core::{BoxError, Error, ErrorKind, Event, ModelRequest, ModelResponse, Usage};
+use tower_agent_core::{BoxError, Error, ErrorKind, ModelRequest, ModelResponse, Usage};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -159,7 +161,7 @@ impl<S> Layer<S> for FallbackLayer {
     fn layer(&self, inner: S) -> Fallback<S> {
         Fallback {
             inner,
-            layer: self.clone(),
+            layer: Arc::new(self.clone()),
         }
     }
 }
@@ -168,7 +170,7 @@ impl<S> Layer<S> for FallbackLayer {
 #[derive(Clone)]
 pub struct Fallback<S> {
     inner: S,
-    layer: FallbackLayer,
+    layer: Arc<FallbackLayer>,
 }
 
 impl<S> fmt::Debug for Fallback<S> {
@@ -230,16 +232,14 @@ where
     }
 
     fn call(&mut self, request: ModelRequest) -> Self::Future {
+        if self.layer.models.is_empty() {
+            let answer = self.inner.call(request);
+            return Box::pin(async move { answer.await.map_err(|e| Error::from_boxed(e.into())) });
+        }
         let clone = self.inner.clone();
         let mut primary = std::mem::replace(&mut self.inner, clone);
-        let layer = self.layer.clone();
+        let layer = Arc::clone(&self.layer);
         Box::pin(async move {
-            if layer.models.is_empty() {
-                return primary
-                    .call(request)
-                    .await
-                    .map_err(|e| Error::from_boxed(e.into()));
-            }
             let ctx = request.ctx.clone();
             let mut spent = Usage::default();
             let mut attempts: Vec<(Arc<str>, Error)> = Vec::new();
@@ -260,18 +260,12 @@ where
                     return Err(Error::cancelled().with_usage(spent));
                 }
                 tracing::warn!(model = %name, next = %next, error = %error, "falling back to the next model");
-                let event = Event::Retrying {
-                    round: ctx.round(),
-                    attempt: attempts.len() as u32 + 2,
-                    delay: Duration::ZERO,
-                    error: error.clone(),
-                };
-                attempts.push((name, error));
                 // The next model answers from the start: readers discard what streamed.
-                request.restart_stream().await?;
-                if ctx.events().is_enabled() {
-                    ctx.emit(event).await?;
-                }
+                request
+                    .call_again(attempts.len() as u32 + 2, &error)
+                    .await
+                    .map_err(|e| e.with_usage(spent))?;
+                attempts.push((name, error));
                 let answer = link.model().oneshot(request.clone()).await;
                 outcome = layer.judge(answer, &mut spent);
                 name = Arc::clone(next);

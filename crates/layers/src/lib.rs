@@ -12,7 +12,8 @@
 //! | [`retry`] | `retry` | model (innermost; tools too) | tower's `Retry` with `RetryPolicy`: backoff, the provider's wait, a budget; nothing called after a cancellation |
 //! | [`fallback`] | `fallback` | model (outside retry) | the next model of a chain answers after a failure another model may not have, or a rejected response; stream readers told to discard |
 //! | `structured` | `structured` | model (around, outside fallback) | the answer checked against its response format (JSON Schema) and sent back with what is wrong, bounded; tool arguments too, as an option |
-//! | `redact` | `redact` | rules for whole texts and streams | emails, phone numbers, API keys and bounded patterns of your own, replaced or masked; a stream holds back only what a match could still need |
+//! | [`redact`] | `redact` | model and tool (around; a stream filter) | emails, phone numbers, API keys and bounded patterns of your own, replaced or masked, in the input, the streamed and whole output, tool arguments and results |
+//! | [`guardrail`] | `guardrail` | model and tool (around) | named checks (closures or a classifier model) of the input (before or in parallel with the call), the output and tool results; a trip ends the run |
 //! | [`evict`] | `evict` | tool (`after_tool`) | a result over a token limit goes whole to a storage backend; a preview and a read tool stay |
 //! | [`summarize`] | `summarize` | model (`before_model` and around) | older messages replaced by a summary, committed to the session; summarize and retry on context overflow |
 //!
@@ -95,6 +96,8 @@ pub use limits::{CallLimits, CallLimitsLayer};
 pub use memory::{Memory, MemoryLayer};
 #[cfg(feature = "patch")]
 pub use patch::{PatchDangling, PatchDanglingLayer};
+#[cfg(feature = "redact")]
+pub use redact::{Redact, RedactLayer};
 #[cfg(feature = "retry")]
 pub use retry::{Retry, RetryLayer, RetryPolicy};
 #[cfg(feature = "structured")]

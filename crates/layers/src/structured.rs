@@ -62,12 +62,11 @@
 
 use std::fmt;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use serde_json::Value;
 use tower_agent_core::{
-    BoxError, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, ResponseFormat,
-    ToolCall, ToolResult, Usage,
+    BoxError, Error, ErrorKind, Message, ModelRequest, ModelResponse, ResponseFormat, ToolCall,
+    ToolResult, Usage,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -176,9 +175,14 @@ where
     }
 
     fn call(&mut self, request: ModelRequest) -> Self::Future {
+        let layer = self.layer;
+        if request.options.response_format.is_none() && !layer.tool_arguments {
+            // Nothing to check: straight through.
+            let answer = self.inner.call(request);
+            return Box::pin(async move { answer.await.map_err(|e| Error::from_boxed(e.into())) });
+        }
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let layer = self.layer;
         Box::pin(async move {
             let mut request = request;
             let mut spent = Usage::default();
@@ -187,12 +191,17 @@ where
                 let response = inner
                     .call(request.clone())
                     .await
-                    .map_err(|e| Error::from_boxed(e.into()).with_usage(spent))?;
-                let Some(refusal) = layer
-                    .check(&request, &response)
-                    .map_err(|e| e.with_usage(spent))?
-                else {
+                    .map_err(|e| Error::from_boxed(e.into()).add_usage(spent))?;
+                // A layer inside stopped the run: nothing to hold to a format.
+                if response.stop.is_some() {
                     return Ok(response.with_side_usage(spent));
+                }
+                let refusal = match layer.check(&request, &response) {
+                    Ok(None) => return Ok(response.with_side_usage(spent)),
+                    Ok(Some(refusal)) => refusal,
+                    Err(e) => {
+                        return Err(e.with_usage(spent + response.usage + response.side_usage));
+                    }
                 };
                 spent += response.usage + response.side_usage;
                 let mismatch = refusal.mismatch;
@@ -207,18 +216,11 @@ where
                 attempt += 1;
                 tracing::warn!(attempt, %mismatch, "the answer does not match; asking again");
                 // The repaired answer replaces this one: readers discard what streamed.
-                request.restart_stream().await?;
-                let ctx = request.ctx.clone();
-                if ctx.events().is_enabled() {
-                    let error = Error::new(ErrorKind::InvalidResponse, mismatch.to_string());
-                    let event = Event::Retrying {
-                        round: ctx.round(),
-                        attempt: attempt + 1,
-                        delay: Duration::ZERO,
-                        error,
-                    };
-                    ctx.emit(event).await?;
-                }
+                let error = Error::new(ErrorKind::InvalidResponse, mismatch.to_string());
+                request
+                    .call_again(attempt + 1, &error)
+                    .await
+                    .map_err(|e| e.with_usage(spent))?;
                 request.messages.push(response.message);
                 request.messages.extend(refusal.feedback);
             }
@@ -244,10 +246,12 @@ impl StructuredLayer {
         request: &ModelRequest,
         response: &ModelResponse,
     ) -> Result<Option<Refusal>, Error> {
-        let calls: Vec<&ToolCall> = response.message.tool_calls().collect();
+        let has_calls = response.message.tool_calls().next().is_some();
         match &request.options.response_format {
-            Some(format) if calls.is_empty() => check_answer(format, response),
-            _ if self.tool_arguments && !calls.is_empty() => check_calls(request, &calls),
+            Some(format) if !has_calls => check_answer(format, response),
+            _ if self.tool_arguments && has_calls => {
+                check_calls(request, response.message.tool_calls())
+            }
             _ => Ok(None),
         }
     }
@@ -286,9 +290,12 @@ fn check_answer(
 
 /// Every call's arguments against its tool's parameters: the first call that does not match
 /// is the mismatch; every call is answered (the invalid ones with their errors).
-fn check_calls(request: &ModelRequest, calls: &[&ToolCall]) -> Result<Option<Refusal>, Error> {
+fn check_calls<'c>(
+    request: &ModelRequest,
+    calls: impl Iterator<Item = &'c ToolCall>,
+) -> Result<Option<Refusal>, Error> {
     let mut first: Option<Mismatch> = None;
-    let mut results = Vec::with_capacity(calls.len());
+    let mut results = Vec::new();
     for call in calls {
         let errors = match request.tools.iter().find(|spec| spec.name == call.name) {
             Some(spec) => match serde_json::from_str::<Value>(&call.arguments) {

@@ -100,6 +100,9 @@ async fn a_trip_in_parallel_mode_drops_the_call_and_no_delta_comes_after_it() {
     assert!(!names[retract..].contains(&"text_delta"), "{names:?}");
     assert_eq!(recorder.streamed_text(1), "");
     assert_eq!(roles(&res), [Role::User]);
+    // Dropped, not left running: nothing more comes once the rest of the stream's time passed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(recorder.names(), names);
 }
 
 #[tokio::test(start_paused = true)]

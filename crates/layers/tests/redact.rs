@@ -52,13 +52,21 @@ fn replacements_and_rules_with_groups_of_their_own() {
 fn a_secret_split_across_two_deltas_never_shows_in_the_released_text() {
     let rules = rules();
     let key = "sk-abcdefghijklmnopqrstuvwxyz0123";
+    // More text before the key than the rules hold back: the stream releases as it goes.
+    let filler = "Lorem ipsum. ".repeat(rules.holdback() / 13 + 1);
     for split in 1..key.len() {
         let mut stream = rules.stream();
-        let first = stream.push(&format!("the key is {}", &key[..split]));
+        let first = stream.push(&format!("{filler}the key is {}", &key[..split]));
+        assert!(!first.is_empty(), "{split}: released as it streamed");
         assert!(!first.contains(&key[..split.max(3)]), "{split}: {first}");
         let rest = stream.push(&format!("{} now", &key[split..]));
+        assert!(!rest.contains("sk-"), "{split}: {rest}");
         let out = first + &rest + &stream.finish();
-        assert_eq!(out, "the key is [REDACTED:api_key] now", "split at {split}");
+        assert_eq!(
+            out,
+            format!("{filler}the key is [REDACTED:api_key] now"),
+            "split at {split}"
+        );
     }
 }
 
@@ -82,28 +90,44 @@ fn text() -> impl Strategy<Value = String> {
         Just("sk-abcdefghijklmnopqrstuvwxyz".to_owned()),
         Just("Bearer abcdefghijklmnopqrstuvwxyz0123".to_owned()),
         Just("é".to_owned()),
+        Just("PIN 1234".to_owned()),
         "[0-9@.+ -]{0,6}",
+        "[a-z ]{0,60}",
     ];
-    proptest::collection::vec(piece, 0..12).prop_map(|pieces| pieces.concat())
+    // Up to about 3 KB: longer than the built-in rules hold back (about 500 bytes).
+    proptest::collection::vec(piece, 0..80).prop_map(|pieces| pieces.concat())
+}
+
+/// Rules that hold back little: the stream releases almost everything as it goes.
+fn small() -> Rules {
+    Rules::new()
+        .pattern("pin", r"PIN [0-9]{4}", Replace::Mask('*'))
+        .and_then(|r| r.pattern("cat", r"\bcat\b", Replace::Text("dog".into())))
+        .expect("valid rules")
 }
 
 proptest! {
     /// Cut anywhere, a stream releases exactly the redaction of the whole text.
     #[test]
     fn a_stream_cut_anywhere_redacts_as_the_whole_text(text in text(), cuts in proptest::collection::vec(0usize..200, 0..8)) {
-        let rules = rules();
         let mut bounds: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).filter(|c| text.is_char_boundary(*c)).collect();
         bounds.push(0);
         bounds.push(text.len());
         bounds.sort_unstable();
         bounds.dedup();
-        let mut stream = rules.stream();
-        let mut out = String::new();
-        for pair in bounds.windows(2) {
-            out += &stream.push(&text[pair[0]..pair[1]]);
+        for rules in [rules(), small()] {
+            let mut stream = rules.stream();
+            let mut out = String::new();
+            for pair in bounds.windows(2) {
+                out += &stream.push(&text[pair[0]..pair[1]]);
+            }
+            // Text well past the hold-back went up before the end.
+            if text.len() > 2 * rules.holdback() + 64 {
+                prop_assert!(!out.is_empty(), "nothing released of {} bytes", text.len());
+            }
+            out += &stream.finish();
+            prop_assert_eq!(out, rules.redact(&text).into_owned());
         }
-        out += &stream.finish();
-        prop_assert_eq!(out, rules.redact(&text).into_owned());
     }
 }
 
@@ -209,5 +233,39 @@ mod layer {
                 "{secret} in {deltas:?}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_started_early_runs_with_its_arguments_redacted() {
+        let call = ToolCall::new("c1", "lookup", json!({"who": "ada@example.com"}));
+        let then = ToolCall::new("c2", "note", json!({}));
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([call, then]),
+            ModelResponse::text("Found."),
+        ])
+        .streaming(4, Duration::from_millis(50));
+        let lookup = StubTool::returning("lookup", "someone")
+            .read_only()
+            .taking(Duration::from_millis(500));
+        let note = StubTool::returning("note", "noted").taking(Duration::from_millis(500));
+        let agent = tower_agent_loop::AgentBuilder::new()
+            .early_tool_start(true)
+            .build(
+                RedactLayer::new(Rules::new().emails()).layer(model),
+                ToolSet::new().tool(lookup.clone()).tool(note),
+            );
+        let started = tokio::time::Instant::now();
+        let res = agent
+            .oneshot(AgentRequest::new(Session::new(), "Who?"))
+            .await
+            .expect("runs");
+        // Started early with the redacted arguments, and kept: the message has the same.
+        let calls = lookup.calls();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0].arguments, r#"{"who":"[REDACTED:email]"}"#);
+        assert_valid_history(&res.session.history);
+        // `lookup` closed at 50 ms and started then, not when the stream ended at 100: it is
+        // done at 550, `note` (not read-only) runs to 1,050, the answer takes 100.
+        assert_eq!(started.elapsed(), Duration::from_millis(1_150));
     }
 }

@@ -10,6 +10,7 @@ use serde_json::json;
 use tokio::time::Instant;
 use tower::retry::budget::TpsBudget;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
+use tower_agent_core::stream::Delta;
 use tower_agent_core::{
     AgentRequest, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Outcome,
     RunContext, Session, ToolCall,
@@ -402,17 +403,46 @@ async fn a_tool_interrupt_is_an_outcome_the_policy_never_sees() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_that_streamed_is_replayed_unless_the_policy_says_no() {
-    let streamed = || server().with_streamed();
+    // A request whose readers were given part of an answer before the call failed.
+    let delivered = || async {
+        let mut req = ModelRequest::new(vec![]);
+        req.ctx = RunContext::new().with_observer(EventRecorder::new());
+        req.send_delta(Delta::Text("half an answ".into()))
+            .await
+            .expect("given");
+        req
+    };
     // By default: called again, readers told to discard first.
-    let (result, calls) = call(exact(), vec![streamed()], ModelRequest::new(vec![])).await;
+    let req = delivered().await;
+    let given = req.deltas.clone();
+    let (result, calls) = call(exact(), vec![server()], req).await;
     assert!(result.is_ok());
     assert_eq!(calls.len(), 2);
-    // A reader that cannot take text back: the error comes back, marked.
+    assert!(!given.delivered(), "retracted before the replay");
+    // A reader that cannot take text back: the error comes back, the half answer still out.
     let policy = exact().replay_streamed(false);
-    let (result, calls) = call(policy, vec![streamed()], ModelRequest::new(vec![])).await;
-    let error = result.expect_err("not replayed");
-    assert!(error.streamed());
+    let req = delivered().await;
+    let given = req.deltas.clone();
+    let (result, calls) = call(policy, vec![server()], req).await;
+    result.expect_err("not replayed");
+    assert!(given.delivered());
     assert_eq!(calls.len(), 1);
+    // A delta a filter still holds back never reached a reader: replayed.
+    struct HoldAll;
+    impl tower_agent_core::stream::StreamFilter for HoldAll {
+        fn delta(&mut self, _: Delta, _: &mut Vec<Delta>) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+    let mut req = ModelRequest::new(vec![]);
+    req.ctx = RunContext::new().with_observer(EventRecorder::new());
+    req.deltas.filter(HoldAll);
+    req.send_delta(Delta::Text("held".into()))
+        .await
+        .expect("held");
+    let (result, calls) = call(exact().replay_streamed(false), vec![server()], req).await;
+    assert!(result.is_ok());
+    assert_eq!(calls.len(), 2);
     // A failure before any delta is retried as ever.
     let policy = exact().replay_streamed(false);
     let (result, calls) = call(policy, vec![server()], ModelRequest::new(vec![])).await;
@@ -483,7 +513,8 @@ async fn a_stream_not_replayed_is_retracted_when_the_run_fails() {
         .oneshot(AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone()))
         .await
         .expect_err("not replayed");
-    assert!(error.streamed());
+    assert_eq!(error.kind(), ErrorKind::Server);
+    assert!(recorder.names().contains(&"text_delta"), "it had streamed");
     assert_eq!(model.request_count(), 1);
     assert_eq!(recorder.streamed_text(1), "");
     assert_eq!(

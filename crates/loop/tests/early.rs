@@ -164,6 +164,29 @@ async fn concurrent_tools_adopt_the_early_runs_too() {
     assert_eq!(results(&res).len(), 2);
     assert_eq!(log_of(&log).len(), 4, "each ran once: {:?}", log_of(&log));
     assert_eq!(elapsed, Duration::from_millis(900));
+
+    // A call closed at once while the model streams on for 400 ms: 500 ms in all with early
+    // start, 900 without.
+    let model = tower::service_fn(|req: ModelRequest| async move {
+        if req.messages.len() > 1 {
+            return Ok(ModelResponse::text("Done."));
+        }
+        let call = ToolCall::new("c1", "docs", json!({"q": "retry"}));
+        req.send_delta(Delta::ToolCall(call.clone())).await?;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok::<_, Error>(ModelResponse::tool_calls([call]))
+    });
+    for (early, expected) in [(true, 500), (false, 900)] {
+        let log = Log::default();
+        let agent = AgentBuilder::new()
+            .early_tool_start(early)
+            .concurrent_tools(4)
+            .build(model, two_slow(&log, true));
+        let (res, elapsed, _) = run(agent).await;
+        assert_eq!(results(&res).len(), 1);
+        assert_eq!(log_of(&log), ["started retry", "done retry"]);
+        assert_eq!(elapsed, Duration::from_millis(expected), "early: {early}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -235,13 +258,46 @@ async fn a_restarted_stream_aborts_the_early_runs() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_restarted_stream_aborts_its_early_run_even_for_the_same_call() {
+    let log = Log::default();
+    // The same answer twice: the first thrown away after it streamed, as a retry does.
+    let again = around_model(|req: ModelRequest, mut next| async move {
+        let first = next.run(req.clone()).await?;
+        if first.message.tool_calls().count() == 2 {
+            req.restart_stream().await?;
+            return next.run(req).await;
+        }
+        Ok(first)
+    });
+    let scripted = ScriptedModel::new([
+        checking_both(),
+        checking_both(),
+        ModelResponse::text("Done."),
+    ])
+    .streaming(4, Duration::from_millis(50));
+    let model = ServiceBuilder::new().layer(again).service(scripted);
+    let agent = AgentBuilder::new()
+        .early_tool_start(true)
+        .build(model, two_slow(&log, true));
+    let (res, _, _) = run(agent).await;
+    assert_eq!(results(&res).len(), 2);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let log = log_of(&log);
+    let count = |line: &str| log.iter().filter(|l| *l == line).count();
+    // Started on each stream; the first run was aborted, the second kept.
+    assert_eq!(count("started retry"), 2, "{log:?}");
+    assert_eq!(count("done retry"), 1, "{log:?}");
+    assert_eq!(count("done backoff"), 1, "{log:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_breaks_after_a_call_closed_aborts_its_run() {
     let log = Log::default();
     let broken = tower::service_fn(|req: ModelRequest| async move {
         let call = ToolCall::new("c1", "docs", json!({"q": "retry"}));
         req.send_delta(Delta::ToolCall(call)).await?;
         tokio::time::sleep(Duration::from_millis(100)).await;
-        Err::<ModelResponse, _>(Error::new(ErrorKind::Server, "the stream broke").with_streamed())
+        Err::<ModelResponse, _>(Error::new(ErrorKind::Server, "the stream broke"))
     });
     let agent = AgentBuilder::new()
         .early_tool_start(true)

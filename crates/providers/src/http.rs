@@ -175,42 +175,30 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     let mut events = std::pin::pin!(events(reads));
     let mut decoder = W::decoder();
     let mut deltas = Vec::new();
-    let listening = req.ctx.events().is_enabled();
-    // Once a delta went up to readers, a failure says so: they saw part of an answer.
-    let mut delivered = false;
-    let streamed = |error: Error, delivered: bool| match delivered {
-        true => error.with_streamed(),
-        false => error,
-    };
     while let Some(event) = events.next().await {
-        let event = event
-            .map_err(|e| match e {
-                EventStreamError::Transport(Read::Failed(e)) => {
-                    transport_error(W::PROVIDER, &url, e)
-                }
-                EventStreamError::Transport(Read::Idle) => {
-                    idle_error::<W>(client.idle_timeout, &url)
-                }
-                other => invalid(W::PROVIDER, "the event stream", other),
-            })
-            .map_err(|e| streamed(e, delivered))?;
-        decoder
-            .feed(&event.event, &event.data, &mut deltas)
-            .map_err(|e| streamed(e, delivered))?;
+        let event = event.map_err(|e| match e {
+            EventStreamError::Transport(Read::Failed(e)) => transport_error(W::PROVIDER, &url, e),
+            EventStreamError::Transport(Read::Idle) => idle_error::<W>(client.idle_timeout, &url),
+            other => invalid(W::PROVIDER, "the event stream", other),
+        })?;
+        decoder.feed(&event.event, &event.data, &mut deltas)?;
         for delta in deltas.drain(..) {
-            delivered |= listening;
             // Up through the layers' filters: one may stop the stream (a guardrail).
             req.send_delta(delta).await?;
         }
         if decoder.is_done() {
-            // Read the body to its end, so the connection can serve the next call.
-            let rest = events.by_ref().take(DRAIN_EVENTS).for_each(|_| async {});
-            let _ = tokio::time::timeout(DRAIN_WAIT, rest).await;
             break;
         }
     }
-    let response = decoder.finish().map_err(|e| streamed(e, delivered))?;
+    let done = decoder.is_done();
+    let response = decoder.finish()?;
+    // What the filters held back goes up before the drain.
     req.end_stream().await?;
+    if done {
+        // Read the body to its end, so the connection can serve the next call.
+        let rest = events.by_ref().take(DRAIN_EVENTS).for_each(|_| async {});
+        let _ = tokio::time::timeout(DRAIN_WAIT, rest).await;
+    }
     Ok(response)
 }
 

@@ -113,18 +113,22 @@ async fn openai_streams_deltas_and_assembles_parallel_calls() {
 async fn a_truncated_stream_is_an_error_not_half_a_message() {
     let server = Server::start([Canned::fixture("openai/truncated.sse")]).await;
     let model = OpenAi::new("m").base_url(format!("{}/v1", server.url));
-    let err = call(model, request()).await.expect_err("cut off");
+    let req = request();
+    let given = req.deltas.clone();
+    let err = call(model, req).await.expect_err("cut off");
     assert_eq!(err.kind(), ErrorKind::Server);
     assert!(err.message().contains("ended before"), "{err}");
-    assert!(!err.streamed(), "nobody read its deltas: {err:?}");
-    // A reader got "Par" before the cut: the error says the call streamed.
+    assert!(!given.delivered(), "nobody read its deltas");
+    // A reader got "Par" before the cut: the request says part of it went up.
     let server = Server::start([Canned::fixture("openai/truncated.sse")]).await;
     let model = OpenAi::new("m").base_url(format!("{}/v1", server.url));
     let mut req = request();
     req.ctx =
         tower_agent_core::RunContext::new().with_observer(tower_agent_test::EventRecorder::new());
+    let given = req.deltas.clone();
     let err = call(model, req).await.expect_err("cut off");
-    assert!(err.streamed(), "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::Server);
+    assert!(given.delivered(), "{err:?}");
 
     // A chunk that arrived whole but is not JSON: not worth paying for the answer again.
     let server = Server::start([Canned::sse("data: {\"choices\": [\n\n")]).await;

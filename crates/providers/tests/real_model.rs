@@ -466,5 +466,11 @@ async fn a_response_format_holds_the_real_model_to_its_schema() {
     let trip: Trip = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     assert!(!trip.city.is_empty(), "{text}");
     assert_eq!(recorder.text_deltas().concat(), text, "it streamed");
+    // The server held the model to the schema: the first answer matched, nothing repaired.
+    assert!(
+        !recorder.names().contains(&"retrying"),
+        "{:?}",
+        recorder.names()
+    );
     eprintln!("{text}");
 }

@@ -153,8 +153,7 @@ impl ScriptedModel {
     }
 
     /// Append a broken stream to a queue script (ignored for a closure script): a streaming
-    /// model streams `partial` as text, then fails with `error` (marked
-    /// [`streamed`](Error::streamed) when `partial` is not empty); one that does not stream
+    /// model streams `partial` as text, then fails with `error`; one that does not stream
     /// fails at once.
     pub fn push_broken(&self, partial: impl Into<String>, error: Error) {
         if let Script::Queue(queue) = &mut lock(&self.state).script {
@@ -248,10 +247,7 @@ impl Service<ModelRequest> for ScriptedModel {
                 Scripted::Answer(Err(error)) => Err(error),
                 Scripted::Broken { partial, error } => {
                     stream(&request, &partial, streaming, Delta::Text).await?;
-                    Err(match partial.is_empty() {
-                        true => error,
-                        false => error.with_streamed(),
-                    })
+                    Err(error)
                 }
             }
         })

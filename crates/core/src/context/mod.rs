@@ -83,7 +83,7 @@ impl Clone for Shared {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock (in user code) must not poison the run.
     mutex
         .lock()

@@ -174,7 +174,7 @@ pub(super) async fn check_all(
         .collect();
     let mut spent = Usage::default();
     while let Some((name, checked)) = checks.next().await {
-        let (verdict, usage) = checked?;
+        let (verdict, usage) = checked.map_err(|e| e.add_usage(spent))?;
         spent += usage;
         if let Verdict::Trip(reason) = verdict {
             return Ok((Some(Trip { name, reason }), spent));

@@ -194,11 +194,14 @@ where
                     in_parallel(call, check_all(&guardrails, text, &ctx)).await?
                 }
             };
-            let response = answer?;
+            let response = answer.map_err(|e| e.add_usage(spent))?;
             if response.stop.is_some() || output.is_empty() {
                 return Ok(response.with_side_usage(spent));
             }
-            let (trip, used) = check_all(&output, output_text(&response.message), &ctx).await?;
+            let own = response.usage + response.side_usage;
+            let (trip, used) = check_all(&output, output_text(&response.message), &ctx)
+                .await
+                .map_err(|e| e.add_usage(spent + own))?;
             spent += used;
             let response = match trip {
                 Some(trip) => tripped(response, trip),
@@ -227,11 +230,17 @@ async fn in_parallel(
             })
         }
         answer = &mut call => {
-            let (trip, spent) = checks.await?;
+            let own = match &answer {
+                Ok(response) => response.usage + response.side_usage,
+                Err(error) => error.usage(),
+            };
+            let (trip, spent) = checks.await.map_err(|e| e.add_usage(own))?;
             Ok(match (trip, answer) {
                 (Some(trip), Ok(response)) => (Ok(tripped(response, trip)), spent),
-                // A trip wins over the call's failure.
-                (Some(trip), Err(_)) => (Ok(ModelResponse::stop(trip.reason())), spent),
+                // A trip wins over the call's failure (whose tokens still count).
+                (Some(trip), Err(error)) => {
+                    (Ok(ModelResponse::stop(trip.reason())), spent + error.usage())
+                }
                 (None, answer) => (answer, spent),
             })
         }
@@ -264,7 +273,9 @@ where
                 return Ok(response);
             }
             let text = response.result.content.clone();
-            let (trip, spent) = check_all(&guardrails, text, &ctx).await?;
+            let (trip, spent) = check_all(&guardrails, text, &ctx)
+                .await
+                .map_err(|e| e.add_usage(response.usage))?;
             response.usage += spent;
             if let Some(trip) = trip {
                 response.result.content = format!(

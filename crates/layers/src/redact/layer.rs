@@ -6,7 +6,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use serde_json::Value;
 use tower_agent_core::{
     BoxError, ContentPart, DescribeTools, Error, ExtensionKey, HistoryMark, Message, ModelRequest,
     ModelResponse, RunContext, ToolRequest, ToolResponse, ToolSpec,
@@ -115,44 +114,13 @@ impl<S: DescribeTools> DescribeTools for Redact<S> {
     }
 }
 
-/// `text` redacted in place; whether it changed.
-fn redact_in_place(rules: &Rules, text: &mut String) -> bool {
-    match rules.redact(text) {
-        Cow::Borrowed(_) => false,
-        Cow::Owned(redacted) => {
-            *text = redacted;
-            true
-        }
-    }
-}
-
-/// The string values of a JSON text redacted; `None` when nothing changed (or it is not JSON:
-/// then the text is redacted as text).
-fn redact_arguments(rules: &Rules, arguments: &str) -> Option<String> {
-    fn walk(rules: &Rules, value: &mut Value) -> bool {
-        match value {
-            Value::String(text) => redact_in_place(rules, text),
-            Value::Array(items) => items.iter_mut().fold(false, |c, v| walk(rules, v) | c),
-            Value::Object(fields) => fields.values_mut().fold(false, |c, v| walk(rules, v) | c),
-            _ => false,
-        }
-    }
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(mut value) => walk(rules, &mut value).then(|| value.to_string()),
-        Err(_) => match rules.redact(arguments) {
-            Cow::Owned(redacted) => Some(redacted),
-            Cow::Borrowed(_) => None,
-        },
-    }
-}
-
 /// Whether redacting `message` changes it (nothing is changed).
 fn needs(rules: &Rules, message: &Message) -> bool {
     message.content.iter().any(|part| match part {
         ContentPart::Text { text } | ContentPart::Reasoning { text, .. } => {
             matches!(rules.redact(text), Cow::Owned(_))
         }
-        ContentPart::ToolCall(call) => redact_arguments(rules, &call.arguments).is_some(),
+        ContentPart::ToolCall(call) => rules.redact_arguments(&call.arguments).is_some(),
         ContentPart::ToolResult(result) => matches!(rules.redact(&result.content), Cow::Owned(_)),
     })
 }
@@ -162,15 +130,15 @@ fn redact_message(rules: &Rules, message: &mut Message) {
     for part in &mut message.content {
         match part {
             ContentPart::Text { text } | ContentPart::Reasoning { text, .. } => {
-                redact_in_place(rules, text);
+                rules.redact_in_place(text);
             }
             ContentPart::ToolCall(call) => {
-                if let Some(arguments) = redact_arguments(rules, &call.arguments) {
+                if let Some(arguments) = rules.redact_arguments(&call.arguments) {
                     call.arguments = arguments;
                 }
             }
             ContentPart::ToolResult(result) => {
-                redact_in_place(rules, &mut result.content);
+                rules.redact_in_place(&mut result.content);
             }
         }
     }
@@ -232,9 +200,10 @@ where
                 }
                 Err(error) => {
                     let error = Error::from_boxed(error.into());
+                    // An inner layer's commit, if any, is kept.
                     Err(match committed {
-                        Some(history) if error.history().is_none() => error.with_history(history),
-                        _ => error,
+                        Some(history) => error.with_history(history),
+                        None => error,
                     })
                 }
             }
@@ -263,7 +232,7 @@ where
         let call = self.inner.call(request);
         Box::pin(async move {
             let mut response = call.await.map_err(|e| Error::from_boxed(e.into()))?;
-            redact_in_place(&rules, &mut response.result.content);
+            rules.redact_in_place(&mut response.result.content);
             Ok(response)
         })
     }

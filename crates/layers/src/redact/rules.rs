@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use regex::Regex;
+use serde_json::Value;
 
 /// What replaces a match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,5 +262,38 @@ impl Rules {
             at = to;
         }
         out.push_str(&text[at..end]);
+    }
+}
+
+impl Rules {
+    /// `text` redacted in place; whether it changed.
+    pub(super) fn redact_in_place(&self, text: &mut String) -> bool {
+        match self.redact(text) {
+            Cow::Borrowed(_) => false,
+            Cow::Owned(redacted) => {
+                *text = redacted;
+                true
+            }
+        }
+    }
+
+    /// The string values of a JSON text redacted (tool-call arguments); `None` when nothing
+    /// changed. A text that is not JSON is redacted as text.
+    pub(super) fn redact_arguments(&self, arguments: &str) -> Option<String> {
+        fn walk(rules: &Rules, value: &mut Value) -> bool {
+            match value {
+                Value::String(text) => rules.redact_in_place(text),
+                Value::Array(items) => items.iter_mut().fold(false, |c, v| walk(rules, v) | c),
+                Value::Object(fields) => fields.values_mut().fold(false, |c, v| walk(rules, v) | c),
+                _ => false,
+            }
+        }
+        match serde_json::from_str::<Value>(arguments) {
+            Ok(mut value) => walk(self, &mut value).then(|| value.to_string()),
+            Err(_) => match self.redact(arguments) {
+                Cow::Owned(redacted) => Some(redacted),
+                Cow::Borrowed(_) => None,
+            },
+        }
     }
 }

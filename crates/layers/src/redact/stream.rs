@@ -131,6 +131,13 @@ impl StreamFilter for RedactFilter {
         let released = match delta {
             Delta::Text(piece) => Delta::Text(self.text.push(&self.rules, &piece)),
             Delta::Reasoning(piece) => Delta::Reasoning(self.reasoning.push(&self.rules, &piece)),
+            // A call closed early starts no tool with a secret in its arguments.
+            Delta::ToolCall(mut call) => {
+                if let Some(arguments) = self.rules.redact_arguments(&call.arguments) {
+                    call.arguments = arguments;
+                }
+                Delta::ToolCall(call)
+            }
             other => other,
         };
         if !is_empty(&released) {

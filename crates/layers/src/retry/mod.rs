@@ -113,6 +113,14 @@ pub trait Retryable: Clone {
     fn restart(&self) -> Restart {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    /// Whether the failed call had already given readers part of its answer (a model
+    /// request's [`Deltas::delivered`]). By default no.
+    ///
+    /// [`Deltas::delivered`]: tower_agent_core::stream::Deltas::delivered
+    fn delivered(&self) -> bool {
+        false
+    }
 }
 
 /// What [`Retryable::restart`] returns.
@@ -142,8 +150,12 @@ impl Retryable for ModelRequest {
     }
 
     fn restart(&self) -> Restart {
-        let request = self.clone();
-        Box::pin(async move { request.restart_stream().await })
+        let (deltas, ctx) = (self.deltas.clone(), self.ctx.clone());
+        Box::pin(async move { deltas.restart(&ctx).await })
+    }
+
+    fn delivered(&self) -> bool {
+        self.deltas.delivered()
     }
 }
 
@@ -238,12 +250,12 @@ impl RetryPolicy {
         self
     }
 
-    /// Whether a call whose stream had delivered deltas to readers before it failed
-    /// ([`Error::streamed`]) is called again (yes by default: readers are told to discard what
-    /// they got, [`Event::Retract`]). With `false` the error is returned: for a reader that
-    /// cannot take text back (a terminal, a speech synthesizer).
+    /// Whether a call whose stream had given readers deltas before it failed
+    /// ([`Retryable::delivered`]: text that went up, not what a filter still held back) is
+    /// called again (yes by default: readers are told to discard what they got,
+    /// [`Event::Retract`]). With `false` the error is returned: for a reader that cannot take
+    /// text back (a terminal, a speech synthesizer).
     ///
-    /// [`Error::streamed`]: tower_agent_core::Error::streamed
     /// [`Event::Retract`]: tower_agent_core::Event::Retract
     pub fn replay_streamed(mut self, replay: bool) -> Self {
         self.replay_streamed = replay;

@@ -92,7 +92,7 @@ where
         if !retryable(&error.kind()) || self.made >= policy.max_attempts {
             return None;
         }
-        if error.streamed() && !policy.replay_streamed {
+        if !policy.replay_streamed && req.delivered() {
             return None;
         }
         if let Some(budget) = &policy.budget {
@@ -121,7 +121,6 @@ where
         );
         Some(Backoff {
             inner: Box::pin(async move {
-                // Failing observers cannot stop a wait; the run sees them on its next event.
                 let _ = restart.await;
                 if ctx.events().is_enabled() {
                     // A failing observer cannot stop a wait; the run sees it on its next event.

@@ -1,18 +1,18 @@
 //! Read-only tools started while the model still streams (`early_tool_start`).
 //!
 //! The loop puts an [`EarlyFilter`] on the model request, above every layer's filter: it sees
-//! the tool calls the stream closed ([`Delta::ToolCall`]) after the layers let them through.
-//! A call to a read-only tool starts at once, on its own task, through the whole tool stack.
-//! When the model's message is in, the round adopts each early run whose call stands in the
-//! message with the same id, name and arguments, and waits for its result instead of calling
-//! the tool again. Everything else is aborted: runs the message does not have, every run when
-//! the stream restarts (a retry, a fallback, a repair), every run when the call fails or the
-//! run ends.
+//! the tool calls the stream closed ([`Delta::ToolCall`]) after the layers let them through
+//! (the redaction, for one, has redacted their arguments). A call to a read-only tool starts
+//! at once, on its own task, through the whole tool stack. When the model's message is in,
+//! the round keeps the early runs whose call stands in the message with the same id, name and
+//! arguments, and waits for their results instead of calling the tools again. Every other
+//! run is aborted: at once when the message is in, every run when the stream restarts (a
+//! retry, a fallback, a repair), and every run when [`Early`] is dropped (the call failed,
+//! the run ended).
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 use tower_agent_core::stream::{Delta, StreamFilter};
 use tower_agent_core::{
     BoxError, Error, RunContext, ToolCall, ToolRequest, ToolResponse, ToolSpec,
@@ -22,26 +22,34 @@ use tower_service::Service;
 use super::call::{self, CallFailure, tool_span};
 
 /// How an early run ended: as [`call::call`] says.
-pub(super) type EarlyOutcome = Option<Result<ToolResponse, CallFailure>>;
+type EarlyOutcome = Option<Result<ToolResponse, CallFailure>>;
 
-/// The early runs of one model call, held by the loop; dropping it aborts those not adopted.
+/// An early run; aborted when dropped.
+pub(super) struct EarlyRun(AbortOnDropHandle<EarlyOutcome>);
+
+impl EarlyRun {
+    /// Wait for the run: its outcome, a panic as one, an abort as a cancellation.
+    pub(super) async fn finish(self) -> EarlyOutcome {
+        match self.0.await {
+            Ok(outcome) => outcome,
+            Err(error) if error.is_panic() => Some(Err(CallFailure::Panicked(
+                "the early run of the tool panicked".to_owned(),
+            ))),
+            Err(_) => None,
+        }
+    }
+}
+
+/// The early runs of one model call, held by the loop; dropping it aborts them all.
 pub(super) struct Early {
     shared: Arc<Mutex<Shared>>,
 }
 
 #[derive(Default)]
 struct Shared {
-    runs: Vec<(ToolCall, JoinHandle<EarlyOutcome>)>,
-    /// The model call is over: nothing more starts.
+    runs: Vec<(ToolCall, EarlyRun)>,
+    /// The model call is over: nothing more starts (a clone of the request may outlive it).
     closed: bool,
-}
-
-impl Shared {
-    fn abort_all(&mut self) {
-        for (_, run) in self.runs.drain(..) {
-            run.abort();
-        }
-    }
 }
 
 fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
@@ -52,7 +60,7 @@ impl Early {
     /// Early runs for a model call offered `specs`, with the filter that starts them; `None`
     /// when no offered tool is read-only (or no tokio runtime can run them).
     pub(super) fn new<T>(
-        specs: &[ToolSpec],
+        specs: &Arc<[ToolSpec]>,
         tools: &T,
         ctx: &RunContext,
     ) -> Option<(Self, EarlyFilter<T>)>
@@ -61,18 +69,14 @@ impl Early {
         T::Error: Into<BoxError>,
         T::Future: Send,
     {
-        let read_only: HashSet<String> = specs
-            .iter()
-            .filter(|spec| spec.read_only)
-            .map(|spec| spec.name.clone())
-            .collect();
-        if read_only.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+        let any = specs.iter().any(|spec| spec.read_only);
+        if !any || tokio::runtime::Handle::try_current().is_err() {
             return None;
         }
         let shared = Arc::new(Mutex::new(Shared::default()));
         let filter = EarlyFilter {
             shared: Arc::clone(&shared),
-            read_only,
+            specs: Arc::clone(specs),
             tools: tools.clone(),
             ctx: ctx.clone(),
         };
@@ -84,46 +88,19 @@ impl Early {
         lock(&self.shared).closed = true;
     }
 
-    /// Abort the runs none of `calls` matches (id, name and arguments).
+    /// Keep the runs of `calls` (same id, name and arguments); abort the others.
     pub(super) fn keep<'c>(&self, calls: impl Iterator<Item = &'c ToolCall>) {
         let calls: Vec<&ToolCall> = calls.collect();
-        lock(&self.shared).runs.retain(|(early, run)| {
-            let kept = calls.contains(&early);
-            if !kept {
-                run.abort();
-            }
-            kept
-        });
+        lock(&self.shared)
+            .runs
+            .retain(|(early, _)| calls.contains(&early));
     }
 
     /// The early run of `call`, if one started with the same id, name and arguments.
     pub(super) fn adopt(&self, call: &ToolCall) -> Option<EarlyRun> {
         let mut shared = lock(&self.shared);
         let at = shared.runs.iter().position(|(early, _)| early == call)?;
-        Some(EarlyRun(shared.runs.swap_remove(at).1))
-    }
-}
-
-/// An early run a round adopted: aborted if dropped before it finished (the round failed,
-/// was cancelled, or an earlier call stopped the run).
-pub(super) struct EarlyRun(JoinHandle<EarlyOutcome>);
-
-impl EarlyRun {
-    /// Wait for the run: its outcome, a panic as one, an abort as a cancellation.
-    pub(super) async fn finish(mut self) -> EarlyOutcome {
-        match (&mut self.0).await {
-            Ok(outcome) => outcome,
-            Err(error) if error.is_panic() => Some(Err(CallFailure::Panicked(
-                "the early run of the tool panicked".to_owned(),
-            ))),
-            Err(_) => None,
-        }
-    }
-}
-
-impl Drop for EarlyRun {
-    fn drop(&mut self) {
-        self.0.abort();
+        Some(shared.runs.swap_remove(at).1)
     }
 }
 
@@ -131,16 +108,28 @@ impl Drop for Early {
     fn drop(&mut self) {
         let mut shared = lock(&self.shared);
         shared.closed = true;
-        shared.abort_all();
+        shared.runs.clear();
     }
 }
 
 /// Starts the read-only calls the stream closes; see the [module docs](self).
 pub(super) struct EarlyFilter<T> {
     shared: Arc<Mutex<Shared>>,
-    read_only: HashSet<String>,
+    specs: Arc<[ToolSpec]>,
     tools: T,
     ctx: RunContext,
+}
+
+impl<T> EarlyFilter<T> {
+    /// Whether `call` may start now: a read-only tool, an id the message will keep (an empty
+    /// one is replaced), not started yet, the call not over.
+    fn starts(&self, shared: &Shared, call: &ToolCall) -> bool {
+        let read_only = |spec: &ToolSpec| spec.read_only && spec.name == call.name;
+        !shared.closed
+            && !call.id.is_empty()
+            && self.specs.iter().any(read_only)
+            && !shared.runs.iter().any(|(early, _)| early.id == call.id)
+    }
 }
 
 impl<T> StreamFilter for EarlyFilter<T>
@@ -152,8 +141,7 @@ where
     fn delta(&mut self, delta: Delta, out: &mut Vec<Delta>) -> Result<(), Error> {
         if let Delta::ToolCall(call) = &delta {
             let mut shared = lock(&self.shared);
-            let started = shared.runs.iter().any(|(early, _)| early.id == call.id);
-            if self.read_only.contains(&call.name) && !shared.closed && !started {
+            if self.starts(&shared, call) {
                 let mut tools = self.tools.clone();
                 let request = ToolRequest {
                     call: call.clone(),
@@ -165,6 +153,7 @@ where
                     let span = tool_span(&request.call);
                     call::call(&mut tools, request, &token, span).await
                 });
+                let run = EarlyRun(AbortOnDropHandle::new(run));
                 shared.runs.push((call.clone(), run));
             }
         }
@@ -173,6 +162,6 @@ where
     }
 
     fn restart(&mut self) {
-        lock(&self.shared).abort_all();
+        lock(&self.shared).runs.clear();
     }
 }

@@ -208,7 +208,6 @@ where
             saver,
             unsaved: false,
             deltas: Deltas::default(),
-            early: None,
         };
         ResponseFuture {
             inner: Box::pin(run.run(input).instrument(span)),

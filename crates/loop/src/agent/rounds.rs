@@ -37,8 +37,6 @@ pub(super) struct Run<M, T> {
     pub(super) unsaved: bool,
     /// The way up for the model's deltas, in every round: settled after each call.
     pub(super) deltas: Deltas,
-    /// The read-only calls the last model call started early, until its round adopts them.
-    pub(super) early: Option<Early>,
 }
 
 /// A cancelled outcome; its progress is filled in when the run ends.
@@ -58,8 +56,8 @@ fn stopped(reason: StopReason) -> Outcome {
 
 /// What a model call gave the loop.
 enum Answer {
-    /// The model's message and the call's own usage.
-    Message(Message, Usage),
+    /// The model's message, the call's own usage, and the read-only calls it started early.
+    Message(Message, Usage, Option<Early>),
     /// The run ends here.
     End(Outcome),
 }
@@ -140,13 +138,16 @@ where
             let round = self.rounds;
             emit!(self.ctx, Event::RoundStarted { round })?;
 
-            let (mut message, usage) = match self.call_model(round).await? {
-                Answer::Message(message, usage) => (message, usage),
+            let (mut message, usage, early) = match self.call_model(round).await? {
+                Answer::Message(message, usage, early) => (message, usage, early),
                 Answer::End(outcome) => return Ok(outcome),
             };
             // Dropped (its runs aborted) unless the round adopts them.
-            let early = self.early.take();
             let calls = self.normalize(&mut message, round);
+            // The runs of calls the message does not have stop now.
+            if let Some(early) = &early {
+                early.keep(message.tool_calls());
+            }
             if message.has_text() {
                 emit!(
                     self.ctx,
@@ -183,9 +184,6 @@ where
                 unreachable!("the model's message is the last");
             };
             let mode = self.config.tool_execution;
-            if let Some(early) = &early {
-                early.keep(message.tool_calls());
-            }
             let calls = message.tool_calls();
             let out = execute(&mut self.tools, &self.ctx, round, mode, calls, None, early).await;
             if let Some(outcome) = self.absorb_round(out, false)? {
@@ -229,22 +227,19 @@ where
             deltas: self.deltas.clone(),
         };
         // Above every layer's filter: it starts the calls the layers let through.
-        self.early = None;
+        let mut early = None;
         if self.config.early_tool_start {
-            if let Some((early, filter)) = Early::new(&request.tools, &self.tools, &request.ctx) {
+            if let Some((runs, filter)) = Early::new(&request.tools, &self.tools, &request.ctx) {
                 request.deltas.filter(filter);
-                self.early = Some(early);
+                early = Some(runs);
             }
         }
         let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
         let token = self.ctx.cancellation_token().clone();
         let answer = call(&mut self.model, request, &token, span).await;
-        if let Some(early) = &self.early {
+        // Every return below without a message drops `early`: its runs are aborted.
+        if let Some(early) = &early {
             early.close();
-        }
-        if !matches!(&answer, Some(Ok(response)) if response.stop.is_none()) {
-            // No message: the early runs answer nothing.
-            self.early = None;
         }
         // The readers end up with what the history gets: the message, or nothing.
         let kept = match &answer {
@@ -289,7 +284,7 @@ where
             return Ok(Answer::End(stopped(reason)));
         }
         message.role = Role::Assistant;
-        Ok(Answer::Message(message, usage))
+        Ok(Answer::Message(message, usage, early))
     }
 
     /// Make the model's message safe to append: only text, reasoning and calls, each call with

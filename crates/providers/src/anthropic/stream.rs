@@ -21,6 +21,8 @@ enum Open {
         json: String,
         start: Value,
     },
+    /// A `tool_use` block that stopped: its call, as sent up.
+    Call(ToolCall),
     Other,
 }
 
@@ -55,14 +57,14 @@ fn str_of<'v>(value: &'v Value, key: &str) -> &'v str {
 
 /// A streamed `tool_use` block as a call: the arguments as the model wrote them, valid JSON or
 /// not (the tool service reports malformed arguments to the model), else the block's input.
-fn tool_call(id: &str, name: &str, json: &str, start: &Value) -> Option<ToolCall> {
+fn tool_call(id: String, name: String, json: String, start: Value) -> Option<ToolCall> {
     if !json.trim().is_empty() {
         return Some(ToolCall::raw(id, name, json));
     }
     let block = WireBlock::ToolUse {
-        id: id.to_owned(),
-        name: name.to_owned(),
-        input: start.clone(),
+        id,
+        name,
+        input: start,
     };
     match block_part(block) {
         Some(ContentPart::ToolCall(call)) => Some(call),
@@ -141,17 +143,23 @@ impl StreamDecoder for Decoder {
                 }
             }
             "content_block_stop" => {
-                let index = index_of(&value);
-                if let Some(Open::ToolUse {
+                let Some(block) = self.block(index_of(&value)) else {
+                    return Ok(());
+                };
+                if !matches!(block, Open::ToolUse { .. }) {
+                    return Ok(());
+                }
+                // The call's arguments are closed: as it will stand in the message.
+                if let Open::ToolUse {
                     id,
                     name,
                     json,
                     start,
-                }) = self.block(index)
+                } = std::mem::replace(block, Open::Other)
                 {
-                    // The call's arguments are closed: as it will stand in the message.
                     if let Some(call) = tool_call(id, name, json, start) {
-                        deltas.push(Delta::ToolCall(call));
+                        deltas.push(Delta::ToolCall(call.clone()));
+                        *block = Open::Call(call);
                     }
                 }
             }
@@ -197,7 +205,11 @@ impl StreamDecoder for Decoder {
                     json,
                     start,
                 } => {
-                    parts.extend(tool_call(&id, &name, &json, &start).map(ContentPart::ToolCall));
+                    parts.extend(tool_call(id, name, json, start).map(ContentPart::ToolCall));
+                    continue;
+                }
+                Open::Call(call) => {
+                    parts.push(ContentPart::ToolCall(call));
                     continue;
                 }
                 Open::Other => continue,

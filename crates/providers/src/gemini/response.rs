@@ -171,11 +171,8 @@ impl Decoder {
                 args => args.to_string(),
             };
             let call = ToolCall::raw(call.id, call.name, arguments);
-            // A call comes whole in one part. Without an id (older models) it could not be
-            // matched in the message: not sent early.
-            if !call.id.is_empty() {
-                deltas.push(Delta::ToolCall(call.clone()));
-            }
+            // A call comes whole in one part.
+            deltas.push(Delta::ToolCall(call.clone()));
             self.parts.push(ContentPart::ToolCall(call));
         } else if let Some(text) = part.text.filter(|t| !t.is_empty()) {
             deltas.push(Delta::Text(text.clone()));

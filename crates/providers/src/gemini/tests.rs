@@ -59,6 +59,7 @@ fn chunks_accumulate_into_one_message() {
     ] {
         decoder.feed("", data, &mut deltas).expect("valid");
     }
+    let ls = ToolCall::raw("", "ls", "{}");
     let cat = ToolCall::raw("c2", "cat", r#"{"p":"a"}"#);
     let res = decoder.finish().expect("complete");
     assert_eq!(
@@ -71,18 +72,19 @@ fn chunks_accumulate_into_one_message() {
                 text: String::new(),
                 signature: Some("S".into())
             },
-            ContentPart::ToolCall(ToolCall::raw("", "ls", "{}")),
+            ContentPart::ToolCall(ls.clone()),
             ContentPart::ToolCall(cat.clone()),
         ]
     );
     assert_eq!(res.usage, Usage::new(7, 5));
     assert_eq!(res.finish_reason, FinishReason::ToolCalls);
-    // Calls come whole; one without an id could not be matched, so it is not sent early.
+    // Calls come whole, each sent up with its part.
     assert_eq!(
         deltas,
         [
             Delta::Text("Hel".into()),
             Delta::Text("lo".into()),
+            Delta::ToolCall(ls),
             Delta::ToolCall(cat)
         ]
     );

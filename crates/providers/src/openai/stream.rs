@@ -67,10 +67,17 @@ struct ChunkFunction {
 impl Decoder {
     /// Send up the calls before `end` not yet sent: their arguments are closed.
     fn close_calls(&mut self, end: usize, deltas: &mut Vec<Delta>) {
-        for (_, call) in &self.calls[self.closed.min(end)..end] {
-            deltas.push(Delta::ToolCall(call.clone()));
-        }
-        self.closed = self.closed.max(end);
+        let closed = self.calls[self.closed..end].iter();
+        deltas.extend(closed.map(|(_, call)| Delta::ToolCall(call.clone())));
+        self.closed = end;
+    }
+
+    /// Whether a new call with `index`, at `at`, comes after every open call (by index, or
+    /// without indexes): then those are complete. Servers send calls in index order; when one
+    /// does not, its calls are sent up at the finish.
+    fn after_open(&self, at: usize, index: Option<usize>) -> bool {
+        let mut open = self.calls[self.closed..at].iter();
+        open.all(|(open, _)| !matches!((open, index), (Some(open), Some(new)) if open >= &new))
     }
 
     /// Where the call a fragment belongs to is: by its index; without one, by its id (a new
@@ -122,19 +129,9 @@ impl StreamDecoder for Decoder {
                 deltas.push(Delta::Text(text));
             }
             for fragment in delta.tool_calls {
-                let before = self.calls.len();
+                let new = self.calls.len();
                 let at = self.call_for(&fragment);
-                // A new call after the open ones (by index, or without indexes): those are
-                // complete. Servers send calls in index order; when one does not, the calls
-                // are sent up at the finish.
-                let after_open =
-                    self.calls[self.closed.min(at)..at]
-                        .iter()
-                        .all(|(index, _)| match (index, fragment.index) {
-                            (Some(open), Some(new)) => *open < new,
-                            _ => true,
-                        });
-                if at >= before && after_open {
+                if at == new && self.after_open(at, fragment.index) {
                     self.close_calls(at, deltas);
                 }
                 let call = &mut self.calls[at].1;
