@@ -10,8 +10,8 @@ use serde_json::json;
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 use tower_agent_core::{
-    AgentRequest, AgentResponse, Error, ErrorKind, Message, ModelResponse, Outcome, Role, Session,
-    SideModel, StopReason, ToolCall, Usage,
+    AgentRequest, AgentResponse, Error, ErrorKind, Message, ModelRequest, ModelResponse, Outcome,
+    Role, Session, SideModel, StopReason, ToolCall, Usage,
 };
 use tower_agent_layers::guardrail::{Guardrail, GuardrailLayer, Verdict};
 use tower_agent_loop::Agent;
@@ -279,6 +279,25 @@ async fn a_classifier_that_fails_fails_the_call_nothing_passes_unchecked() {
         .expect_err("the check failed");
     assert_eq!(error.kind(), ErrorKind::Auth);
     assert_eq!(model.request_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_check_that_fails_keeps_the_answer_s_tokens_in_the_error() {
+    let down = ScriptedModel::with_results([Err(Error::new(ErrorKind::Auth, "bad key"))]);
+    let guard = GuardrailLayer::new().output(Guardrail::model(
+        "moderation",
+        SideModel::new(down),
+        "Flag threats.",
+    ));
+    let mut answer = ModelResponse::text("an answer");
+    answer.usage = Usage::new(40, 8);
+    let error = guard
+        .layer(ScriptedModel::new([answer]))
+        .oneshot(ModelRequest::new(vec![Message::user("hello")]))
+        .await
+        .expect_err("the check failed");
+    assert_eq!(error.kind(), ErrorKind::Auth);
+    assert_eq!(error.usage(), Usage::new(40, 8), "the answer was paid for");
 }
 
 #[tokio::test(start_paused = true)]

@@ -156,7 +156,11 @@ async fn zero_repairs_fails_at_once_and_a_model_error_passes_through() {
     assert_eq!(error.kind(), ErrorKind::InvalidResponse);
     assert_eq!(model.requests().len(), 1);
 
-    let failing = ScriptedModel::with_results([Err(Error::new(ErrorKind::Auth, "refused"))]);
+    // A refused answer, then an error carrying tokens of its own (a fallback's): both count.
+    let failing = ScriptedModel::with_results([
+        Ok(answer("no", 10)),
+        Err(Error::new(ErrorKind::Auth, "refused").with_usage(Usage::new(7, 1))),
+    ]);
     let (req, _) = request(Some(trip()));
     let error = StructuredLayer::new()
         .layer(failing)
@@ -164,6 +168,7 @@ async fn zero_repairs_fails_at_once_and_a_model_error_passes_through() {
         .await
         .expect_err("the model's error");
     assert_eq!(error.kind(), ErrorKind::Auth);
+    assert_eq!(error.usage(), Usage::new(17, 6));
 }
 
 #[tokio::test]
