@@ -58,6 +58,7 @@
 //! | `tower-agent-workflow` | workflows: `Sequential`, `Loop` with a judge, progress summaries ([`workflow`]) | `workflow` (default) |
 //! | `tower-agent-storage` | storage backends: in memory, local filesystem, `object_store` ([`storage`]) | `storage` (also with `evict`, `summarize`) |
 //! | `tower-agent-providers` | model services over reqwest: OpenAI-compatible, Anthropic, Gemini (`tower_agent::providers`) | `openai`, `anthropic`, `gemini`; `providers` for all |
+//! | `tower-agent-mcp` | MCP servers' tools as a tool service, over stdio and streamable HTTP (`tower_agent::mcp`) | `mcp` |
 //! | `tower-agent-test` | scripted model, stub tools, assertions (a dev-dependency) | — |
 //!
 //! `full` enables every feature.
@@ -151,6 +152,13 @@ pub mod workflow {
 #[cfg(feature = "sessions")]
 pub mod sessions {
     pub use tower_agent_sessions::*;
+}
+
+/// The tools of MCP servers as one tool service: [`McpTools`](mcp::McpTools) over stdio and
+/// streamable HTTP, on the official Rust SDK. With `mcp`.
+#[cfg(feature = "mcp")]
+pub mod mcp {
+    pub use tower_agent_mcp::*;
 }
 
 pub mod chat;

@@ -107,6 +107,23 @@ pub enum Event {
         /// Whether the result is an error the model will see.
         is_error: bool,
     },
+    /// A running tool call reported progress (an MCP server's `notifications/progress`, say).
+    /// Comes between the call's `ToolStarted` and `ToolFinished`; a tool that runs calls
+    /// concurrently may send them out of order: `progress` only grows.
+    ToolProgress {
+        /// The round.
+        round: u32,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The progress so far.
+        progress: f64,
+        /// The total, when known.
+        total: Option<f64>,
+        /// What it is doing, when said.
+        message: Option<String>,
+    },
     /// The run ended normally (completed, stopped, cancelled or interrupted).
     RunFinished {
         /// How it ended.
@@ -248,6 +265,7 @@ impl Event {
             Event::RoundCompleted { .. } => "round_completed",
             Event::ToolStarted { .. } => "tool_started",
             Event::ToolFinished { .. } => "tool_finished",
+            Event::ToolProgress { .. } => "tool_progress",
             Event::RunFinished { .. } => "run_finished",
             Event::RunFailed { .. } => "run_failed",
             Event::Warning { .. } => "warning",

@@ -1,0 +1,297 @@
+//! The tools of [MCP](https://modelcontextprotocol.io) servers as a
+//! [tower-agent](https://docs.rs/tower-agent) tool service, on the official Rust SDK
+//! ([`rmcp`]).
+//!
+//! [`McpTools`] connects to one or more servers, lists their tools (every page) into
+//! [`ToolSpec`]s and routes each call to the server that has the tool. It is an ordinary tool
+//! service that describes its tools ([`DescribeTools`]), so every tool-side layer (approval,
+//! limits, eviction, a timeout) applies to MCP tools unchanged, and the agent offers the model
+//! whatever the servers list now.
+//!
+//! | what happens | what the agent sees |
+//! |---|---|
+//! | a tool's result | its text (structured content as JSON when there is no text), `is_error` as the server said |
+//! | a JSON-RPC error (an unknown tool, bad arguments) | an error result the model reads |
+//! | arguments that are not a JSON object | an error result, nothing sent |
+//! | the transport is lost (the process exited, the connection dropped) | `Err` of kind [`Backend`](tower_agent_core::ErrorKind::Backend) with an [`McpError`] source; the next call connects again |
+//! | the call is dropped (the run cancelled, a timeout layer) | `notifications/cancelled` sent to the server |
+//! | `notifications/progress` for a call | an [`Event::ToolProgress`](tower_agent_core::Event::ToolProgress) of the run |
+//! | `notifications/tools/list_changed` | the tools listed again; the next round offers them |
+//!
+//! Several servers at once: a tool keeps its name unless another server has a tool of the same
+//! name; then each of those is named `{server}_{tool}`. The tool's MCP annotations
+//! (`readOnlyHint`, `destructiveHint`, ...) stay readable with [`McpTools::annotations`], and
+//! `readOnlyHint` becomes [`ToolSpec::read_only`].
+//!
+//! ```no_run
+//! use tower_agent_core::{DescribeTools, Message};
+//! use tower_agent_mcp::{McpServer, McpTools};
+//!
+//! # async fn run() -> Result<(), tower_agent_core::Error> {
+//! let tools = McpTools::connect([
+//!     McpServer::stdio("files", "npx").args(["-y", "@modelcontextprotocol/server-filesystem", "."]),
+//!     McpServer::http("search", "http://127.0.0.1:3001/mcp"),
+//! ])
+//! .await?;
+//! for spec in tools.tool_specs().iter() {
+//!     println!("{}: {}", spec.name, spec.description);
+//! }
+//! // `tools` is the agent's tool service: `Agent::new(model, tools)`.
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Features
+//!
+//! - `stdio` (default): servers started as child processes. Their stderr goes to `tracing` at
+//!   debug level (target `tower_agent_mcp::stderr`).
+//! - `http` (default): servers at a URL, over streamable HTTP, in plain HTTP.
+//! - `rustls`: HTTPS for `http`.
+
+#![forbid(unsafe_code)]
+
+#[cfg(not(any(feature = "stdio", feature = "http")))]
+compile_error!(
+    "tower-agent-mcp needs a transport: the `stdio` feature, the `http` feature, or both"
+);
+
+mod convert;
+mod handler;
+mod server;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll};
+
+use tower_agent_core::{DescribeTools, Error, ToolRequest, ToolResponse, ToolSpec};
+use tower_service::Service;
+
+pub use rmcp;
+pub use rmcp::model::ToolAnnotations;
+pub use server::McpServer;
+
+use server::Conn;
+
+/// What went wrong with an MCP server: the source of the [`Error`] a call or a connection
+/// returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The server could not be started or reached, or the MCP handshake failed.
+    #[error("MCP server `{server}`: cannot connect: {message}")]
+    Connect {
+        /// The server's name.
+        server: String,
+        /// Why.
+        message: String,
+    },
+    /// The connection was lost: the process exited, the stream closed. The next call connects
+    /// again.
+    #[error("MCP server `{server}`: the connection was lost: {message}")]
+    Lost {
+        /// The server's name.
+        server: String,
+        /// Why.
+        message: String,
+    },
+    /// The server answered with something that is not the result of the request.
+    #[error("MCP server `{server}`: unexpected answer: {message}")]
+    Protocol {
+        /// The server's name.
+        server: String,
+        /// What came.
+        message: String,
+    },
+}
+
+/// The tools of one or more MCP servers as one tool service.
+///
+/// Cheap to clone: clones share the connections. See the [crate] documentation.
+#[derive(Clone)]
+pub struct McpTools {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    servers: Vec<Arc<Conn>>,
+    routes: RwLock<Arc<Routes>>,
+}
+
+/// The tools offered, and where each goes.
+#[derive(Default)]
+struct Routes {
+    specs: Arc<[ToolSpec]>,
+    by_name: HashMap<String, Route>,
+}
+
+struct Route {
+    server: usize,
+    /// The tool's name on its server.
+    remote: String,
+    annotations: Option<ToolAnnotations>,
+}
+
+impl McpTools {
+    /// Connect to every server and list its tools.
+    ///
+    /// # Errors
+    ///
+    /// [`Backend`](tower_agent_core::ErrorKind::Backend) with an [`McpError`] source when a
+    /// server cannot be started or reached, or does not complete the handshake.
+    ///
+    /// # Panics
+    ///
+    /// When two servers have the same name (a programming error, found at start-up).
+    pub async fn connect(servers: impl IntoIterator<Item = McpServer>) -> Result<Self, Error> {
+        let servers: Vec<Arc<Conn>> = servers
+            .into_iter()
+            .enumerate()
+            .map(|(index, config)| Arc::new(Conn::new(index, config)))
+            .collect();
+        for (i, conn) in servers.iter().enumerate() {
+            assert!(
+                servers[..i].iter().all(|c| c.name() != conn.name()),
+                "McpTools: two servers are named `{}`",
+                conn.name()
+            );
+        }
+        let tools = Self {
+            inner: Arc::new(Inner {
+                servers,
+                routes: RwLock::default(),
+            }),
+        };
+        for conn in &tools.inner.servers {
+            conn.peer(&tools.inner).await?;
+        }
+        Ok(tools)
+    }
+
+    /// List every server's tools again (a server that does not send
+    /// `notifications/tools/list_changed`, say).
+    ///
+    /// # Errors
+    ///
+    /// As [`McpTools::connect`], or when a server cannot list its tools.
+    pub async fn refresh(&self) -> Result<(), Error> {
+        for conn in &self.inner.servers {
+            let (peer, _) = conn.peer(&self.inner).await?;
+            conn.list(&self.inner, &peer).await?;
+        }
+        Ok(())
+    }
+
+    /// The MCP annotations of the tool the model calls `name` (`readOnlyHint`,
+    /// `destructiveHint`, ...), for an approval policy, say.
+    pub fn annotations(&self, name: &str) -> Option<ToolAnnotations> {
+        self.inner
+            .routes()
+            .by_name
+            .get(name)
+            .and_then(|route| route.annotations.clone())
+    }
+
+    /// The name of the server that has the tool the model calls `name`, and the tool's name
+    /// there.
+    pub fn server_of(&self, name: &str) -> Option<(&str, String)> {
+        let routes = self.inner.routes();
+        let route = routes.by_name.get(name)?;
+        Some((
+            self.inner.servers[route.server].name(),
+            route.remote.clone(),
+        ))
+    }
+}
+
+impl Inner {
+    fn routes(&self) -> Arc<Routes> {
+        Arc::clone(&self.routes.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Offer every server's tools as they were last listed.
+    fn rebuild(&self) {
+        let listed: Vec<(usize, Vec<rmcp::model::Tool>)> = self
+            .servers
+            .iter()
+            .map(|conn| (conn.index(), conn.tools()))
+            .collect();
+        let routes = convert::routes(
+            listed
+                .iter()
+                .map(|(index, tools)| (*index, self.servers[*index].name(), tools.as_slice())),
+        );
+        *self.routes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(routes);
+    }
+
+    async fn call(self: Arc<Self>, req: ToolRequest) -> Result<ToolResponse, Error> {
+        let routes = self.routes();
+        let Some(route) = routes.by_name.get(&req.call.name) else {
+            let names: Vec<&str> = routes.specs.iter().map(|s| s.name.as_str()).collect();
+            let message = if names.is_empty() {
+                format!("unknown tool `{}`: no tools are available", req.call.name)
+            } else {
+                format!(
+                    "unknown tool `{}`. Available tools: {}",
+                    req.call.name,
+                    names.join(", ")
+                )
+            };
+            return Ok(ToolResponse::error(&req.call, message));
+        };
+        let arguments = match convert::arguments(&req.call.arguments) {
+            Ok(arguments) => arguments,
+            Err(message) => return Ok(ToolResponse::error(&req.call, message)),
+        };
+        let conn = Arc::clone(&self.servers[route.server]);
+        let remote = route.remote.clone();
+        drop(routes);
+        conn.call(&self, remote, arguments, &req).await
+    }
+}
+
+impl DescribeTools for McpTools {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        Arc::clone(&self.inner.routes().specs)
+    }
+}
+
+impl fmt::Debug for McpTools {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let routes = self.inner.routes();
+        f.debug_struct("McpTools")
+            .field(
+                "servers",
+                &self
+                    .inner
+                    .servers
+                    .iter()
+                    .map(|c| c.config())
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "tools",
+                &routes.specs.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// The response future of [`McpTools`].
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<ToolResponse, Error>> + Send>>;
+
+impl Service<ToolRequest> for McpTools {
+    type Response = ToolResponse;
+    type Error = Error;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        Box::pin(Arc::clone(&self.inner).call(req))
+    }
+}

@@ -1,0 +1,460 @@
+//! One server: how to reach it, and the connection to it.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, JsonObject,
+    PingRequest, RequestId, ServerResult, Tool,
+};
+use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
+use tower_agent_core::{Error, ErrorKind, ToolRequest, ToolResponse, ToolResult};
+
+use crate::handler::{Handler, Progress};
+use crate::{Inner, McpError, convert};
+
+/// An MCP server to connect to: a name (it prefixes the server's tools when two servers have
+/// a tool of the same name) and how to reach it.
+#[derive(Clone)]
+pub struct McpServer {
+    name: String,
+    transport: Transport,
+    ping: Duration,
+}
+
+/// How often a server is pinged while a call waits for it, by default.
+const PING: Duration = Duration::from_secs(15);
+
+/// How to reach a server. Both variants exist whatever the features; only a constructor of
+/// an enabled transport can make one.
+#[derive(Clone)]
+#[cfg_attr(not(all(feature = "stdio", feature = "http")), allow(dead_code))]
+enum Transport {
+    Stdio {
+        program: OsString,
+        args: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        dir: Option<PathBuf>,
+    },
+    Http {
+        url: String,
+        bearer: Option<String>,
+    },
+}
+
+impl McpServer {
+    /// A server started as a child process running `program`, spoken to over its stdin and
+    /// stdout. It is started again when the connection is lost, and killed when the last
+    /// clone of the [`McpTools`](crate::McpTools) is dropped.
+    #[cfg(feature = "stdio")]
+    pub fn stdio(name: impl Into<String>, program: impl Into<OsString>) -> Self {
+        Self {
+            name: name.into(),
+            transport: Transport::Stdio {
+                program: program.into(),
+                args: Vec::new(),
+                env: Vec::new(),
+                dir: None,
+            },
+            ping: PING,
+        }
+    }
+
+    /// A server at `url` (its MCP endpoint, often `.../mcp`), over streamable HTTP.
+    #[cfg(feature = "http")]
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            transport: Transport::Http {
+                url: url.into(),
+                bearer: None,
+            },
+            ping: PING,
+        }
+    }
+
+    /// An argument of the program (stdio).
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        if let Transport::Stdio { args, .. } = &mut self.transport {
+            args.push(arg.into());
+        }
+        self
+    }
+
+    /// Arguments of the program (stdio).
+    pub fn args(self, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
+        args.into_iter().fold(self, Self::arg)
+    }
+
+    /// An environment variable of the program (stdio). Its value never shows in `Debug`.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        if let Transport::Stdio { env, .. } = &mut self.transport {
+            env.push((key.into(), value.into()));
+        }
+        self
+    }
+
+    /// The program's working directory (stdio).
+    pub fn current_dir(mut self, path: impl Into<PathBuf>) -> Self {
+        if let Transport::Stdio { dir, .. } = &mut self.transport {
+            *dir = Some(path.into());
+        }
+        self
+    }
+
+    /// A bearer token sent with every request (HTTP). It never shows in `Debug` or errors.
+    pub fn bearer(mut self, token: impl Into<String>) -> Self {
+        if let Transport::Http { bearer, .. } = &mut self.transport {
+            *bearer = Some(token.into());
+        }
+        self
+    }
+
+    /// Ping the server (MCP's `ping`) this often while a call waits for its answer, 15 s by
+    /// default. A ping that fails, or gets no answer in the same time, means the connection
+    /// is lost: the call fails (see [`McpError::Lost`]) and the next call connects again.
+    /// Without it a call over HTTP would wait forever for a server that went away mid-call
+    /// (rmcp leaves such a request pending).
+    pub fn ping_every(mut self, every: Duration) -> Self {
+        self.ping = every;
+        self
+    }
+
+    /// The server's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct("McpServer");
+        out.field("name", &self.name);
+        match &self.transport {
+            Transport::Stdio {
+                program, args, env, ..
+            } => out
+                .field("program", program)
+                .field("args", args)
+                .field("env", &env.iter().map(|(k, _)| k).collect::<Vec<_>>()),
+            Transport::Http { url, bearer } => out
+                .field("url", url)
+                .field("bearer", &bearer.as_ref().map(|_| "<redacted>")),
+        };
+        out.finish()
+    }
+}
+
+/// The connection to one server: made on first use, made again after it is lost.
+pub(crate) struct Conn {
+    index: usize,
+    config: McpServer,
+    live: tokio::sync::Mutex<Option<Live>>,
+    generation: AtomicU64,
+    tools: Mutex<Vec<Tool>>,
+    progress: Arc<Progress>,
+}
+
+struct Live {
+    service: RunningService<RoleClient, Handler>,
+    generation: u64,
+}
+
+impl Conn {
+    pub(crate) fn new(index: usize, config: McpServer) -> Self {
+        Self {
+            index,
+            config,
+            live: tokio::sync::Mutex::new(None),
+            generation: AtomicU64::new(0),
+            tools: Mutex::new(Vec::new()),
+            progress: Arc::default(),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    pub(crate) fn config(&self) -> &McpServer {
+        &self.config
+    }
+
+    /// The tools as last listed.
+    pub(crate) fn tools(&self) -> Vec<Tool> {
+        self.tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The live connection's peer and generation; connects (and lists the tools) first when
+    /// there is none or it was lost.
+    pub(crate) async fn peer(&self, inner: &Arc<Inner>) -> Result<(Peer<RoleClient>, u64), Error> {
+        let mut live = self.live.lock().await;
+        if let Some(current) = live.as_ref() {
+            if !current.service.is_closed() && !current.service.peer().is_transport_closed() {
+                return Ok((current.service.peer().clone(), current.generation));
+            }
+        }
+        *live = None;
+        let handler = Handler {
+            inner: Arc::downgrade(inner),
+            index: self.index,
+            progress: Arc::clone(&self.progress),
+        };
+        let service = self.start(handler).await?;
+        let peer = service.peer().clone();
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        *live = Some(Live {
+            service,
+            generation,
+        });
+        self.list(inner, &peer).await?;
+        Ok((peer, generation))
+    }
+
+    async fn start(&self, handler: Handler) -> Result<RunningService<RoleClient, Handler>, Error> {
+        let failed = |message: String| {
+            Error::backend(format!("MCP server `{}`: cannot connect", self.config.name))
+                .with_source(McpError::Connect {
+                    server: self.config.name.clone(),
+                    message,
+                })
+        };
+        match &self.config.transport {
+            #[cfg(feature = "stdio")]
+            Transport::Stdio {
+                program,
+                args,
+                env,
+                dir,
+            } => {
+                use rmcp::transport::TokioChildProcess;
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+                if let Some(dir) = dir {
+                    command.current_dir(dir);
+                }
+                let (transport, stderr) = TokioChildProcess::builder(command)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|error| failed(format!("cannot start {program:?}: {error}")))?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(log_stderr(self.config.name.clone(), stderr));
+                }
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|error| failed(error.to_string()))
+            }
+            #[cfg(feature = "http")]
+            Transport::Http { url, bearer } => {
+                use rmcp::transport::StreamableHttpClientTransport;
+                use rmcp::transport::common::client_side_sse::ExponentialBackoff;
+                use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                // A broken event stream is resumed a few times (0.25 s, 0.5 s, 1 s), then the
+                // connection counts as lost: rmcp's default retries forever, and a call
+                // would wait for a server that is gone.
+                let mut retry = ExponentialBackoff::default();
+                retry.max_times = Some(3);
+                retry.base_duration = std::time::Duration::from_millis(250);
+                config.retry_config = Arc::new(retry);
+                if let Some(bearer) = bearer {
+                    config = config.auth_header(bearer.clone());
+                }
+                let transport = StreamableHttpClientTransport::from_config(config);
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|error| failed(error.to_string()))
+            }
+            #[cfg(not(feature = "stdio"))]
+            Transport::Stdio { .. } => Err(failed("the `stdio` feature is off".to_owned())),
+            #[cfg(not(feature = "http"))]
+            Transport::Http { .. } => Err(failed("the `http` feature is off".to_owned())),
+        }
+    }
+
+    /// List the server's tools (every page) and offer them.
+    pub(crate) async fn list(&self, inner: &Inner, peer: &Peer<RoleClient>) -> Result<(), Error> {
+        let tools = peer.list_all_tools().await.map_err(|error| {
+            Error::backend(format!(
+                "MCP server `{}`: cannot list its tools",
+                self.config.name
+            ))
+            .with_source(McpError::Protocol {
+                server: self.config.name.clone(),
+                message: error.to_string(),
+            })
+        })?;
+        *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+        inner.rebuild();
+        Ok(())
+    }
+
+    /// Forget the connection of `generation` (not a newer one another call made).
+    async fn lost(&self, generation: u64) {
+        let mut live = self.live.lock().await;
+        if live.as_ref().is_some_and(|l| l.generation == generation) {
+            *live = None;
+        }
+    }
+
+    /// Call the server's tool `remote` for `req`.
+    pub(crate) async fn call(
+        &self,
+        inner: &Arc<Inner>,
+        remote: String,
+        arguments: Option<JsonObject>,
+        req: &ToolRequest,
+    ) -> Result<ToolResponse, Error> {
+        let (peer, generation) = self.peer(inner).await?;
+        let mut params = CallToolRequestParams::new(remote);
+        params.arguments = arguments;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = match peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            Err(error) => return Err(self.failed(error, generation).await),
+        };
+        let (_watch, early) =
+            self.progress
+                .watch(handle.progress_token.clone(), &req.ctx, &req.call);
+        for event in early {
+            let _ = req.ctx.emit(event).await;
+        }
+        // Dropped before the answer (a cancelled run, a timeout): the server hears of it.
+        let mut cancel = CancelOnDrop {
+            peer: Some(peer),
+            id: handle.id.clone(),
+        };
+        let answer = tokio::select! {
+            answer = handle.await_response() => answer,
+            lost = lost(cancel.peer.as_ref(), self.config.ping) => {
+                cancel.peer = None;
+                return Err(self.failed(lost, generation).await);
+            }
+        };
+        cancel.peer = None;
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => Ok(ToolResponse::new(ToolResult {
+                call_id: req.call.id.clone(),
+                name: req.call.name.clone(),
+                content: convert::content(&result),
+                is_error: result.is_error.unwrap_or(false),
+            })),
+            Ok(_) => Err(Error::backend(format!(
+                "MCP server `{}`: unexpected answer to tools/call",
+                self.config.name
+            ))
+            .with_source(McpError::Protocol {
+                server: self.config.name.clone(),
+                message: "not a tools/call result".to_owned(),
+            })),
+            // A JSON-RPC error (an unknown tool, arguments the server refuses): the model
+            // reads it and can correct itself.
+            Err(ServiceError::McpError(error)) => Ok(ToolResponse::error(
+                &req.call,
+                format!("MCP error {}: {}", error.code.0, error.message),
+            )),
+            Err(ServiceError::Cancelled { reason }) => Ok(ToolResponse::error(
+                &req.call,
+                format!(
+                    "the server cancelled the call: {}",
+                    reason.as_deref().unwrap_or("no reason given")
+                ),
+            )),
+            Err(error) => Err(self.failed(error, generation).await),
+        }
+    }
+
+    /// The error of a call that did not get an answer. A lost transport is forgotten, so the
+    /// next call connects again.
+    async fn failed(&self, error: ServiceError, generation: u64) -> Error {
+        let server = self.config.name.clone();
+        match error {
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                self.lost(generation).await;
+                Error::backend(format!("MCP server `{server}`: the connection was lost"))
+                    .with_source(McpError::Lost {
+                        message: error.to_string(),
+                        server,
+                    })
+            }
+            ServiceError::Timeout { .. } => Error::new(
+                ErrorKind::Timeout,
+                format!("MCP server `{server}`: no answer in time"),
+            ),
+            other => Error::backend(format!("MCP server `{server}`: the call failed")).with_source(
+                McpError::Protocol {
+                    server,
+                    message: other.to_string(),
+                },
+            ),
+        }
+    }
+}
+
+/// Waits until a ping to `peer` fails or gets no answer in `every`: the transport error (a
+/// missing answer counts as a closed transport).
+async fn lost(peer: Option<&Peer<RoleClient>>, every: Duration) -> ServiceError {
+    let Some(peer) = peer else {
+        return ServiceError::TransportClosed;
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let ping = ClientRequest::PingRequest(PingRequest::default());
+        match tokio::time::timeout(every, peer.send_request(ping)).await {
+            // An answer, even an error, is a server that is there.
+            Ok(Ok(_) | Err(ServiceError::McpError(_))) => {}
+            Ok(Err(error)) => return error,
+            Err(_) => return ServiceError::TransportClosed,
+        }
+    }
+}
+
+/// Sends `notifications/cancelled` for a request whose answer is no longer awaited.
+struct CancelOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let params = CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the caller stopped waiting".to_owned()),
+        );
+        runtime.spawn(async move {
+            let _ = peer.notify_cancelled(params).await;
+        });
+    }
+}
+
+#[cfg(feature = "stdio")]
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(target: "tower_agent_mcp::stderr", server = %server, "{line}");
+    }
+}
