@@ -6,7 +6,8 @@
 //! - [`StubTool`]: tools that return, fail, error, panic, stop, interrupt or hang on demand,
 //!   recording their calls;
 //! - [`EventRecorder`]: an observer that keeps every event of a run;
-//! - [`assert_valid_history`]: every tool call answered exactly once, no orphan results.
+//! - [`assert_valid_history`]: every tool call answered exactly once, no orphan results;
+//! - [`cassette`]: record a real run's model calls to a file and replay them without a network.
 //!
 //! # Testing your own layer
 //!
@@ -84,6 +85,7 @@ use tower_agent_core::{
 use tower_agent_tools::Tool;
 use tower_service::Service;
 
+pub mod cassette;
 mod model;
 
 pub use model::ScriptedModel;

@@ -1,0 +1,588 @@
+//! Record a real run's model calls to a cassette, and replay them without a network.
+//!
+//! A [`Cassette`] is a JSON-lines file: one line per model call, the request as the provider
+//! is asked it (system, messages, tool specs, options: not the run's context) and the response
+//! it gave. Its [`layer`](Cassette::layer) goes around a model service:
+//!
+//! | [`Mode`] | a request on the cassette | a request not on it |
+//! |---|---|---|
+//! | `Record` (the file starts empty) | — | the inner model is called; the pair is written |
+//! | `Replay` | its response, the inner model never called | an error with a diff against the nearest recorded request |
+//! | `RecordMissing` | its response | the inner model is called; the pair is written |
+//!
+//! Requests are keyed by a SHA-256 of their JSON. The same request made twice (a judge asked
+//! again, say) gets its recorded responses in the order they were recorded.
+//!
+//! **Where it goes:** right around the provider, inside every layer that edits requests
+//! (instructions, memory, summarization, redaction). It then records what the provider was
+//! really asked; on replay the same layers run over the cassette and make the same requests
+//! again, so a cassette survives them. Above them, a recorded request would be what the loop
+//! asked, and the replay would skip what the layers do.
+//!
+//! **Secrets:** API keys travel in the provider's headers, never in a request; text in the
+//! requests and responses that looks like a key (`sk-...`, `sk-ant-...`, `AIza...`, `ghp_...`,
+//! `xox?-...`, `Bearer ...`) is written as `[REDACTED]` all the same.
+//!
+//! ```
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower_agent_core::{Message, ModelRequest, ModelResponse};
+//! use tower_agent_test::ScriptedModel;
+//! use tower_agent_test::cassette::{Cassette, Mode};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let path = std::env::temp_dir().join(format!("cassette-doc-{}.jsonl", std::process::id()));
+//! // Record: the real model (here a scripted one) answers, the pair is written.
+//! let real = ScriptedModel::new([ModelResponse::text("Paris.")]);
+//! let recording = Cassette::open(&path, Mode::Record)?;
+//! let model = ServiceBuilder::new().layer(recording.layer()).service(real);
+//! let ask = || ModelRequest::new(vec![Message::user("Capital of France?")]);
+//! assert_eq!(model.oneshot(ask()).await?.message.text(), "Paris.");
+//!
+//! // Replay: no model behind it at all.
+//! let replay = Cassette::open(&path, Mode::Replay)?.model();
+//! assert_eq!(replay.clone().oneshot(ask()).await?.message.text(), "Paris.");
+//!
+//! // A request that was never recorded: an error saying what differs.
+//! let other = ModelRequest::new(vec![Message::user("Capital of Spain?")]);
+//! let miss = replay.oneshot(other).await.unwrap_err();
+//! let diff = miss.to_string();
+//! assert!(diff.lines().any(|l| l.starts_with('-') && l.contains("Capital of France?")), "{diff}");
+//! assert!(diff.lines().any(|l| l.starts_with('+') && l.contains("Capital of Spain?")), "{diff}");
+//! # std::fs::remove_file(&path)?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{
+    BoxError, Error, ErrorKind, GenerationOptions, History, ModelRequest, ModelResponse,
+};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::lock;
+
+/// What a cassette does with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Call the inner model every time and write each pair; the file starts empty.
+    Record,
+    /// Answer from the cassette only; a request not on it is an error with a diff.
+    Replay,
+    /// Answer from the cassette; call the inner model for a request not on it, and write it.
+    RecordMissing,
+}
+
+/// One recorded model call: a line of the file.
+#[derive(Debug, Clone)]
+struct Entry {
+    key: String,
+    response: ModelResponse,
+    /// The line as written: its request is read again only for the diff of a miss.
+    line: String,
+}
+
+/// A line as written.
+#[derive(Serialize)]
+struct Line<'a> {
+    key: &'a str,
+    request: &'a Value,
+    response: &'a ModelResponse,
+}
+
+/// A line as read back for replay: the request is skipped, not decoded.
+#[derive(Deserialize)]
+struct Stored {
+    key: String,
+    response: ModelResponse,
+}
+
+/// The request of a line, for a diff.
+#[derive(Deserialize)]
+struct StoredRequest {
+    request: Value,
+}
+
+/// A cassette file: the recorded model calls of a run, and what it records next. Cheap to
+/// clone: clones share the file and the entries.
+#[derive(Clone)]
+pub struct Cassette {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    mode: Mode,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    entries: Vec<Entry>,
+    /// For each key, the next of its entries to serve.
+    served: HashMap<String, usize>,
+    file: Option<File>,
+}
+
+impl Cassette {
+    /// Open the cassette at `path`: in `Record` mode it is made empty; otherwise its calls are
+    /// read (a missing file is an empty cassette for `RecordMissing`).
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read or written, or a line is not a recorded call (its number is in
+    /// the message).
+    pub fn open(path: impl AsRef<Path>, mode: Mode) -> io::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut state = State::default();
+        match mode {
+            Mode::Record => {
+                state.file = Some(File::create(&path)?);
+            }
+            Mode::Replay | Mode::RecordMissing => {
+                match File::open(&path) {
+                    Ok(file) => {
+                        for (number, line) in BufReader::new(file).lines().enumerate() {
+                            let line = line?;
+                            if line.trim().is_empty() {
+                                continue;
+                            }
+                            let stored: Stored = serde_json::from_str(&line).map_err(|error| {
+                                io::Error::new(
+                                    io::ErrorKind::InvalidData,
+                                    format!(
+                                        "{}: line {} is not a recorded call: {error}",
+                                        path.display(),
+                                        number + 1
+                                    ),
+                                )
+                            })?;
+                            state.entries.push(Entry {
+                                key: stored.key,
+                                response: stored.response,
+                                line,
+                            });
+                        }
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                        if mode == Mode::Replay {
+                            return Err(io::Error::new(
+                                error.kind(),
+                                format!("no cassette at {}: record it first", path.display()),
+                            ));
+                        }
+                    }
+                    Err(error) => return Err(error),
+                }
+                if mode == Mode::RecordMissing {
+                    state.file = Some(OpenOptions::new().create(true).append(true).open(&path)?);
+                }
+            }
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path,
+                mode,
+                state: Mutex::new(state),
+            }),
+        })
+    }
+
+    /// The layer that records around, or replays instead of, a model service.
+    pub fn layer(&self) -> CassetteLayer {
+        CassetteLayer {
+            cassette: self.clone(),
+        }
+    }
+
+    /// A model service answering from the cassette alone (for `Replay`: nothing behind it).
+    pub fn model(&self) -> CassetteModel<NoModel> {
+        self.layer().layer(NoModel)
+    }
+
+    /// The number of recorded calls.
+    pub fn len(&self) -> usize {
+        lock(&self.inner.state).entries.len()
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The recorded response to `request`, if any (the next one, for a request made again).
+    fn find(&self, key: &str) -> Option<ModelResponse> {
+        let mut state = lock(&self.inner.state);
+        let State {
+            entries, served, ..
+        } = &mut *state;
+        let matching: Vec<&Entry> = entries.iter().filter(|e| e.key == key).collect();
+        if matching.is_empty() {
+            return None;
+        }
+        let next = served.entry(key.to_owned()).or_default();
+        let entry = matching[(*next).min(matching.len() - 1)];
+        *next += 1;
+        Some(entry.response.clone())
+    }
+
+    fn write(
+        &self,
+        key: String,
+        req: &ModelRequest,
+        response: &ModelResponse,
+    ) -> Result<(), Error> {
+        let request = serde_json::to_value(Canonical::of(req));
+        let line = request
+            .and_then(|request| {
+                serde_json::to_string(&Line {
+                    key: &key,
+                    request: &request,
+                    response,
+                })
+            })
+            .map(|line| redact(&line))
+            .map_err(|error| Error::other(format!("cannot encode a recorded call: {error}")))?;
+        let entry = Entry {
+            key,
+            response: response.clone(),
+            line: line.clone(),
+        };
+        let mut state = lock(&self.inner.state);
+        if let Some(file) = &mut state.file {
+            writeln!(file, "{line}")
+                .and_then(|()| file.flush())
+                .map_err(|error| {
+                    Error::backend(format!(
+                        "cannot write the cassette {}: {error}",
+                        self.inner.path.display()
+                    ))
+                })?;
+        }
+        state.entries.push(entry);
+        Ok(())
+    }
+
+    /// The error of a request not on the cassette: the diff against the nearest recorded one.
+    fn miss(&self, req: &ModelRequest) -> Error {
+        let got = serde_json::to_value(Canonical::of(req))
+            .map(|request| pretty(&request))
+            .unwrap_or_default();
+        let state = lock(&self.inner.state);
+        let nearest = state
+            .entries
+            .iter()
+            .map(|entry| {
+                let recorded = serde_json::from_str::<StoredRequest>(&entry.line)
+                    .map(|stored| pretty(&stored.request))
+                    .unwrap_or_default();
+                let ratio = similar::TextDiff::from_lines(&recorded, &got).ratio();
+                (ratio, recorded)
+            })
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        let message = match nearest {
+            None => format!(
+                "cassette {}: no recorded call answers this request, and the cassette is empty",
+                self.inner.path.display()
+            ),
+            Some((_, recorded)) => {
+                let diff = similar::TextDiff::from_lines(&recorded, &got)
+                    .unified_diff()
+                    .context_radius(3)
+                    .header("recorded (nearest)", "requested")
+                    .to_string();
+                format!(
+                    "cassette {}: no recorded call answers this request; the nearest of {} differs:\n{diff}",
+                    self.inner.path.display(),
+                    state.entries.len()
+                )
+            }
+        };
+        Error::new(ErrorKind::Other, message)
+    }
+}
+
+impl fmt::Debug for Cassette {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cassette")
+            .field("path", &self.inner.path)
+            .field("mode", &self.inner.mode)
+            .field("calls", &self.len())
+            .finish()
+    }
+}
+
+/// The request as the provider is asked it: system, messages, tool specs (what providers
+/// send of them), options. Hashed as it is encoded, without a copy of the request.
+#[derive(Serialize)]
+struct Canonical<'a> {
+    system: Option<&'a str>,
+    messages: &'a History,
+    tools: Vec<ToolWire<'a>>,
+    options: &'a GenerationOptions,
+}
+
+#[derive(Serialize)]
+struct ToolWire<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> Canonical<'a> {
+    fn of(req: &'a ModelRequest) -> Self {
+        Self {
+            system: req.system.as_deref(),
+            messages: &req.messages,
+            tools: req
+                .tools
+                .iter()
+                .map(|spec| ToolWire {
+                    name: &spec.name,
+                    description: &spec.description,
+                    parameters: &spec.parameters,
+                })
+                .collect(),
+            options: &req.options,
+        }
+    }
+
+    /// The SHA-256 of its JSON, in hex.
+    fn key(&self) -> Result<String, Error> {
+        struct Hashing(Sha256);
+        impl Write for Hashing {
+            fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+                self.0.update(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut hashing = Hashing(Sha256::new());
+        serde_json::to_writer(&mut hashing, self)
+            .map_err(|error| Error::other(format!("cannot encode the request: {error}")))?;
+        Ok(hashing
+            .0
+            .finalize()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect())
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// Text that looks like a credential, replaced.
+fn redact(line: &str) -> String {
+    const PREFIXES: [&str; 8] = [
+        "sk-ant-", "sk-", "AIza", "ghp_", "xoxb-", "xoxp-", "Bearer ", "bearer ",
+    ];
+    const MIN: usize = 16;
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    'scan: while !rest.is_empty() {
+        for prefix in PREFIXES {
+            if let Some(tail) = rest.strip_prefix(prefix) {
+                let secret = tail
+                    .bytes()
+                    .take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+                    .count();
+                if secret >= MIN {
+                    out.push_str("[REDACTED]");
+                    rest = &tail[secret..];
+                    continue 'scan;
+                }
+            }
+        }
+        let next = rest.chars().next().map_or(1, char::len_utf8);
+        out.push_str(&rest[..next]);
+        rest = &rest[next..];
+    }
+    out
+}
+
+/// Records around, or replays instead of, a model service. See [`Cassette`].
+#[derive(Debug, Clone)]
+pub struct CassetteLayer {
+    cassette: Cassette,
+}
+
+impl<M> Layer<M> for CassetteLayer {
+    type Service = CassetteModel<M>;
+
+    fn layer(&self, inner: M) -> Self::Service {
+        CassetteModel {
+            inner,
+            cassette: self.cassette.clone(),
+        }
+    }
+}
+
+/// The model service of a [`CassetteLayer`].
+#[derive(Debug, Clone)]
+pub struct CassetteModel<M> {
+    inner: M,
+    cassette: Cassette,
+}
+
+impl<M> Service<ModelRequest> for CassetteModel<M>
+where
+    M: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+    M::Error: Into<BoxError>,
+    M::Future: Send,
+{
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<ModelResponse, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        // The inner model is made ready in `call`, only when it is called.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ModelRequest) -> Self::Future {
+        let cassette = self.cassette.clone();
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            let key = Canonical::of(&req).key()?;
+            if cassette.inner.mode != Mode::Record {
+                if let Some(response) = cassette.find(&key) {
+                    return Ok(response);
+                }
+                if cassette.inner.mode == Mode::Replay {
+                    return Err(cassette.miss(&req));
+                }
+            }
+            // The request is encoded again for the file after the call: it moves into it.
+            let recorded = req.clone();
+            std::future::poll_fn(|cx| inner.poll_ready(cx))
+                .await
+                .map_err(|e| Error::from_boxed(e.into()))?;
+            let response = inner
+                .call(req)
+                .await
+                .map_err(|e| Error::from_boxed(e.into()))?;
+            cassette.write(key, &recorded, &response)?;
+            Ok(response)
+        })
+    }
+}
+
+/// The model behind a replay-only cassette ([`Cassette::model`]): never called.
+#[derive(Debug, Clone, Copy)]
+pub struct NoModel;
+
+impl Service<ModelRequest> for NoModel {
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = std::future::Ready<Result<ModelResponse, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: ModelRequest) -> Self::Future {
+        std::future::ready(Err(Error::other(
+            "a replay-only cassette has no model to record from",
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ScriptedModel;
+    use tower::ServiceExt;
+    use tower_agent_core::Message;
+
+    fn ask(text: &str) -> ModelRequest {
+        ModelRequest::new(vec![Message::user(text)])
+    }
+
+    async fn text(
+        model: impl Service<ModelRequest, Response = ModelResponse, Error = Error>,
+        q: &str,
+    ) -> String {
+        model
+            .oneshot(ask(q))
+            .await
+            .expect("an answer")
+            .message
+            .text()
+    }
+
+    #[tokio::test]
+    async fn a_request_made_again_gets_its_answers_in_order_and_record_missing_adds_only_misses() {
+        let path = std::env::temp_dir().join(format!(
+            "cassette-unit-{}.jsonl",
+            tower_agent_core::new_id()
+        ));
+        let real =
+            ScriptedModel::new([ModelResponse::text("first"), ModelResponse::text("second")]);
+        let cassette = Cassette::open(&path, Mode::Record).expect("a cassette");
+        let model = cassette.layer().layer(real.clone());
+        assert_eq!(text(model.clone(), "same").await, "first");
+        assert_eq!(text(model, "same").await, "second");
+
+        let replay = Cassette::open(&path, Mode::Replay).expect("read").model();
+        assert_eq!(text(replay.clone(), "same").await, "first");
+        assert_eq!(text(replay.clone(), "same").await, "second");
+        // Past the recorded answers: the last one again.
+        assert_eq!(text(replay, "same").await, "second");
+
+        real.push(Ok(ModelResponse::text("new")));
+        let missing = Cassette::open(&path, Mode::RecordMissing).expect("read");
+        let model = missing.layer().layer(real.clone());
+        assert_eq!(text(model.clone(), "same").await, "first");
+        assert_eq!(text(model, "other").await, "new");
+        assert_eq!(real.request_count(), 3, "only the miss reached the model");
+        let lines = std::fs::read_to_string(&path).expect("the file");
+        assert_eq!(lines.lines().count(), 3);
+        let replay = Cassette::open(&path, Mode::Replay).expect("read").model();
+        assert_eq!(text(replay, "other").await, "new");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_line_that_is_not_a_call_names_its_number() {
+        let path =
+            std::env::temp_dir().join(format!("cassette-bad-{}.jsonl", tower_agent_core::new_id()));
+        std::fs::write(&path, "\n{\"key\": \"k\"}\n").expect("written");
+        let error = Cassette::open(&path, Mode::Replay).expect_err("not a call");
+        assert!(
+            error.to_string().contains("line 2 is not a recorded call"),
+            "{error}"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn keys_and_bearer_tokens_are_redacted() {
+        let line = r#"{"text":"use sk-proj-abcdefghijklmnop1234 or Bearer abcdefghijklmnopqrstu, sk-short"}"#;
+        assert_eq!(
+            redact(line),
+            r#"{"text":"use [REDACTED] or [REDACTED], sk-short"}"#
+        );
+        assert_eq!(
+            redact("héllo AIzaSyA1234567890abcdefgh!"),
+            "héllo [REDACTED]!"
+        );
+    }
+}
