@@ -3,10 +3,11 @@
 //! iteration is one call, awaited. Needs server-everything (`.ci/run` installs it and exports
 //! `MCP_EVERYTHING`). Run: `cargo bench -p tower-agent-mcp --bench overhead`.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rmcp::ServiceExt;
@@ -15,21 +16,6 @@ use serde_json::json;
 use tower::ServiceExt as _;
 use tower_agent_core::{RunContext, ToolCall, ToolRequest};
 use tower_agent_mcp::{McpServer, McpTools};
-
-fn everything() -> PathBuf {
-    let path = std::env::var_os("MCP_EVERYTHING")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-                "../../.ci/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-            )
-        });
-    assert!(
-        path.exists(),
-        "server-everything is not installed: .ci/run installs it under .ci/mcp"
-    );
-    path
-}
 
 fn arguments() -> rmcp::model::JsonObject {
     let serde_json::Value::Object(arguments) = json!({"message": "ping"}) else {
@@ -40,32 +26,9 @@ fn arguments() -> rmcp::model::JsonObject {
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    let everything = everything();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let _served = rt.block_on(async {
-        let child = tokio::process::Command::new("node")
-            .arg(&everything)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node starts");
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        child
-    });
+    let everything = common::everything().expect("server-everything is installed (see .ci/run)");
+    let port = common::free_port();
+    let _served = rt.block_on(common::serve(&everything, port));
     let url = format!("http://127.0.0.1:{port}/mcp");
 
     let mut group = c.benchmark_group("mcp_echo");

@@ -5,6 +5,8 @@
 //! says why it skips, and fails in CI.
 #![cfg(feature = "stdio")]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,26 +20,7 @@ use tower_agent_loop::Agent;
 use tower_agent_mcp::{McpError, McpServer, McpTools};
 use tower_agent_test::{EventRecorder, ScriptedModel};
 
-/// `dist/index.js` of server-everything, or `None` (outside CI) when it is not installed.
-fn everything() -> Option<PathBuf> {
-    let path = match std::env::var_os("MCP_EVERYTHING") {
-        Some(path) => PathBuf::from(path),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(
-            "../../.ci/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        ),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "server-everything is not installed: .ci/run installs it under .ci/mcp and exports MCP_EVERYTHING"
-    );
-    eprintln!(
-        "skipped: server-everything is not installed (npm install --prefix .ci/mcp @modelcontextprotocol/server-everything)"
-    );
-    None
-}
+use common::everything;
 
 /// The SDK's ESM directory next to server-everything.
 fn sdk(everything: &Path) -> PathBuf {

@@ -4,9 +4,8 @@
 //! each test says why it skips, and fails in CI.
 #![cfg(all(feature = "stdio", feature = "http"))]
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+mod common;
+
 use std::time::Duration;
 
 use serde_json::json;
@@ -14,53 +13,7 @@ use tower::ServiceExt;
 use tower_agent_core::{DescribeTools, ErrorKind, RunContext, ToolCall, ToolRequest};
 use tower_agent_mcp::{McpError, McpServer, McpTools};
 
-fn everything() -> Option<PathBuf> {
-    let path = match std::env::var_os("MCP_EVERYTHING") {
-        Some(path) => PathBuf::from(path),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(
-            "../../.ci/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        ),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "server-everything is not installed: .ci/run installs it under .ci/mcp and exports MCP_EVERYTHING"
-    );
-    eprintln!("skipped: server-everything is not installed (see .ci/run)");
-    None
-}
-
-/// server-everything over streamable HTTP on `port`, killed when dropped.
-async fn serve(everything: &Path, port: u16) -> tokio::process::Child {
-    let child = tokio::process::Command::new("node")
-        .arg(everything)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node starts");
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return child;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("server-everything did not listen on 127.0.0.1:{port}");
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+use common::{everything, free_port, serve};
 
 fn call(id: &str, name: &str, arguments: serde_json::Value) -> ToolRequest {
     ToolRequest::new(ToolCall::new(id, name, arguments), RunContext::new())

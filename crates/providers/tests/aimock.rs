@@ -20,6 +20,7 @@ use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::retry::RetryPolicy;
 use tower_agent_loop::Agent;
 use tower_agent_providers::{Anthropic, OpenAi};
+use tower_agent_test::cassette::{Cassette, Mode};
 use tower_agent_test::{EventRecorder, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
 
@@ -44,9 +45,21 @@ where
     M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
     M::Future: Send,
 {
+    agent_with(model, "Answer in one sentence.")
+}
+
+/// [`agent`] with other instructions.
+fn agent_with<M>(
+    model: M,
+    instructions: &str,
+) -> impl Service<AgentRequest, Response = AgentResponse, Error = Error>
+where
+    M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    M::Future: Send,
+{
     let tools = ToolSet::new().tool(StubTool::returning("weather", "18°C, sunny"));
     let model = ServiceBuilder::new()
-        .instructions("Answer in one sentence.")
+        .instructions(instructions)
         .patch_dangling()
         .retry_calls(
             RetryPolicy::new()
@@ -374,4 +387,82 @@ async fn a_secret_split_across_openai_chunks_never_reaches_a_reader() {
 async fn a_secret_split_across_anthropic_chunks_never_reaches_a_reader() {
     let Some(url) = aimock() else { return };
     a_split_secret_never_reaches_a_reader(anthropic(&url)).await;
+}
+
+fn paris() -> AgentRequest {
+    AgentRequest::new(Session::with_id("paris"), "What is the weather in Paris?")
+}
+
+/// Record and replay: the run above recorded through a cassette right around the provider,
+/// then replayed with no server at all, to the same session; a changed system prompt misses
+/// the cassette with a readable diff.
+#[tokio::test]
+async fn a_recorded_run_replays_without_the_server_and_a_changed_prompt_shows_the_diff() {
+    let Some(url) = aimock() else { return };
+    let path = std::env::temp_dir().join(format!("tower-agent-cassette-{}.jsonl", new_id()));
+
+    // Record against aimock (its first answer is a 429: the retry above the recorder
+    // recovers, and only answers are recorded).
+    let provider = openai(&url);
+    let recording = Cassette::open(&path, Mode::Record).expect("a new cassette");
+    let model = ServiceBuilder::new()
+        .layer(recording.layer())
+        .service(provider);
+    let recorded = agent(model)
+        .oneshot(paris())
+        .await
+        .expect("the recorded run completes");
+    assert_eq!(
+        recorded.text().as_deref(),
+        Some("It is 18°C and sunny in Paris.")
+    );
+    assert_eq!(
+        recording.len(),
+        2,
+        "a call for the tool, a call for the answer"
+    );
+    let file = std::fs::read_to_string(&path).expect("written");
+    assert_eq!(file.lines().count(), 2);
+    assert!(!file.contains("sk-aimock"), "no key on the cassette");
+
+    // Replay with no server behind it: the same session.
+    let replay = Cassette::open(&path, Mode::Replay).expect("the cassette");
+    let replayed = agent(replay.model())
+        .oneshot(paris())
+        .await
+        .expect("the replayed run completes");
+    assert_eq!(replayed.text(), recorded.text());
+    assert_eq!(replayed.session.history, recorded.session.history);
+    assert_eq!(replayed.usage, recorded.usage);
+    assert_valid_history(&replayed.session.history);
+
+    // Another system prompt: the first call misses, and the error says what changed.
+    let replay = Cassette::open(&path, Mode::Replay).expect("the cassette");
+    let error = agent_with(replay.model(), "Answer in two sentences.")
+        .oneshot(paris())
+        .await
+        .expect_err("not on the cassette");
+    let message = error.to_string();
+    assert!(
+        message
+            .lines()
+            .any(|l| l.starts_with('-') && l.contains("Answer in one sentence.")),
+        "{message}"
+    );
+    assert!(
+        message
+            .lines()
+            .any(|l| l.starts_with('+') && l.contains("Answer in two sentences.")),
+        "{message}"
+    );
+    // Only the changed line differs: the messages are the same.
+    assert_eq!(
+        message
+            .lines()
+            .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+            .count(),
+        1,
+        "{message}"
+    );
+    let _ = std::fs::remove_file(&path);
 }
