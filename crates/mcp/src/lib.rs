@@ -178,8 +178,8 @@ impl McpTools {
     /// As [`McpTools::connect`], or when a server cannot list its tools.
     pub async fn refresh(&self) -> Result<(), Error> {
         for conn in &self.inner.servers {
-            let (peer, _) = conn.peer(&self.inner).await?;
-            conn.list(&self.inner, &peer).await?;
+            let connected = conn.peer(&self.inner).await?;
+            conn.list(&self.inner, &connected.peer).await?;
         }
         Ok(())
     }

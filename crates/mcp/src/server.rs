@@ -115,14 +115,24 @@ impl McpServer {
         self
     }
 
-    /// Ping the server (MCP's `ping`) this often while a call waits for its answer, 15 s by
-    /// default. A ping that fails, or gets no answer in the same time, means the connection
-    /// is lost: the call fails (see [`McpError::Lost`]) and the next call connects again.
-    /// Without it a call over HTTP would wait forever for a server that went away mid-call
-    /// (rmcp leaves such a request pending).
+    /// Ping the server (MCP's `ping`) this often while a call waits for its answer (HTTP;
+    /// 15 s by default; zero: never). A ping that fails, or gets no answer in the same time,
+    /// means the connection is lost: the call fails (see [`McpError::Lost`]) and the next
+    /// call connects again. Without it a call would wait forever for a server that went away
+    /// mid-call (rmcp leaves such a request pending). A stdio server needs none: its exit
+    /// closes the stream at once.
     pub fn ping_every(mut self, every: Duration) -> Self {
         self.ping = every;
         self
+    }
+
+    /// The ping interval while a call waits: HTTP only (a child process that exits closes
+    /// its stream at once, and one busy with a call may not answer a ping), never when zero.
+    fn ping(&self) -> Option<Duration> {
+        match self.transport {
+            Transport::Http { .. } if !self.ping.is_zero() => Some(self.ping),
+            _ => None,
+        }
     }
 
     /// The server's name.
@@ -157,12 +167,21 @@ pub(crate) struct Conn {
     live: tokio::sync::Mutex<Option<Live>>,
     generation: AtomicU64,
     tools: Mutex<Vec<Tool>>,
-    progress: Arc<Progress>,
 }
 
 struct Live {
     service: RunningService<RoleClient, Handler>,
     generation: u64,
+    /// The calls of this connection waiting for progress (rmcp numbers progress tokens per
+    /// connection: a new one starts again at 0).
+    progress: Arc<Progress>,
+}
+
+/// A connection to call through.
+pub(crate) struct Connected {
+    pub(crate) peer: Peer<RoleClient>,
+    generation: u64,
+    progress: Arc<Progress>,
 }
 
 impl Conn {
@@ -173,7 +192,6 @@ impl Conn {
             live: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
             tools: Mutex::new(Vec::new()),
-            progress: Arc::default(),
         }
     }
 
@@ -197,30 +215,41 @@ impl Conn {
             .clone()
     }
 
-    /// The live connection's peer and generation; connects (and lists the tools) first when
-    /// there is none or it was lost.
-    pub(crate) async fn peer(&self, inner: &Arc<Inner>) -> Result<(Peer<RoleClient>, u64), Error> {
+    /// The live connection; connects (and lists the tools) first when there is none or it
+    /// was lost.
+    pub(crate) async fn peer(&self, inner: &Arc<Inner>) -> Result<Connected, Error> {
         let mut live = self.live.lock().await;
         if let Some(current) = live.as_ref() {
             if !current.service.is_closed() && !current.service.peer().is_transport_closed() {
-                return Ok((current.service.peer().clone(), current.generation));
+                return Ok(Connected {
+                    peer: current.service.peer().clone(),
+                    generation: current.generation,
+                    progress: Arc::clone(&current.progress),
+                });
             }
         }
         *live = None;
+        let progress = Arc::new(Progress::default());
         let handler = Handler {
             inner: Arc::downgrade(inner),
             index: self.index,
-            progress: Arc::clone(&self.progress),
+            progress: Arc::clone(&progress),
         };
         let service = self.start(handler).await?;
         let peer = service.peer().clone();
+        // Listed before it is kept: a connection whose tools cannot be listed is not used.
+        self.list(inner, &peer).await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         *live = Some(Live {
             service,
             generation,
+            progress: Arc::clone(&progress),
         });
-        self.list(inner, &peer).await?;
-        Ok((peer, generation))
+        Ok(Connected {
+            peer,
+            generation,
+            progress,
+        })
     }
 
     async fn start(&self, handler: Handler) -> Result<RunningService<RoleClient, Handler>, Error> {
@@ -319,7 +348,11 @@ impl Conn {
         arguments: Option<JsonObject>,
         req: &ToolRequest,
     ) -> Result<ToolResponse, Error> {
-        let (peer, generation) = self.peer(inner).await?;
+        let Connected {
+            peer,
+            generation,
+            progress,
+        } = self.peer(inner).await?;
         let mut params = CallToolRequestParams::new(remote);
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -330,20 +363,18 @@ impl Conn {
             Ok(handle) => handle,
             Err(error) => return Err(self.failed(error, generation).await),
         };
-        let (_watch, early) =
-            self.progress
-                .watch(handle.progress_token.clone(), &req.ctx, &req.call);
-        for event in early {
-            let _ = req.ctx.emit(event).await;
-        }
         // Dropped before the answer (a cancelled run, a timeout): the server hears of it.
         let mut cancel = CancelOnDrop {
             peer: Some(peer),
             id: handle.id.clone(),
         };
+        let (_watch, early) = progress.watch(handle.progress_token.clone(), &req.ctx, &req.call);
+        for event in early {
+            let _ = req.ctx.emit(event).await;
+        }
         let answer = tokio::select! {
             answer = handle.await_response() => answer,
-            lost = lost(cancel.peer.as_ref(), self.config.ping) => {
+            lost = lost(cancel.peer.as_ref(), self.config.ping()) => {
                 cancel.peer = None;
                 return Err(self.failed(lost, generation).await);
             }
@@ -373,7 +404,7 @@ impl Conn {
             Err(ServiceError::Cancelled { reason }) => Ok(ToolResponse::error(
                 &req.call,
                 format!(
-                    "the server cancelled the call: {}",
+                    "the call was cancelled: {}",
                     reason.as_deref().unwrap_or("no reason given")
                 ),
             )),
@@ -410,9 +441,12 @@ impl Conn {
 
 /// Waits until a ping to `peer` fails or gets no answer in `every`: the transport error (a
 /// missing answer counts as a closed transport).
-async fn lost(peer: Option<&Peer<RoleClient>>, every: Duration) -> ServiceError {
+async fn lost(peer: Option<&Peer<RoleClient>>, every: Option<Duration>) -> ServiceError {
     let Some(peer) = peer else {
         return ServiceError::TransportClosed;
+    };
+    let Some(every) = every else {
+        return std::future::pending().await;
     };
     loop {
         tokio::time::sleep(every).await;

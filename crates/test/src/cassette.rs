@@ -11,7 +11,8 @@
 //! | `RecordMissing` | its response | the inner model is called; the pair is written |
 //!
 //! Requests are keyed by a SHA-256 of their JSON. The same request made twice (a judge asked
-//! again, say) gets its recorded responses in the order they were recorded.
+//! again, say) gets its recorded responses in the order they were recorded; past the last,
+//! `Replay` answers the last again and `RecordMissing` asks the model.
 //!
 //! **Where it goes:** right around the provider, inside every layer that edits requests
 //! (instructions, memory, summarization, redaction). It then records what the provider was
@@ -20,8 +21,9 @@
 //! asked, and the replay would skip what the layers do.
 //!
 //! **Secrets:** API keys travel in the provider's headers, never in a request; text in the
-//! requests and responses that looks like a key (`sk-...`, `sk-ant-...`, `AIza...`, `ghp_...`,
-//! `xox?-...`, `Bearer ...`) is written as `[REDACTED]` all the same.
+//! requests and responses that looks like a key (a word starting `sk-`, `sk-ant-`, `AIza`,
+//! `ghp_`, `xoxb-`, `xoxp-` or `Bearer `, then 16 or more key characters) is written as
+//! `[REDACTED]` all the same, and requests are keyed as written.
 //!
 //! ```
 //! use tower::{ServiceBuilder, ServiceExt};
@@ -222,18 +224,20 @@ impl Cassette {
         self.len() == 0
     }
 
-    /// The recorded response to `request`, if any (the next one, for a request made again).
+    /// The recorded response to the request of `key`: the next one for a request made again.
+    /// Past the last, `Replay` answers the last again and `RecordMissing` asks the model.
     fn find(&self, key: &str) -> Option<ModelResponse> {
         let mut state = lock(&self.inner.state);
         let State {
             entries, served, ..
         } = &mut *state;
         let matching: Vec<&Entry> = entries.iter().filter(|e| e.key == key).collect();
-        if matching.is_empty() {
-            return None;
-        }
         let next = served.entry(key.to_owned()).or_default();
-        let entry = matching[(*next).min(matching.len() - 1)];
+        let entry = match matching.get(*next) {
+            Some(entry) => entry,
+            None if self.inner.mode == Mode::Replay => matching.last()?,
+            None => return None,
+        };
         *next += 1;
         Some(entry.response.clone())
     }
@@ -255,9 +259,12 @@ impl Cassette {
             })
             .map(|line| redact(&line))
             .map_err(|error| Error::other(format!("cannot encode a recorded call: {error}")))?;
+        // What is replayed is what the file holds: the redacted answer.
+        let stored: Stored = serde_json::from_str(&line)
+            .map_err(|error| Error::other(format!("cannot read a recorded call back: {error}")))?;
         let entry = Entry {
-            key,
-            response: response.clone(),
+            key: stored.key,
+            response: stored.response,
             line: line.clone(),
         };
         let mut state = lock(&self.inner.state);
@@ -271,7 +278,11 @@ impl Cassette {
                     ))
                 })?;
         }
+        // This call's answer is served: a request made again asks the model again.
+        let key = entry.key.clone();
         state.entries.push(entry);
+        let recorded = state.entries.iter().filter(|e| e.key == key).count();
+        state.served.insert(key, recorded);
         Ok(())
     }
 
@@ -359,24 +370,13 @@ impl<'a> Canonical<'a> {
         }
     }
 
-    /// The SHA-256 of its JSON, in hex.
+    /// The SHA-256 of its JSON as the cassette writes it (key-like text redacted: a
+    /// replayed request that carries a redacted answer has the recorded request's key), in
+    /// hex.
     fn key(&self) -> Result<String, Error> {
-        struct Hashing(Sha256);
-        impl Write for Hashing {
-            fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-                self.0.update(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut hashing = Hashing(Sha256::new());
-        serde_json::to_writer(&mut hashing, self)
+        let json = serde_json::to_string(self)
             .map_err(|error| Error::other(format!("cannot encode the request: {error}")))?;
-        Ok(hashing
-            .0
-            .finalize()
+        Ok(Sha256::digest(redact(&json).as_bytes())
             .iter()
             .map(|byte| format!("{byte:02x}"))
             .collect())
@@ -389,32 +389,37 @@ fn pretty(value: &Value) -> String {
     text
 }
 
-/// Text that looks like a credential, replaced.
-fn redact(line: &str) -> String {
+/// Text that looks like a credential, replaced: a known prefix at the start of a word, then
+/// at least 16 characters of a key.
+fn redact(text: &str) -> String {
     const PREFIXES: [&str; 8] = [
         "sk-ant-", "sk-", "AIza", "ghp_", "xoxb-", "xoxp-", "Bearer ", "bearer ",
     ];
     const MIN: usize = 16;
-    let mut out = String::with_capacity(line.len());
-    let mut rest = line;
-    'scan: while !rest.is_empty() {
-        for prefix in PREFIXES {
-            if let Some(tail) = rest.strip_prefix(prefix) {
-                let secret = tail
-                    .bytes()
-                    .take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
-                    .count();
-                if secret >= MIN {
-                    out.push_str("[REDACTED]");
-                    rest = &tail[secret..];
-                    continue 'scan;
-                }
+    let is_key = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let boundary = i == 0 || !is_key(bytes[i - 1]);
+        if boundary && matches!(bytes[i], b's' | b'A' | b'g' | b'x' | b'B' | b'b') {
+            let found = PREFIXES.iter().find_map(|prefix| {
+                let tail = text[i..].strip_prefix(prefix)?;
+                let secret = tail.bytes().take_while(|b| is_key(*b)).count();
+                (secret >= MIN).then_some(prefix.len() + secret)
+            });
+            if let Some(length) = found {
+                out.push_str(&text[copied..i]);
+                out.push_str("[REDACTED]");
+                i += length;
+                copied = i;
+                continue;
             }
         }
-        let next = rest.chars().next().map_or(1, char::len_utf8);
-        out.push_str(&rest[..next]);
-        rest = &rest[next..];
+        i += 1;
     }
+    out.push_str(&text[copied..]);
     out
 }
 
@@ -557,6 +562,17 @@ mod tests {
         assert_eq!(lines.lines().count(), 3);
         let replay = Cassette::open(&path, Mode::Replay).expect("read").model();
         assert_eq!(text(replay, "other").await, "new");
+
+        // A request made again past its recorded answers asks the model (and is recorded).
+        real.push(Ok(ModelResponse::text("again")));
+        let missing = Cassette::open(&path, Mode::RecordMissing).expect("read");
+        let model = missing.layer().layer(real.clone());
+        assert_eq!(text(model.clone(), "other").await, "new");
+        assert_eq!(text(model, "other").await, "again");
+        assert_eq!(real.request_count(), 4);
+        let replay = Cassette::open(&path, Mode::Replay).expect("read").model();
+        assert_eq!(text(replay.clone(), "other").await, "new");
+        assert_eq!(text(replay, "other").await, "again");
         let _ = std::fs::remove_file(&path);
     }
 
