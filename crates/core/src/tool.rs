@@ -140,6 +140,37 @@ impl ToolResponse {
         Self::new(ToolResult::error(call, content))
     }
 
+    /// The answer to a call of a tool the service does not have: an error result naming the
+    /// tools it has (`specs`), so the model can correct itself.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{ToolCall, ToolResponse, ToolSpec};
+    ///
+    /// let call = ToolCall::new("c1", "serach", json!({}));
+    /// let specs = [ToolSpec::new("search", "Searches.", json!({"type": "object"}))];
+    /// let answer = ToolResponse::unknown_tool(&call, &specs);
+    /// assert!(answer.result.is_error);
+    /// assert_eq!(answer.result.content, "unknown tool `serach`. Available tools: search");
+    /// assert_eq!(
+    ///     ToolResponse::unknown_tool(&call, &[]).result.content,
+    ///     "unknown tool `serach`: no tools are available"
+    /// );
+    /// ```
+    pub fn unknown_tool(call: &ToolCall, specs: &[ToolSpec]) -> Self {
+        let content = if specs.is_empty() {
+            format!("unknown tool `{}`: no tools are available", call.name)
+        } else {
+            let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+            format!(
+                "unknown tool `{}`. Available tools: {}",
+                call.name,
+                names.join(", ")
+            )
+        };
+        Self::error(call, content)
+    }
+
     /// Pause the run at `call` with `payload` for the host; it resumes with any value.
     pub fn interrupt(call: &ToolCall, payload: Value) -> Self {
         Self::review(call, payload, [])

@@ -212,8 +212,7 @@ impl std::error::Error for Attempts {}
 pub const PRIMARY: &str = "primary";
 
 /// The boxed future of [`Fallback`].
-pub type ResponseFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ModelResponse, Error>> + Send>>;
+pub type ResponseFuture = tower_agent_core::event::BoxFuture<'static, Result<ModelResponse, Error>>;
 
 impl<S> Service<ModelRequest> for Fallback<S>
 where

@@ -155,8 +155,7 @@ impl fmt::Display for Mismatch {
 impl std::error::Error for Mismatch {}
 
 /// The boxed future of [`Structured`].
-pub type ResponseFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ModelResponse, Error>> + Send>>;
+pub type ResponseFuture = tower_agent_core::event::BoxFuture<'static, Result<ModelResponse, Error>>;
 
 impl<S> Service<ModelRequest> for Structured<S>
 where

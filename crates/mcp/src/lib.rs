@@ -229,17 +229,7 @@ impl Inner {
     async fn call(self: Arc<Self>, req: ToolRequest) -> Result<ToolResponse, Error> {
         let routes = self.routes();
         let Some(route) = routes.by_name.get(&req.call.name) else {
-            let names: Vec<&str> = routes.specs.iter().map(|s| s.name.as_str()).collect();
-            let message = if names.is_empty() {
-                format!("unknown tool `{}`: no tools are available", req.call.name)
-            } else {
-                format!(
-                    "unknown tool `{}`. Available tools: {}",
-                    req.call.name,
-                    names.join(", ")
-                )
-            };
-            return Ok(ToolResponse::error(&req.call, message));
+            return Ok(ToolResponse::unknown_tool(&req.call, &routes.specs));
         };
         let arguments = match convert::arguments(&req.call.arguments) {
             Ok(arguments) => arguments,

@@ -167,6 +167,9 @@ pub(crate) struct Conn {
     live: tokio::sync::Mutex<Option<Live>>,
     generation: AtomicU64,
     tools: Mutex<Vec<Tool>>,
+    /// Held while the tools are listed and offered: two listings (a reconnect and a
+    /// `list_changed`, or two `list_changed`) never interleave, so the last listed is offered.
+    listing: tokio::sync::Mutex<()>,
 }
 
 struct Live {
@@ -192,6 +195,7 @@ impl Conn {
             live: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
             tools: Mutex::new(Vec::new()),
+            listing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -317,6 +321,7 @@ impl Conn {
 
     /// List the server's tools (every page) and offer them.
     pub(crate) async fn list(&self, inner: &Inner, peer: &Peer<RoleClient>) -> Result<(), Error> {
+        let _listing = self.listing.lock().await;
         let tools = peer.list_all_tools().await.map_err(|error| {
             Error::backend(format!(
                 "MCP server `{}`: cannot list its tools",

@@ -118,18 +118,6 @@ impl ToolSet {
     pub fn is_empty(&self) -> bool {
         self.inner.specs.is_empty()
     }
-
-    fn unknown(&self, name: &str) -> String {
-        let names: Vec<&str> = self.inner.specs.iter().map(|s| s.name.as_str()).collect();
-        if names.is_empty() {
-            format!("unknown tool `{name}`: no tools are available")
-        } else {
-            format!(
-                "unknown tool `{name}`. Available tools: {}",
-                names.join(", ")
-            )
-        }
-    }
 }
 
 impl DescribeTools for ToolSet {
@@ -161,7 +149,7 @@ impl Service<ToolRequest> for ToolSet {
         match self.inner.services.get(&req.call.name) {
             Some(service) => ResponseFuture::new(service.clone().oneshot(req)),
             None => {
-                let response = ToolResponse::error(&req.call, self.unknown(&req.call.name));
+                let response = ToolResponse::unknown_tool(&req.call, &self.inner.specs);
                 ResponseFuture::new(std::future::ready(Ok(response)))
             }
         }

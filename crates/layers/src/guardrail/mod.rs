@@ -69,4 +69,4 @@ use tower_agent_core::StopReason;
 
 /// The boxed future of [`Guarded`].
 pub type ResponseFuture<T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, tower_agent_core::Error>> + Send>>;
+    tower_agent_core::event::BoxFuture<'static, Result<T, tower_agent_core::Error>>;

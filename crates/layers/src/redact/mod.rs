@@ -19,4 +19,4 @@ pub use stream::RedactStream;
 
 /// The boxed future of [`Redact`].
 pub type ResponseFuture<T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, tower_agent_core::Error>> + Send>>;
+    tower_agent_core::event::BoxFuture<'static, Result<T, tower_agent_core::Error>>;
