@@ -59,6 +59,7 @@
 //! | `tower-agent-storage` | storage backends: in memory, local filesystem, `object_store` ([`storage`]) | `storage` (also with `evict`, `summarize`) |
 //! | `tower-agent-providers` | model services over reqwest: OpenAI-compatible, Anthropic, Gemini (`tower_agent::providers`) | `openai`, `anthropic`, `gemini`; `providers` for all |
 //! | `tower-agent-mcp` | MCP servers' tools as a tool service, over stdio and streamable HTTP (`tower_agent::mcp`) | `mcp` |
+//! | OpenTelemetry | export of the spans and the GenAI metrics over OTLP/HTTP (`tower_agent::otel`) | `otel` |
 //! | `tower-agent-test` | scripted model, stub tools, assertions (a dev-dependency) | — |
 //!
 //! `full` enables every feature.
@@ -74,7 +75,9 @@
 //! - [`docs::workflows`]: sequential and loop agents with a judge, sub-agents as tools,
 //!   progress lines, tool rules;
 //! - [`docs::streams`]: streamed deltas through the layers, retraction, redaction on the wire,
-//!   guardrails.
+//!   guardrails;
+//! - `docs::telemetry` (features `otel`, `openai`): the GenAI spans and metrics, exported over
+//!   OTLP/HTTP.
 
 #![forbid(unsafe_code)]
 
@@ -153,6 +156,9 @@ pub mod workflow {
 pub mod sessions {
     pub use tower_agent_sessions::*;
 }
+
+#[cfg(feature = "otel")]
+pub mod otel;
 
 /// The tools of MCP servers as one tool service: [`McpTools`](mcp::McpTools) over stdio and
 /// streamable HTTP, on the official Rust SDK. With `mcp`.
@@ -242,6 +248,10 @@ pub mod docs {
     #[doc = include_str!("../docs/streams.md")]
     #[cfg(all(feature = "tools", feature = "layers"))]
     pub mod streams {}
+
+    #[doc = include_str!("../docs/telemetry.md")]
+    #[cfg(all(feature = "otel", feature = "openai", feature = "tools"))]
+    pub mod telemetry {}
 }
 
 /// The README's examples, compiled and run as doctests.

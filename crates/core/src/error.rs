@@ -122,6 +122,36 @@ impl ErrorKind {
         }
     }
 
+    /// The kind's name, as it serializes (`rate_limited`, `auth`): short and stable, for
+    /// metrics and span attributes such as OpenTelemetry's `error.type`.
+    ///
+    /// ```
+    /// use tower_agent_core::ErrorKind;
+    ///
+    /// assert_eq!(ErrorKind::RateLimited { retry_after: None }.name(), "rate_limited");
+    /// assert_eq!(ErrorKind::ContextTooLong.name(), "context_too_long");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            ErrorKind::RateLimited { .. } => "rate_limited",
+            ErrorKind::Overloaded { .. } => "overloaded",
+            ErrorKind::Server => "server",
+            ErrorKind::InvalidResponse => "invalid_response",
+            ErrorKind::Auth => "auth",
+            ErrorKind::QuotaExhausted => "quota_exhausted",
+            ErrorKind::ContextTooLong => "context_too_long",
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::EmptyResponse => "empty_response",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Tool => "tool",
+            ErrorKind::Backend => "backend",
+            ErrorKind::Observer => "observer",
+            ErrorKind::LimitReached => "limit_reached",
+            ErrorKind::Other => "other",
+        }
+    }
+
     fn describe(&self) -> &'static str {
         match self {
             ErrorKind::RateLimited { .. } => "rate limited",
@@ -392,6 +422,37 @@ impl fmt::Debug for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_is_named_as_it_serializes() {
+        let wait = Some(Duration::from_secs(1));
+        for kind in [
+            ErrorKind::RateLimited { retry_after: wait },
+            ErrorKind::Overloaded { retry_after: None },
+            ErrorKind::Server,
+            ErrorKind::InvalidResponse,
+            ErrorKind::Auth,
+            ErrorKind::QuotaExhausted,
+            ErrorKind::ContextTooLong,
+            ErrorKind::BadRequest,
+            ErrorKind::Timeout,
+            ErrorKind::EmptyResponse,
+            ErrorKind::Cancelled,
+            ErrorKind::Tool,
+            ErrorKind::Backend,
+            ErrorKind::Observer,
+            ErrorKind::LimitReached,
+            ErrorKind::Other,
+        ] {
+            let json = serde_json::to_value(kind).expect("serializes");
+            let tag = match &json {
+                serde_json::Value::String(tag) => tag.clone(),
+                serde_json::Value::Object(map) => map.keys().next().expect("a tag").clone(),
+                other => panic!("{other}"),
+            };
+            assert_eq!(kind.name(), tag);
+        }
+    }
 
     #[test]
     fn boxed_error_round_trips_kind() {

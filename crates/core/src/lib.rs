@@ -91,6 +91,12 @@ pub use side::SideModel;
 pub use state::StateKey;
 pub use stream::{Delta, Deltas, StreamFilter};
 pub use tokio_util::sync::CancellationToken;
+
+/// The schema of the OpenTelemetry semantic conventions (1.42.0) whose GenAI names the spans
+/// of the agent and of the providers use (`invoke_agent`, `chat`, `execute_tool`,
+/// `gen_ai.usage.input_tokens`, ...). The conventions for generative AI are still marked in
+/// development; a version of tower-agent follows one version of them.
+pub const SEMCONV_SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.42.0";
 pub use tool::{
     DescribeTools, DescribedTools, Interrupt, Pause, ToolAction, ToolRequest, ToolResponse,
 };

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::classify::classify;
 use crate::encode;
+use crate::telemetry;
 use crate::wire::{Endpoint, Format, invalid};
 
 /// A provider's client: its wire format, where its requests go, the HTTP client, and whether
@@ -28,6 +29,8 @@ pub(crate) struct Client<W> {
     pub(crate) extra: HeaderMap,
     /// The longest wait for the next byte of a streamed answer (its head included).
     pub(crate) idle_timeout: Duration,
+    /// Put the messages on the call's span (`gen_ai.input.messages`, ...).
+    pub(crate) capture_content: bool,
 }
 
 impl<W> Client<W> {
@@ -40,6 +43,7 @@ impl<W> Client<W> {
             stream: true,
             extra: HeaderMap::new(),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            capture_content: false,
         }
     }
 }
@@ -60,38 +64,21 @@ const DRAIN_EVENTS: usize = 64;
 /// yet after every line, so one large network read would cost time quadratic in its size.
 const PIECE: usize = 1024;
 
-/// One model call.
+/// One model call, in its span (and measured, with the `otel` feature).
 pub(crate) fn call<W: Format>(
     client: Arc<Client<W>>,
     req: ModelRequest,
 ) -> BoxFuture<'static, Result<ModelResponse, Error>> {
-    let span = tracing::info_span!(
-        "chat",
-        gen_ai.operation.name = "chat",
-        gen_ai.provider.name = W::PROVIDER,
-        gen_ai.request.model = client.endpoint.model.as_str(),
-        gen_ai.usage.input_tokens = tracing::field::Empty,
-        gen_ai.usage.output_tokens = tracing::field::Empty,
-        gen_ai.response.finish_reasons = tracing::field::Empty,
-        error.type = tracing::field::Empty,
-    );
+    let span = telemetry::span(&client, &req);
     let record = span.clone();
     Box::pin(
         async move {
+            #[cfg(feature = "otel")]
+            let start = std::time::Instant::now();
             let result = send(&client, &req).await;
-            match &result {
-                Ok(res) => {
-                    record.record("gen_ai.usage.input_tokens", res.usage.input_tokens);
-                    record.record("gen_ai.usage.output_tokens", res.usage.output_tokens);
-                    record.record(
-                        "gen_ai.response.finish_reasons",
-                        finish_reason_name(&res.finish_reason),
-                    );
-                }
-                Err(error) => {
-                    record.record("error.type", tracing::field::debug(error.kind()));
-                }
-            }
+            telemetry::record(&client, &record, &result);
+            #[cfg(feature = "otel")]
+            telemetry::measure(&client, start.elapsed(), &result);
             result
         }
         .instrument(span),

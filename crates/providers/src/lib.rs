@@ -26,10 +26,18 @@
 //! messages their history still starts with, encoding only the new ones. At 1,000 messages a
 //! later round's body costs about a twentieth of a fresh encoding.
 //!
-//! Every call runs in a `tracing` span `chat` with the OpenTelemetry GenAI attributes
-//! `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`,
-//! `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` and
-//! `gen_ai.response.finish_reasons` (and `error.type` on failure).
+//! Every call runs in a `tracing` span named `chat` (`otel.name` `chat {model}`, of kind
+//! client) with the attributes of the OpenTelemetry GenAI semantic conventions, version 1.42.0
+//! ([`SEMCONV_SCHEMA_URL`](tower_agent_core::SEMCONV_SCHEMA_URL)): `gen_ai.operation.name`, `gen_ai.provider.name`,
+//! `gen_ai.request.model` (and `max_tokens`, `temperature`, `top_p` when set), `server.address`,
+//! `server.port`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
+//! `gen_ai.usage.cache_read.input_tokens`, `gen_ai.response.finish_reasons`, and `error.type`
+//! on failure. The messages go on it only when asked ([`Provider::capture_content`]). With the
+//! `otel` feature each call also records the conventions' client metrics on the global meter
+//! provider (`opentelemetry::global`): `gen_ai.client.operation.duration` (seconds) and
+//! `gen_ai.client.token.usage` (per `gen_ai.token.type`), with the advised buckets. The
+//! conventions are still marked in development; a version of this crate follows one version of
+//! them.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
@@ -44,6 +52,8 @@ mod encode;
 mod http;
 #[cfg(feature = "http")]
 mod provider;
+#[cfg(feature = "http")]
+mod telemetry;
 #[cfg(feature = "http")]
 mod wire;
 

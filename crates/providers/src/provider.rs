@@ -109,6 +109,17 @@ impl<W: Wire> Provider<W> {
         self.edit(|c| c.idle_timeout = timeout)
     }
 
+    /// Put the messages of each call on its `chat` span (off by default): the system prompt as
+    /// `gen_ai.system_instructions`, the history as `gen_ai.input.messages` and the answer as
+    /// `gen_ai.output.messages`, in the JSON form of the GenAI semantic conventions. They may
+    /// hold what users and tools wrote, personal data included: turn this on where the trace
+    /// store may keep it (the conventions' own switch is the environment variable
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`, which the host can read and pass
+    /// here). The key is never captured.
+    pub fn capture_content(self, capture: bool) -> Self {
+        self.edit(|c| c.capture_content = capture)
+    }
+
     /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).
     ///
     /// # Errors

@@ -66,8 +66,12 @@ pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
     /// The provider type's name, for `Debug` output (`OpenAi`).
     const NAME: &'static str;
 
-    /// The provider's name, as in `gen_ai.provider.name`.
+    /// The provider's name, in error messages (`gemini: the prompt was blocked`).
     const PROVIDER: &'static str;
+
+    /// The provider's name as in `gen_ai.provider.name` of the semantic conventions
+    /// (`openai`, `anthropic`, `gcp.gemini`).
+    const GEN_AI_PROVIDER: &'static str;
 
     /// What a 404 error says about the base URL.
     const BASE_URL_HINT: &'static str;

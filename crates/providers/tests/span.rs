@@ -6,7 +6,7 @@
 
 mod common;
 
-use tower_agent_core::{Message, ModelRequest};
+use tower_agent_core::{Message, ModelRequest, ToolCall, ToolResult};
 use tower_agent_providers::OpenAi;
 
 use common::{Canned, Server, call};
@@ -80,6 +80,89 @@ async fn each_call_has_a_gen_ai_span_without_the_key() {
     assert_eq!(
         get("gen_ai.response.finish_reasons").as_deref(),
         Some("\"stop\"")
+    );
+    assert_eq!(get("otel.name").as_deref(), Some("\"chat gpt-4o-mini\""));
+    assert_eq!(get("otel.kind").as_deref(), Some("\"client\""));
+    assert_eq!(get("server.address").as_deref(), Some("\"127.0.0.1\""));
+    assert_eq!(
+        get("server.port"),
+        Some(server.url.rsplit(':').next().expect("a port").to_owned())
+    );
+    // The messages stay off the span unless asked for.
+    for content in [
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.system_instructions",
+    ] {
+        assert_eq!(get(content), None, "{content} was captured");
+    }
+    assert!(recorded.iter().all(|(_, v)| !v.contains(KEY)));
+}
+
+#[tokio::test]
+async fn the_messages_are_on_the_span_only_when_asked() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let fields = Fields::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(fields.clone()));
+    let server = Server::start([Canned::fixture("openai/parallel_calls.sse")]).await;
+    let model = OpenAi::new("gpt-4o-mini")
+        .base_url(format!("{}/v1", server.url))
+        .api_key(KEY)
+        .capture_content(true);
+    let clock = ToolCall::new("c0", "clock", serde_json::json!({}));
+    let mut req = ModelRequest::new(vec![
+        Message::user("Weather in Paris?"),
+        Message::assistant_with_calls("", [clock.clone()]),
+        Message::tool_result(ToolResult::success(&clock, "noon")),
+    ]);
+    req.system = Some("Be brief.".into());
+    let answer = call(model, req).await.expect("answered");
+    let recorded = fields.0.lock().expect("lock").clone();
+    let json = |name: &str| -> serde_json::Value {
+        let (_, value) = recorded
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{name} is not on the span"));
+        // Recorded as a string: its Debug form is a quoted JSON text.
+        let text: String = serde_json::from_str(value).expect("a quoted string");
+        serde_json::from_str(&text).expect("JSON")
+    };
+    assert_eq!(
+        json("gen_ai.system_instructions"),
+        serde_json::json!([{ "type": "text", "content": "Be brief." }])
+    );
+    assert_eq!(
+        json("gen_ai.input.messages"),
+        serde_json::json!([
+            { "role": "user", "parts": [{ "type": "text", "content": "Weather in Paris?" }] },
+            { "role": "assistant", "parts": [
+                { "type": "tool_call", "id": "c0", "name": "clock", "arguments": {} }
+            ] },
+            { "role": "tool", "parts": [
+                { "type": "tool_call_response", "id": "c0", "response": "noon" }
+            ] },
+        ])
+    );
+    let first = answer
+        .message
+        .tool_calls()
+        .next()
+        .expect("the fixture calls tools");
+    let output = json("gen_ai.output.messages");
+    assert_eq!(output[0]["role"], "assistant");
+    assert_eq!(output[0]["finish_reason"], "tool_calls");
+    let part = output[0]["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .find(|part| part["type"] == "tool_call")
+        .expect("the call is captured");
+    assert_eq!(part["id"], first.id.as_str());
+    assert_eq!(part["name"], first.name.as_str());
+    assert_eq!(
+        part["arguments"],
+        serde_json::from_str::<serde_json::Value>(&first.arguments).expect("JSON arguments")
     );
     assert!(recorded.iter().all(|(_, v)| !v.contains(KEY)));
 }

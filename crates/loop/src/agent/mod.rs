@@ -193,6 +193,10 @@ where
             gen_ai.operation.name = "invoke_agent",
             gen_ai.conversation.id = %ctx.session_id(),
             run_id = %ctx.run_id(),
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
         let saver = ctx.saver();
         let run = Run {
@@ -210,7 +214,32 @@ where
             deltas: Deltas::default(),
         };
         ResponseFuture {
-            inner: Box::pin(run.run(input).instrument(span)),
+            inner: Box::pin(
+                async move {
+                    let result = run.run(input).await;
+                    let span = tracing::Span::current();
+                    match &result {
+                        Ok(response) => {
+                            // As `i64`: `tracing-opentelemetry` exports `u64` fields as text.
+                            let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                            span.record(
+                                "gen_ai.usage.input_tokens",
+                                int(response.usage.input_tokens),
+                            );
+                            span.record(
+                                "gen_ai.usage.output_tokens",
+                                int(response.usage.output_tokens),
+                            );
+                        }
+                        Err(error) => {
+                            span.record("error.type", error.kind().name());
+                            span.record("otel.status_code", "error");
+                        }
+                    }
+                    result
+                }
+                .instrument(span),
+            ),
         }
     }
 }

@@ -234,7 +234,9 @@ where
                 early = Some(runs);
             }
         }
-        let span = tracing::info_span!("chat", gen_ai.operation.name = "chat", round);
+        // The model side of the round: every model layer's work, a provider's `chat` spans
+        // beneath.
+        let span = tracing::info_span!("model", round = i64::from(round));
         let token = self.ctx.cancellation_token().clone();
         let answer = call(&mut self.model, request, &token, span).await;
         // Every return below without a message drops `early`: its runs are aborted.

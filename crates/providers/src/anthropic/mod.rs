@@ -93,6 +93,7 @@ fn base_url_of(url: &str) -> String {
 impl Format for AnthropicWire {
     const NAME: &'static str = "Anthropic";
     const PROVIDER: &'static str = PROVIDER;
+    const GEN_AI_PROVIDER: &'static str = "anthropic";
     const BASE_URL_HINT: &'static str =
         "Anthropic's is https://api.anthropic.com; the requests go to {base}/v1/messages";
     const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";

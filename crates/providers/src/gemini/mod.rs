@@ -75,6 +75,7 @@ fn base_url_of(url: &str) -> String {
 impl Format for GeminiWire {
     const NAME: &'static str = "Gemini";
     const PROVIDER: &'static str = PROVIDER;
+    const GEN_AI_PROVIDER: &'static str = "gcp.gemini";
     const BASE_URL_HINT: &'static str = "Gemini's ends in the API version \
         (https://generativelanguage.googleapis.com/v1beta)";
     const DEFAULT_BASE_URL: &'static str = "https://generativelanguage.googleapis.com/v1beta";

@@ -89,6 +89,7 @@ fn base_url_of(url: &str) -> String {
 impl Format for OpenAiWire {
     const NAME: &'static str = "OpenAi";
     const PROVIDER: &'static str = PROVIDER;
+    const GEN_AI_PROVIDER: &'static str = "openai";
     const BASE_URL_HINT: &'static str = "OpenAI's ends in /v1 (https://api.openai.com/v1), and \
         so does a server's of its own (http://127.0.0.1:8080/v1)";
     const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
