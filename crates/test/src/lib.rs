@@ -7,7 +7,8 @@
 //!   recording their calls;
 //! - [`EventRecorder`]: an observer that keeps every event of a run;
 //! - [`assert_valid_history`]: every tool call answered exactly once, no orphan results;
-//! - [`cassette`]: record a real run's model calls to a file and replay them without a network.
+//! - [`cassette`]: record a real run's model calls to a file and replay them without a network;
+//! - [`check`]: a property check of your own agent stack, with a replayable seed.
 //!
 //! # Testing your own layer
 //!
@@ -86,6 +87,7 @@ use tower_agent_tools::Tool;
 use tower_service::Service;
 
 pub mod cassette;
+pub mod check;
 mod model;
 
 pub use model::ScriptedModel;
