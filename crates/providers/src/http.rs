@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tower_agent_core::event::BoxFuture;
 
-use tower_agent_core::{Error, ErrorKind, FinishReason, ModelRequest, ModelResponse};
+use tower_agent_core::{Error, ErrorKind, ModelRequest, ModelResponse};
 use tracing::Instrument;
 
 use crate::classify::classify;
@@ -69,16 +69,16 @@ pub(crate) fn call<W: Format>(
     client: Arc<Client<W>>,
     req: ModelRequest,
 ) -> BoxFuture<'static, Result<ModelResponse, Error>> {
-    let span = telemetry::span(&client, &req);
+    let span = telemetry::span::<W>(&client.endpoint, client.capture_content, &req);
     let record = span.clone();
     Box::pin(
         async move {
             #[cfg(feature = "otel")]
             let start = std::time::Instant::now();
             let result = send(&client, &req).await;
-            telemetry::record(&client, &record, &result);
+            telemetry::record(&record, client.capture_content, &result);
             #[cfg(feature = "otel")]
-            telemetry::measure(&client, start.elapsed(), &result);
+            telemetry::measure::<W>(&client.endpoint, start.elapsed(), &result);
             result
         }
         .instrument(span),
@@ -359,17 +359,6 @@ pub(crate) fn transport_error(provider: &'static str, url: &str, error: reqwest:
         source = cause.source();
     }
     Error::new(kind, message).with_source(error)
-}
-
-/// The OpenTelemetry name of a finish reason.
-pub(crate) fn finish_reason_name(reason: &FinishReason) -> &str {
-    match reason {
-        FinishReason::Stop => "stop",
-        FinishReason::ToolCalls => "tool_calls",
-        FinishReason::Length => "length",
-        FinishReason::ContentFilter => "content_filter",
-        FinishReason::Other(other) => other,
-    }
 }
 
 /// The HTTP client every provider builds by default: rustls, a connect timeout, no overall

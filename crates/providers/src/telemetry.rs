@@ -3,17 +3,22 @@
 //! generative AI, version 1.42.0 ([`SEMCONV_SCHEMA_URL`](tower_agent_core::SEMCONV_SCHEMA_URL)).
 
 use serde_json::{Value, json};
-use tower_agent_core::{ContentPart, Error, Message, ModelRequest, ModelResponse, Role};
+use tower_agent_core::{
+    ContentPart, Error, FinishReason, Message, ModelRequest, ModelResponse, Role,
+};
 use tracing::field::Empty;
 
-use crate::http::{Client, finish_reason_name};
-use crate::wire::Format;
+use crate::wire::{Endpoint, Format};
 
 /// The span of one call to the provider: `chat {model}`, of kind client.
-pub(crate) fn span<W: Format>(client: &Client<W>, req: &ModelRequest) -> tracing::Span {
-    let model = client.endpoint.model.as_str();
+pub(crate) fn span<W: Format>(
+    endpoint: &Endpoint,
+    capture_content: bool,
+    req: &ModelRequest,
+) -> tracing::Span {
+    let model = endpoint.model.as_str();
     let name = format!("chat {model}");
-    let (address, port) = server(&client.endpoint.base_url);
+    let (address, port) = server(&endpoint.base_url);
     let span = tracing::info_span!(
         "chat",
         otel.name = name.as_str(),
@@ -36,7 +41,7 @@ pub(crate) fn span<W: Format>(client: &Client<W>, req: &ModelRequest) -> tracing
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
     );
-    if client.capture_content && !span.is_disabled() {
+    if capture_content && !span.is_disabled() {
         if let Some(system) = &req.system {
             let instructions = json!([{ "type": "text", "content": &**system }]);
             span.record(
@@ -54,9 +59,9 @@ pub(crate) fn span<W: Format>(client: &Client<W>, req: &ModelRequest) -> tracing
 }
 
 /// What the call came to, on its span.
-pub(crate) fn record<W: Format>(
-    client: &Client<W>,
+pub(crate) fn record(
     span: &tracing::Span,
+    capture_content: bool,
     result: &Result<ModelResponse, Error>,
 ) {
     match result {
@@ -69,7 +74,7 @@ pub(crate) fn record<W: Format>(
             );
             let reason = finish_reason_name(&res.finish_reason);
             span.record("gen_ai.response.finish_reasons", reason);
-            if client.capture_content {
+            if capture_content {
                 let output = json!([message(&res.message, Some(reason))]);
                 span.record("gen_ai.output.messages", output.to_string().as_str());
             }
@@ -95,6 +100,17 @@ fn server(base_url: &str) -> (Option<String>, Option<u16>) {
             url.port_or_known_default(),
         ),
         Err(_) => (None, None),
+    }
+}
+
+/// The conventions' name of a finish reason.
+fn finish_reason_name(reason: &FinishReason) -> &str {
+    match reason {
+        FinishReason::Stop => "stop",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::Length => "length",
+        FinishReason::ContentFilter => "content_filter",
+        FinishReason::Other(other) => other,
     }
 }
 
@@ -139,7 +155,7 @@ fn message(message: &Message, finish_reason: Option<&str>) -> Value {
 /// The call's duration and tokens, on the GenAI client metrics of the global meter provider.
 #[cfg(feature = "otel")]
 pub(crate) fn measure<W: Format>(
-    client: &Client<W>,
+    endpoint: &Endpoint,
     elapsed: std::time::Duration,
     result: &Result<ModelResponse, Error>,
 ) {
@@ -172,11 +188,11 @@ pub(crate) fn measure<W: Format>(
         .with_schema_url(tower_agent_core::SEMCONV_SCHEMA_URL)
         .build();
     let meter = global::meter_with_scope(scope);
-    let (address, port) = server(&client.endpoint.base_url);
+    let (address, port) = server(&endpoint.base_url);
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", "chat"),
         KeyValue::new("gen_ai.provider.name", W::GEN_AI_PROVIDER),
-        KeyValue::new("gen_ai.request.model", client.endpoint.model.clone()),
+        KeyValue::new("gen_ai.request.model", endpoint.model.clone()),
     ];
     if let (Some(address), Some(port)) = (address, port) {
         attributes.push(KeyValue::new("server.address", address));
