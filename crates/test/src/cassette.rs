@@ -1,8 +1,11 @@
-//! Record a real run's model calls to a cassette, and replay them without a network.
+//! Record a real run's model calls (and tool calls) to a cassette, and replay them without a
+//! network.
 //!
 //! A [`Cassette`] is a JSON-lines file: one line per model call, the request as the provider
 //! is asked it (system, messages, tool specs, options: not the run's context) and the response
-//! it gave. Its [`layer`](Cassette::layer) goes around a model service:
+//! it gave; and, with [`tool_layer`](Cassette::tool_layer) around the tool service, one line
+//! per tool call, the tool's name and arguments and its response. Its
+//! [`layer`](Cassette::layer) goes around a model service:
 //!
 //! | [`Mode`] | a request on the cassette | a request not on it |
 //! |---|---|---|
@@ -12,7 +15,8 @@
 //!
 //! Requests are keyed by a SHA-256 of their JSON. The same request made twice (a judge asked
 //! again, say) gets its recorded responses in the order they were recorded; past the last,
-//! `Replay` answers the last again and `RecordMissing` asks the model.
+//! `Replay` answers the last again and `RecordMissing` asks the model. A tool call is keyed by
+//! its tool's name and arguments (not its id), and its replayed result answers the call's id.
 //!
 //! **Where it goes:** right around the provider, inside every layer that edits requests
 //! (instructions, memory, summarization, redaction). It then records what the provider was
@@ -69,7 +73,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    BoxError, Error, ErrorKind, GenerationOptions, History, ModelRequest, ModelResponse,
+    BoxError, DescribeTools, Error, ErrorKind, GenerationOptions, History, ModelRequest,
+    ModelResponse, ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -87,34 +92,64 @@ pub enum Mode {
     RecordMissing,
 }
 
-/// One recorded model call: a line of the file.
+/// One recorded call: a line of the file.
 #[derive(Debug, Clone)]
 struct Entry {
     key: String,
-    response: ModelResponse,
+    answer: Answer,
     /// The line as written: its request is read again only for the diff of a miss.
     line: String,
 }
 
-/// A line as written.
+/// What a recorded call answered.
+#[derive(Debug, Clone)]
+enum Answer {
+    Model(ModelResponse),
+    Tool(ToolResponse),
+}
+
+/// A line as written: a model call (`request`, `response`) or a tool call (`call`, `result`).
 #[derive(Serialize)]
 struct Line<'a> {
     key: &'a str,
-    request: &'a Value,
-    response: &'a ModelResponse,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<&'a ModelResponse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a ToolResponse>,
 }
 
 /// A line as read back for replay: the request is skipped, not decoded.
 #[derive(Deserialize)]
 struct Stored {
     key: String,
-    response: ModelResponse,
+    #[serde(default)]
+    response: Option<ModelResponse>,
+    #[serde(default)]
+    result: Option<ToolResponse>,
 }
 
-/// The request of a line, for a diff.
+impl Stored {
+    fn answer(self) -> Option<(String, Answer)> {
+        let answer = match (self.response, self.result) {
+            (Some(response), None) => Answer::Model(response),
+            (None, Some(result)) => Answer::Tool(result),
+            _ => return None,
+        };
+        Some((self.key, answer))
+    }
+}
+
+/// The request of a line, for a diff: a model call's `request` or a tool call's `call`.
 #[derive(Deserialize)]
 struct StoredRequest {
-    request: Value,
+    #[serde(default)]
+    request: Option<Value>,
+    #[serde(default)]
+    call: Option<Value>,
 }
 
 /// A cassette file: the recorded model calls of a run, and what it records next. Cheap to
@@ -161,7 +196,14 @@ impl Cassette {
                             if line.trim().is_empty() {
                                 continue;
                             }
-                            let stored: Stored = serde_json::from_str(&line).map_err(|error| {
+                            let stored = serde_json::from_str::<Stored>(&line)
+                                .map_err(|error| error.to_string())
+                                .and_then(|stored| {
+                                    stored.answer().ok_or_else(|| {
+                                        "it has neither a response nor a result".to_owned()
+                                    })
+                                });
+                            let (key, answer) = stored.map_err(|error| {
                                 io::Error::new(
                                     io::ErrorKind::InvalidData,
                                     format!(
@@ -171,11 +213,7 @@ impl Cassette {
                                     ),
                                 )
                             })?;
-                            state.entries.push(Entry {
-                                key: stored.key,
-                                response: stored.response,
-                                line,
-                            });
+                            state.entries.push(Entry { key, answer, line });
                         }
                     }
                     Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -214,6 +252,16 @@ impl Cassette {
         self.layer().layer(NoModel)
     }
 
+    /// The layer that records around, or replays instead of, a tool service: put it right
+    /// around the tools, inside approval and limits, so those decide again on replay and only
+    /// the tools' work is skipped. On replay the inner service is not called (it still
+    /// describes the tools to the agent).
+    pub fn tool_layer(&self) -> CassetteToolLayer {
+        CassetteToolLayer {
+            cassette: self.clone(),
+        }
+    }
+
     /// The number of recorded calls.
     pub fn len(&self) -> usize {
         lock(&self.inner.state).entries.len()
@@ -224,9 +272,9 @@ impl Cassette {
         self.len() == 0
     }
 
-    /// The recorded response to the request of `key`: the next one for a request made again.
+    /// The recorded answer to the request of `key`: the next one for a request made again.
     /// Past the last, `Replay` answers the last again and `RecordMissing` asks the model.
-    fn find(&self, key: &str) -> Option<ModelResponse> {
+    fn find(&self, key: &str) -> Option<Answer> {
         let mut state = lock(&self.inner.state);
         let State {
             entries, served, ..
@@ -239,32 +287,22 @@ impl Cassette {
             None => return None,
         };
         *next += 1;
-        Some(entry.response.clone())
+        Some(entry.answer.clone())
     }
 
-    fn write(
-        &self,
-        key: String,
-        req: &ModelRequest,
-        response: &ModelResponse,
-    ) -> Result<(), Error> {
-        let request = serde_json::to_value(Canonical::of(req));
-        let line = request
-            .and_then(|request| {
-                serde_json::to_string(&Line {
-                    key: &key,
-                    request: &request,
-                    response,
-                })
-            })
+    /// Write a line (`Line` with its key) and keep its answer as the file holds it.
+    fn write(&self, line: &Line<'_>) -> Result<Answer, Error> {
+        let line = serde_json::to_string(line)
             .map(|line| redact(&line))
             .map_err(|error| Error::other(format!("cannot encode a recorded call: {error}")))?;
         // What is replayed is what the file holds: the redacted answer.
-        let stored: Stored = serde_json::from_str(&line)
-            .map_err(|error| Error::other(format!("cannot read a recorded call back: {error}")))?;
+        let (key, answer) = serde_json::from_str::<Stored>(&line)
+            .ok()
+            .and_then(Stored::answer)
+            .ok_or_else(|| Error::other("cannot read a recorded call back"))?;
         let entry = Entry {
-            key: stored.key,
-            response: stored.response,
+            key,
+            answer: answer.clone(),
             line: line.clone(),
         };
         let mut state = lock(&self.inner.state);
@@ -283,29 +321,27 @@ impl Cassette {
         state.entries.push(entry);
         let recorded = state.entries.iter().filter(|e| e.key == key).count();
         state.served.insert(key, recorded);
-        Ok(())
+        Ok(answer)
     }
 
-    /// The error of a request not on the cassette: the diff against the nearest recorded one.
-    fn miss(&self, req: &ModelRequest) -> Error {
-        let got = serde_json::to_value(Canonical::of(req))
-            .map(|request| pretty(&request))
-            .unwrap_or_default();
+    /// The error of a request not on the cassette (`tool`: a tool call): the diff against the
+    /// nearest recorded one of its kind.
+    fn miss(&self, got: &Value, tool: bool) -> Error {
+        let got = pretty(got);
         let state = lock(&self.inner.state);
         let nearest = state
             .entries
             .iter()
-            .map(|entry| {
-                let recorded = serde_json::from_str::<StoredRequest>(&entry.line)
-                    .map(|stored| pretty(&stored.request))
-                    .unwrap_or_default();
+            .filter_map(|entry| {
+                let stored = serde_json::from_str::<StoredRequest>(&entry.line).ok()?;
+                let recorded = pretty(&if tool { stored.call } else { stored.request }?);
                 let ratio = similar::TextDiff::from_lines(&recorded, &got).ratio();
-                (ratio, recorded)
+                Some((ratio, recorded))
             })
             .max_by(|a, b| a.0.total_cmp(&b.0));
         let message = match nearest {
             None => format!(
-                "cassette {}: no recorded call answers this request, and the cassette is empty",
+                "cassette {}: no recorded call answers this request, and none of its kind is recorded",
                 self.inner.path.display()
             ),
             Some((_, recorded)) => {
@@ -369,18 +405,29 @@ impl<'a> Canonical<'a> {
             options: &req.options,
         }
     }
+}
 
-    /// The SHA-256 of its JSON as the cassette writes it (key-like text redacted: a
-    /// replayed request that carries a redacted answer has the recorded request's key), in
-    /// hex.
-    fn key(&self) -> Result<String, Error> {
-        let json = serde_json::to_string(self)
-            .map_err(|error| Error::other(format!("cannot encode the request: {error}")))?;
-        Ok(Sha256::digest(redact(&json).as_bytes())
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect())
-    }
+/// A tool call as the cassette keys it: the tool and its arguments, not the call's id.
+#[derive(Serialize)]
+struct ToolCanonical<'a> {
+    tool: &'a str,
+    arguments: &'a str,
+}
+
+/// The SHA-256 of `request`'s JSON as the cassette writes it (key-like text redacted: a
+/// replayed request that carries a redacted answer has the recorded request's key), in hex.
+fn key_of(request: &impl Serialize) -> Result<String, Error> {
+    let json = serde_json::to_string(request)
+        .map_err(|error| Error::other(format!("cannot encode the request: {error}")))?;
+    Ok(Sha256::digest(redact(&json).as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect())
+}
+
+fn to_value(request: &impl Serialize) -> Result<Value, Error> {
+    serde_json::to_value(request)
+        .map_err(|error| Error::other(format!("cannot encode the request: {error}")))
 }
 
 fn pretty(value: &Value) -> String {
@@ -466,13 +513,13 @@ where
         let cassette = self.cassette.clone();
         let mut inner = self.inner.clone();
         Box::pin(async move {
-            let key = Canonical::of(&req).key()?;
+            let key = key_of(&Canonical::of(&req))?;
             if cassette.inner.mode != Mode::Record {
-                if let Some(response) = cassette.find(&key) {
+                if let Some(Answer::Model(response)) = cassette.find(&key) {
                     return Ok(response);
                 }
                 if cassette.inner.mode == Mode::Replay {
-                    return Err(cassette.miss(&req));
+                    return Err(cassette.miss(&to_value(&Canonical::of(&req))?, false));
                 }
             }
             // The request is encoded again for the file after the call: it moves into it.
@@ -484,7 +531,97 @@ where
                 .call(req)
                 .await
                 .map_err(|e| Error::from_boxed(e.into()))?;
-            cassette.write(key, &recorded, &response)?;
+            cassette.write(&Line {
+                key: &key,
+                request: Some(&to_value(&Canonical::of(&recorded))?),
+                response: Some(&response),
+                call: None,
+                result: None,
+            })?;
+            Ok(response)
+        })
+    }
+}
+
+/// Records around, or replays instead of, a tool service. See [`Cassette::tool_layer`].
+#[derive(Debug, Clone)]
+pub struct CassetteToolLayer {
+    cassette: Cassette,
+}
+
+impl<T> Layer<T> for CassetteToolLayer {
+    type Service = CassetteTools<T>;
+
+    fn layer(&self, inner: T) -> Self::Service {
+        CassetteTools {
+            inner,
+            cassette: self.cassette.clone(),
+        }
+    }
+}
+
+/// The tool service of a [`CassetteToolLayer`]: it describes the inner service's tools.
+#[derive(Debug, Clone)]
+pub struct CassetteTools<T> {
+    inner: T,
+    cassette: Cassette,
+}
+
+impl<T: DescribeTools> DescribeTools for CassetteTools<T> {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        self.inner.tool_specs()
+    }
+}
+
+impl<T> Service<ToolRequest> for CassetteTools<T>
+where
+    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    T::Error: Into<BoxError>,
+    T::Future: Send,
+{
+    type Response = ToolResponse;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<ToolResponse, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        // The inner service is made ready in `call`, only when it is called.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        let cassette = self.cassette.clone();
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            let call = ToolCanonical {
+                tool: &req.call.name,
+                arguments: &req.call.arguments,
+            };
+            let key = key_of(&call)?;
+            let request = to_value(&call)?;
+            if cassette.inner.mode != Mode::Record {
+                if let Some(Answer::Tool(mut response)) = cassette.find(&key) {
+                    // The recorded result answers this call.
+                    response.result.call_id.clone_from(&req.call.id);
+                    return Ok(response);
+                }
+                if cassette.inner.mode == Mode::Replay {
+                    return Err(cassette.miss(&request, true));
+                }
+            }
+            std::future::poll_fn(|cx| inner.poll_ready(cx))
+                .await
+                .map_err(|e| Error::from_boxed(e.into()))?;
+            let response = inner
+                .call(req)
+                .await
+                .map_err(|e| Error::from_boxed(e.into()))?;
+            cassette.write(&Line {
+                key: &key,
+                request: None,
+                response: None,
+                call: Some(&request),
+                result: Some(&response),
+            })?;
             Ok(response)
         })
     }
@@ -513,9 +650,90 @@ impl Service<ModelRequest> for NoModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ScriptedModel;
+    use crate::{ScriptedModel, StubTool};
     use tower::ServiceExt;
-    use tower_agent_core::Message;
+    use tower_agent_core::{AgentRequest, Message, Session, ToolCall};
+    use tower_agent_loop::Agent;
+    use tower_agent_tools::ToolSet;
+
+    #[tokio::test]
+    async fn tool_calls_replay_from_the_cassette_and_the_tools_do_not_run() {
+        let path = std::env::temp_dir().join(format!(
+            "cassette-tools-{}.jsonl",
+            tower_agent_core::new_id()
+        ));
+        let script = || {
+            ScriptedModel::new([
+                ModelResponse::tool_calls([ToolCall::new(
+                    "c1",
+                    "weather",
+                    serde_json::json!({ "city": "Oslo" }),
+                )]),
+                ModelResponse::text("Rainy."),
+            ])
+        };
+        let ask = || AgentRequest::new(Session::with_id("s"), "Weather in Oslo?");
+
+        // Record: the model and the tool answer; both are written.
+        let weather = StubTool::returning("weather", "4°C, light rain");
+        let recording = Cassette::open(&path, Mode::Record).expect("a new cassette");
+        let tools = recording
+            .tool_layer()
+            .layer(ToolSet::new().tool(weather.clone()));
+        let model = recording.layer().layer(script());
+        let recorded = Agent::builder()
+            .build(model, tools)
+            .oneshot(ask())
+            .await
+            .expect("recorded");
+        assert_eq!(weather.calls().len(), 1);
+        assert_eq!(recording.len(), 3, "two model calls and one tool call");
+
+        // Replay: no model, and a tool that would answer otherwise is never called.
+        let other = StubTool::returning("weather", "sunny");
+        let replay = Cassette::open(&path, Mode::Replay).expect("the cassette");
+        let tools = replay
+            .tool_layer()
+            .layer(ToolSet::new().tool(other.clone()));
+        let replayed = Agent::builder()
+            .build(replay.model(), tools)
+            .oneshot(ask())
+            .await
+            .expect("replayed");
+        assert!(other.calls().is_empty(), "the tool ran on replay");
+        assert_eq!(replayed.session.history, recorded.session.history);
+
+        // The recorded result answers the call's own id; other arguments miss, with a diff.
+        let replay = Cassette::open(&path, Mode::Replay).expect("the cassette");
+        let mut tools = replay
+            .tool_layer()
+            .layer(ToolSet::new().tool(other.clone()));
+        let call = ToolCall::new("c9", "weather", serde_json::json!({ "city": "Oslo" }));
+        let res = tools
+            .call(ToolRequest::new(call, Default::default()))
+            .await
+            .expect("replayed");
+        assert_eq!(res.result.call_id, "c9");
+        assert_eq!(res.result.content, "4°C, light rain");
+        let call = ToolCall::new("c10", "weather", serde_json::json!({ "city": "Bergen" }));
+        let miss = tools
+            .call(ToolRequest::new(call, Default::default()))
+            .await
+            .expect_err("not recorded");
+        let diff = miss.to_string();
+        assert!(
+            diff.lines()
+                .any(|l| l.starts_with('-') && l.contains("Oslo")),
+            "{diff}"
+        );
+        assert!(
+            diff.lines()
+                .any(|l| l.starts_with('+') && l.contains("Bergen")),
+            "{diff}"
+        );
+        assert!(other.calls().is_empty());
+        let _ = std::fs::remove_file(&path);
+    }
 
     fn ask(text: &str) -> ModelRequest {
         ModelRequest::new(vec![Message::user(text)])
