@@ -9,6 +9,7 @@
 //!
 //! ```no_run
 //! use tower_agent::otel::Otlp;
+//! use tracing_subscriber::filter::LevelFilter;
 //! use tracing_subscriber::layer::SubscriberExt;
 //! use tracing_subscriber::util::SubscriberInitExt;
 //!
@@ -16,7 +17,10 @@
 //! let telemetry = Otlp::http("http://127.0.0.1:4318")
 //!     .service_name("weather-agent")
 //!     .start()?;
-//! tracing_subscriber::registry().with(telemetry.layer()).init();
+//! tracing_subscriber::registry()
+//!     .with(telemetry.layer())
+//!     .with(LevelFilter::INFO) // the HTTP clients' debug lines would become span events
+//!     .init();
 //!
 //! // ... build the agent and run it ...
 //!
@@ -25,21 +29,24 @@
 //! # }
 //! ```
 //!
-//! What a run looks like (the names are those of the GenAI semantic conventions 1.42.0):
+//! What a run looks like (the names are those of the GenAI semantic conventions of 1.41.0):
 //!
 //! | span | from | attributes |
 //! |---|---|---|
-//! | `invoke_agent` | the agent, one per run | `gen_ai.conversation.id` (the session), `run_id`, the run's `gen_ai.usage.*_tokens`, `error.type` |
+//! | `invoke_agent` | the agent, one per run | `gen_ai.conversation.id` (the session), `run_id`, the run's `gen_ai.usage.*_tokens` (a failed run's too), `error.type` and status error on failure |
 //! | `model` | the agent, one per round | `round`: every model layer's work (retries, a summarizer's calls) |
 //! | `chat {model}` | a provider, one per HTTP call | `gen_ai.provider.name`, `gen_ai.request.model`, `server.address`, tokens, finish reasons, `error.type`; the messages with `capture_content` |
-//! | `execute_tool` | the agent, one per tool call | `gen_ai.tool.name`, `gen_ai.tool.call.id` |
+//! | `execute_tool {tool}` | the agent, one per tool call | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`; `error.type` (`tool_error` for an error result, `panic`, `cancelled`, or the failure's kind) and status error |
 //!
 //! The metrics (`gen_ai.client.operation.duration`, `gen_ai.client.token.usage`) come from
 //! the providers built with their `otel` feature, which this feature turns on.
 
+use std::collections::HashMap;
+use std::fmt;
+
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::{InstrumentationScope, KeyValue, Value};
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -51,13 +58,37 @@ pub use opentelemetry_otlp;
 pub use opentelemetry_sdk;
 pub use tracing_opentelemetry;
 
-/// Where and how to export: an OTLP/HTTP endpoint, the resource, whether to send metrics.
-#[derive(Debug, Clone)]
+/// Where and how to export: an OTLP/HTTP endpoint, its headers, the resource, whether to
+/// send metrics.
+#[derive(Clone)]
 pub struct Otlp {
     endpoint: String,
+    headers: HashMap<String, String>,
     service_name: String,
     resource: Vec<KeyValue>,
     metrics: bool,
+}
+
+/// The endpoint without credentials in its authority, the headers' names only.
+impl fmt::Debug for Otlp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let endpoint = match self.endpoint.split_once("://") {
+            Some((scheme, rest)) => match rest.split_once('@') {
+                Some((_, host)) => format!("{scheme}://{host}"),
+                None => self.endpoint.clone(),
+            },
+            None => self.endpoint.clone(),
+        };
+        let mut headers: Vec<&str> = self.headers.keys().map(String::as_str).collect();
+        headers.sort_unstable();
+        f.debug_struct("Otlp")
+            .field("endpoint", &endpoint)
+            .field("headers", &headers)
+            .field("service_name", &self.service_name)
+            .field("resource", &self.resource)
+            .field("metrics", &self.metrics)
+            .finish()
+    }
 }
 
 impl Otlp {
@@ -67,10 +98,18 @@ impl Otlp {
     pub fn http(endpoint: impl Into<String>) -> Self {
         Self {
             endpoint: endpoint.into().trim_end_matches('/').to_owned(),
+            headers: HashMap::new(),
             service_name: "tower-agent".to_owned(),
             resource: Vec::new(),
             metrics: true,
         }
+    }
+
+    /// Send `name: value` with every export (a hosted backend's key). The value never shows
+    /// in `Debug`.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
     }
 
     /// The resource's `service.name` (`tower-agent` by default).
@@ -108,6 +147,7 @@ impl Otlp {
         let spans = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_endpoint(format!("{}/v1/traces", self.endpoint))
+            .with_headers(self.headers.clone())
             .build()
             .map_err(build_error)?;
         let traces = SdkTracerProvider::builder()
@@ -118,6 +158,7 @@ impl Otlp {
             let exporter = opentelemetry_otlp::MetricExporter::builder()
                 .with_http()
                 .with_endpoint(format!("{}/v1/metrics", self.endpoint))
+                .with_headers(self.headers)
                 .build()
                 .map_err(build_error)?;
             let provider = SdkMeterProvider::builder()
@@ -194,6 +235,74 @@ mod tests {
     use tower_agent_core::ErrorKind;
 
     use super::*;
+
+    #[test]
+    fn spans_go_to_v1_traces_as_protobuf_with_the_headers() {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use tracing_subscriber::layer::SubscriberExt;
+
+        // A receiver of one request: its head is kept, then 200.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = listener.local_addr().expect("an address").port();
+        let receiver = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("a connection");
+            let mut reader = BufReader::new(stream);
+            let mut head = Vec::new();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("a line");
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some(value) = line.to_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().expect("a length");
+                }
+                head.push(line.trim().to_owned());
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).expect("the body");
+            let mut stream = reader.into_inner();
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .expect("answered");
+            (head, body)
+        });
+        let telemetry = Otlp::http(format!("http://127.0.0.1:{port}"))
+            .header("x-api-key", "k-123")
+            .metrics(false)
+            .start()
+            .expect("built");
+        let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info_span!("invoke_agent").in_scope(|| {});
+        });
+        telemetry.flush().expect("exported");
+        let (head, body) = receiver.join().expect("received");
+        assert!(head[0].starts_with("POST /v1/traces "), "{head:?}");
+        let has = |header: &str| head.iter().any(|line| line.to_lowercase() == header);
+        assert!(has("content-type: application/x-protobuf"), "{head:?}");
+        assert!(has("x-api-key: k-123"), "{head:?}");
+        // The span's name and the scope are in the protobuf body.
+        let body = String::from_utf8_lossy(&body);
+        assert!(
+            body.contains("invoke_agent") && body.contains("tower-agent"),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn debug_shows_no_credentials() {
+        let otlp = Otlp::http("https://user:hunter2-password@otlp.example.com")
+            .header("authorization", "Bearer secret-token-value");
+        let debug = format!("{otlp:?}");
+        assert!(debug.contains("https://otlp.example.com"), "{debug}");
+        assert!(debug.contains("authorization"), "{debug}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("secret-token"),
+            "{debug}"
+        );
+    }
 
     #[test]
     fn an_endpoint_that_is_not_a_url_is_a_bad_request() {

@@ -14,6 +14,7 @@ use tower_agent::new_id;
 use tower_agent::otel::Otlp;
 use tower_agent::prelude::*;
 use tower_agent::providers::OpenAi;
+use tower_agent::{ErrorKind, ToolCall, Usage};
 use tower_agent_test::StubTool;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -185,11 +186,13 @@ async fn an_agent_run_is_one_trace_in_phoenix() {
         "{reasons:?}"
     );
 
-    let [tool] = named(&spans, "execute_tool")[..] else {
+    let [tool] = named(&spans, "execute_tool weather")[..] else {
         panic!("one tool span")
     };
     assert!(beneath(&spans, tool, agent));
     assert_eq!(tool["attributes"]["gen_ai.tool.name"], "weather");
+    assert_eq!(tool["attributes"]["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(tool["status_code"], "UNSET");
     let call = res
         .session
         .history
@@ -198,4 +201,126 @@ async fn an_agent_run_is_one_trace_in_phoenix() {
         .next()
         .expect("the run called the tool");
     assert_eq!(tool["attributes"]["gen_ai.tool.call.id"], call.id.as_str());
+}
+
+/// A span's fields as text, its name (`span`) and id (`id`) among them.
+type SpanFields = Vec<(String, String)>;
+
+/// The fields of every span.
+#[derive(Clone, Default)]
+struct Spans(std::sync::Arc<std::sync::Mutex<Vec<SpanFields>>>);
+
+struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((
+            field.name().to_owned(),
+            format!("{value:?}").replace('"', ""),
+        ));
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = vec![("span".to_owned(), attrs.metadata().name().to_owned())];
+        attrs.record(&mut Fields(&mut fields));
+        let mut all = self.0.lock().expect("lock");
+        fields.push(("id".to_owned(), id.into_u64().to_string()));
+        all.push(fields);
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut all = self.0.lock().expect("lock");
+        let id = id.into_u64().to_string();
+        if let Some(fields) = all
+            .iter_mut()
+            .rev()
+            .find(|f| f.iter().any(|(k, v)| k == "id" && *v == id))
+        {
+            values.record(&mut Fields(fields));
+        }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn failed_tool_calls_and_runs_carry_error_type() {
+    use serde_json::json;
+    use tower_agent_test::ScriptedModel;
+
+    let spans = Spans::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let model = ScriptedModel::with_results([
+        Ok(ModelResponse::tool_calls([
+            ToolCall::new("c1", "flaky", json!({})),
+            ToolCall::new("c2", "crash", json!({})),
+            ToolCall::new("c3", "fine", json!({})),
+        ])
+        .with_usage(Usage::new(10, 5))),
+        Err(Error::new(ErrorKind::Auth, "the key was refused").with_usage(Usage::new(3, 0))),
+    ]);
+    let tools = ToolSet::new()
+        .tool(StubTool::failing("flaky", "no luck"))
+        .tool(StubTool::panicking("crash", "boom"))
+        .tool(StubTool::returning("fine", "ok"));
+    let error = Agent::builder()
+        .build(model, tools)
+        .oneshot(AgentRequest::new(Session::new(), "Go."))
+        .await
+        .expect_err("the second model call fails");
+    assert_eq!(error.kind(), ErrorKind::Auth);
+
+    let all = spans.0.lock().expect("lock").clone();
+    let find = |name: &str| {
+        all.iter()
+            .find(|f| {
+                f.iter().any(|(k, v)| k == "otel.name" && v == name)
+                    || f.iter().any(|(k, v)| k == "span" && v == name)
+            })
+            .unwrap_or_else(|| panic!("no span {name}: {all:?}"))
+            .clone()
+    };
+    let get = |fields: &[(String, String)], key: &str| {
+        fields
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    for (tool, expected) in [
+        ("flaky", Some("tool_error")),
+        ("crash", Some("panic")),
+        ("fine", None),
+    ] {
+        let span = find(&format!("execute_tool {tool}"));
+        assert_eq!(get(&span, "error.type").as_deref(), expected, "{tool}");
+        let status = expected.map(|_| "error");
+        assert_eq!(get(&span, "otel.status_code").as_deref(), status, "{tool}");
+    }
+    let run = find("invoke_agent");
+    assert_eq!(get(&run, "error.type").as_deref(), Some("auth"));
+    assert_eq!(get(&run, "otel.status_code").as_deref(), Some("error"));
+    // The failed run's tokens: the first call's and what the failure carried.
+    assert_eq!(
+        get(&run, "gen_ai.usage.input_tokens").as_deref(),
+        Some("13")
+    );
+    assert_eq!(
+        get(&run, "gen_ai.usage.output_tokens").as_deref(),
+        Some("5")
+    );
 }

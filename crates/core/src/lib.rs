@@ -92,11 +92,13 @@ pub use state::StateKey;
 pub use stream::{Delta, Deltas, StreamFilter};
 pub use tokio_util::sync::CancellationToken;
 
-/// The schema of the OpenTelemetry semantic conventions (1.42.0) whose GenAI names the spans
-/// of the agent and of the providers use (`invoke_agent`, `chat`, `execute_tool`,
-/// `gen_ai.usage.input_tokens`, ...). The conventions for generative AI are still marked in
-/// development; a version of tower-agent follows one version of them.
-pub const SEMCONV_SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.42.0";
+/// The schema of the OpenTelemetry semantic conventions whose GenAI names the spans of the
+/// agent and of the providers use (`invoke_agent`, `chat`, `execute_tool`,
+/// `gen_ai.usage.input_tokens`, ...): 1.41.0, the last release of the core conventions that
+/// defines them. 1.42.0 marks every `gen_ai.*` name deprecated there because the GenAI
+/// conventions moved to a repository of their own, with the same names and no release yet.
+/// They are still marked in development; a version of tower-agent follows one version of them.
+pub const SEMCONV_SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.41.0";
 pub use tool::{
     DescribeTools, DescribedTools, Interrupt, Pause, ToolAction, ToolRequest, ToolResponse,
 };

@@ -27,7 +27,7 @@
 //! later round's body costs about a twentieth of a fresh encoding.
 //!
 //! Every call runs in a `tracing` span named `chat` (`otel.name` `chat {model}`, of kind
-//! client) with the attributes of the OpenTelemetry GenAI semantic conventions, version 1.42.0
+//! client) with the attributes of the OpenTelemetry GenAI semantic conventions, as of version 1.41.0
 //! ([`SEMCONV_SCHEMA_URL`](tower_agent_core::SEMCONV_SCHEMA_URL)): `gen_ai.operation.name`, `gen_ai.provider.name`,
 //! `gen_ai.request.model` (and `max_tokens`, `temperature`, `top_p` when set), `server.address`,
 //! `server.port`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,

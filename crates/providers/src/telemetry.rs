@@ -1,6 +1,6 @@
 //! A call's GenAI telemetry: its span, its metrics (feature `otel`), and its content when the
 //! host asked for it. The names are those of the OpenTelemetry semantic conventions for
-//! generative AI, version 1.42.0 ([`SEMCONV_SCHEMA_URL`](tower_agent_core::SEMCONV_SCHEMA_URL)).
+//! generative AI, as of version 1.41.0 ([`SEMCONV_SCHEMA_URL`](tower_agent_core::SEMCONV_SCHEMA_URL)).
 
 use serde_json::{Value, json};
 use tower_agent_core::{

@@ -32,7 +32,7 @@ fn points(exporter: &InMemoryMetricExporter, name: &str) -> Vec<Point> {
             for metric in scope.metrics().filter(|m| m.name() == name) {
                 assert_eq!(
                     scope.scope().schema_url(),
-                    Some("https://opentelemetry.io/schemas/1.42.0")
+                    Some("https://opentelemetry.io/schemas/1.41.0")
                 );
                 let unit = metric.unit().to_owned();
                 let mut push = |attributes, count, sum, bounds| {

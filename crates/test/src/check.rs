@@ -11,17 +11,30 @@
 //! with malformed arguments) or a transient failure, and summarizes when asked; the tools
 //! answer, fail, take a while, or return results large enough to evict.
 //!
-//! After every run it asserts the transcript's invariants:
+//! It asserts the transcript's invariants:
 //!
-//! - every tool call is answered exactly once, right after the message that made it (only
-//!   the calls of a pending interrupt may wait), and no result is an orphan;
-//! - nothing the user sent is lost: each input of a run that was accepted is still in the
-//!   history, or in a summary of it, at the end;
-//! - a run that did not pause leaves no interrupt behind;
-//! - the session round-trips through JSON unchanged, and the agent resumes from it.
+//! - after every run: every tool call is answered exactly once, right after the message that
+//!   made it (only the calls of a pending interrupt may wait), and no result is an orphan; a
+//!   run that did not pause leaves no interrupt behind; no run fails with `BadRequest` (the
+//!   agent or a layer refusing the session or its input);
+//! - after each input's runs: nothing the user sent is lost: each input the session took (the
+//!   model answered it, or paused on it, or it is in the history) is still in the history, or
+//!   in a summary of it;
+//! - at the end of a case: the session round-trips through JSON to an equal session, and a
+//!   last run on it does not fail (a call limit's `LimitReached` aside).
 //!
-//! A violation panics with the case's seed; `TOWER_AGENT_CHECK_SEED=<seed>` runs that case
-//! alone, the same way (the cases are deterministic on a current-thread runtime).
+//! A summarization request is recognized as one that offers no tools and speaks of
+//! summarizing (its system prompt or a user message contains "summar"), as the summarization
+//! layer's does; it is answered with a summary naming every input it shows. Give your own
+//! summarizer a prompt that says so, or its summaries will name nothing and inputs will read
+//! as lost.
+//!
+//! A violation panics with the case's seed; `TOWER_AGENT_CHECK_SEED=<seed>` (or
+//! [`StackCheck::replay`]) runs that case alone, the same way: the cases are deterministic on
+//! a current-thread runtime, as long as the stack does not wait on the clock (give retry
+//! policies zero delays, or run the test with tokio's paused time). The variable applies to
+//! every check of the test binary and runs one case, so assertions on the [`Report`]'s counts
+//! may not hold then.
 //!
 //! ```
 //! use tower::ServiceExt;
@@ -138,7 +151,11 @@ impl StackCheck {
         F: FnMut(CheckModel, CheckTools) -> A,
         A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
     {
-        let from_env = std::env::var(SEED_VAR).ok().and_then(|s| parse_seed(&s));
+        let from_env = std::env::var(SEED_VAR).ok().map(|text| {
+            parse_seed(&text).unwrap_or_else(|| {
+                panic!("{SEED_VAR}={text} is not a seed (decimal, or hex with 0x)")
+            })
+        });
         let seeds: Vec<u64> = match from_env.or(self.replay) {
             Some(seed) => vec![seed],
             None => {
@@ -161,6 +178,7 @@ impl StackCheck {
                 session: Session::new(),
                 sent: Vec::new(),
                 markers: 0,
+                last_error: None,
                 report: &mut report,
             };
             let result = case.run(agent).await;
@@ -300,17 +318,22 @@ pub struct CheckModel {
 impl CheckModel {
     fn answer(&self, req: &ModelRequest) -> Result<ModelResponse, Error> {
         let world = &self.world;
+        let finishing = lock(&world.counts).finishing;
+        // Summaries fail too: a summarization that fails half-way must lose nothing either.
+        if !finishing && world.chance(5) {
+            return Err(Error::new(ErrorKind::Server, "check: a transient failure"));
+        }
         if is_summary_request(req) {
             lock(&world.counts).summaries += 1;
-            let inputs = inputs_in(req.messages.iter());
+            let mut inputs = Vec::new();
+            inputs_of(req.system.as_deref().unwrap_or_default(), &mut inputs);
+            for message in req.messages.iter() {
+                inputs_of(&message.text(), &mut inputs);
+            }
             return Ok(ModelResponse::text(format!(
                 "Summary: {}",
                 inputs.join(" ")
             )));
-        }
-        let finishing = lock(&world.counts).finishing;
-        if !finishing && world.chance(5) {
-            return Err(Error::new(ErrorKind::Server, "check: a transient failure"));
         }
         if finishing || req.tools.is_empty() || world.chance(30) {
             return Ok(ModelResponse::text("Done."));
@@ -372,16 +395,18 @@ fn is_summary_request(req: &ModelRequest) -> bool {
 fn inputs_in<'a>(messages: impl Iterator<Item = &'a Message>) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();
     for message in messages {
-        for word in message
-            .text()
-            .split(|c: char| c.is_whitespace() || c == '.')
-        {
-            if word.starts_with(INPUT) && !found.iter().any(|f| f == word) {
-                found.push(word.to_owned());
-            }
-        }
+        inputs_of(&message.text(), &mut found);
     }
     found
+}
+
+/// The inputs named in `text` (words of letters, digits and `-`), added to `found`.
+fn inputs_of(text: &str, found: &mut Vec<String>) {
+    for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+        if word.starts_with(INPUT) && !found.iter().any(|f| f == word) {
+            found.push(word.to_owned());
+        }
+    }
 }
 
 /// The check's tool service: it serves the specs given to [`StackCheck::tools`] and answers
@@ -458,6 +483,8 @@ struct Case<'r> {
     /// The inputs the session took: none may be lost.
     sent: Vec<String>,
     markers: usize,
+    /// The kind of the last run's error.
+    last_error: Option<ErrorKind>,
     report: &'r mut Report,
 }
 
@@ -486,11 +513,16 @@ impl Case<'_> {
                 let cancel_at = self.world.chance(25).then(|| self.world.below(12));
                 match self.send(&mut agent, input, cancel_at).await? {
                     Ran::Paused(interrupts) => {
+                        // The model asked for the paused calls: it was given the input.
+                        if !self.sent.contains(&marker) {
+                            self.sent.push(marker.clone());
+                        }
+                        self.check_nothing_lost()?;
                         input = AgentInput::Resume(self.decide(&interrupts));
                     }
                     Ran::Ended { completed } => {
                         // The model answered: the input it answered is in the session.
-                        if completed {
+                        if completed && !self.sent.contains(&marker) {
                             self.sent.push(marker.clone());
                         }
                         break;
@@ -509,9 +541,9 @@ impl Case<'_> {
         // The session round-trips and the agent resumes from it.
         let json = serde_json::to_value(&self.session)
             .map_err(|e| violation(format!("the session does not serialize: {e}")))?;
-        let back: Session = serde_json::from_value(json.clone())
+        let back: Session = serde_json::from_value(json)
             .map_err(|e| violation(format!("the session does not deserialize: {e}")))?;
-        if serde_json::to_value(&back).ok().as_ref() != Some(&json) {
+        if back != self.session {
             return Err(violation("the session changed through JSON"));
         }
         self.session = back;
@@ -521,7 +553,14 @@ impl Case<'_> {
         } else {
             AgentInput::Resume(self.decide(&self.session.interrupts.clone()))
         };
+        let failed = self.report.failed;
         self.send(&mut agent, input, None).await?;
+        if self.report.failed > failed && self.last_error != Some(ErrorKind::LimitReached) {
+            return Err(violation(format!(
+                "the agent does not resume from the session: the run failed ({})",
+                self.last_error.map_or("?", |kind| kind.name())
+            )));
+        }
         self.check_nothing_lost()
     }
 
@@ -671,12 +710,16 @@ impl Case<'_> {
             }
             Err(mut error) => {
                 self.report.failed += 1;
+                self.last_error = Some(error.kind());
                 if let Some(session) = error.take_session() {
                     self.session = session;
                     self.check_pairs()?;
                 }
                 if error.kind() == ErrorKind::BadRequest {
-                    return Err(violation(format!("the agent refused the session: {error}")));
+                    return Err(violation(format!(
+                        "a run failed with BadRequest (the agent or a layer refused the session \
+                         or its input): {error}"
+                    )));
                 }
                 Ok(Ran::Ended { completed: false })
             }

@@ -6,7 +6,7 @@ use std::pin::pin;
 use std::task::Poll;
 
 use futures_util::FutureExt;
-use tower_agent_core::{BoxError, CancellationToken, Error, ToolCall};
+use tower_agent_core::{BoxError, CancellationToken, Error, ToolRequest, ToolResponse};
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -87,11 +87,39 @@ fn panicked(panic: &(dyn std::any::Any + Send)) -> CallFailure {
     CallFailure::Panicked(message)
 }
 
-pub(super) fn tool_span(call: &ToolCall) -> tracing::Span {
-    tracing::info_span!(
+/// One tool call in its `execute_tool` span (`otel.name` `execute_tool {tool}`), with the
+/// span's `error.type` and error status when the call ends in an error: an error result
+/// (`tool_error`), a failure (its kind's name), a panic (`panic`) or a cancellation.
+pub(super) async fn call_tool<S>(
+    tools: &mut S,
+    request: ToolRequest,
+    token: &CancellationToken,
+) -> Option<Result<ToolResponse, CallFailure>>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<BoxError>,
+{
+    let name = format!("execute_tool {}", request.call.name);
+    let span = tracing::info_span!(
         "execute_tool",
+        otel.name = name.as_str(),
         gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = %call.name,
-        gen_ai.tool.call.id = %call.id,
-    )
+        gen_ai.tool.name = %request.call.name,
+        gen_ai.tool.call.id = %request.call.id,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let outcome = call(tools, request, token, span.clone()).await;
+    let error = match &outcome {
+        None => Some("cancelled"),
+        Some(Ok(response)) if response.result.is_error => Some("tool_error"),
+        Some(Ok(_)) => None,
+        Some(Err(CallFailure::Failed(error))) => Some(error.kind().name()),
+        Some(Err(CallFailure::Panicked(_))) => Some("panic"),
+    };
+    if let Some(error) = error {
+        span.record("error.type", error);
+        span.record("otel.status_code", "error");
+    }
+    outcome
 }

@@ -218,24 +218,18 @@ where
                 async move {
                     let result = run.run(input).await;
                     let span = tracing::Span::current();
-                    match &result {
-                        Ok(response) => {
-                            // As `i64`: `tracing-opentelemetry` exports `u64` fields as text.
-                            let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-                            span.record(
-                                "gen_ai.usage.input_tokens",
-                                int(response.usage.input_tokens),
-                            );
-                            span.record(
-                                "gen_ai.usage.output_tokens",
-                                int(response.usage.output_tokens),
-                            );
-                        }
+                    let usage = match &result {
+                        Ok(response) => response.usage,
                         Err(error) => {
                             span.record("error.type", error.kind().name());
                             span.record("otel.status_code", "error");
+                            error.usage()
                         }
-                    }
+                    };
+                    // As `i64`: `tracing-opentelemetry` exports `u64` fields as text.
+                    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                    span.record("gen_ai.usage.input_tokens", int(usage.input_tokens));
+                    span.record("gen_ai.usage.output_tokens", int(usage.output_tokens));
                     result
                 }
                 .instrument(span),

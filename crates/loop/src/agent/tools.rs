@@ -8,7 +8,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::ToolExecution;
-use super::call::{self, CallFailure, tool_span};
+use super::call::{self, CallFailure};
 use super::early::{Early, EarlyRun};
 
 /// The result of a call left without one when the run failed.
@@ -97,7 +97,7 @@ where
                     Some(run) => run.finish().await,
                     None => {
                         let request = tool_request(call, ctx, round, resume);
-                        call::call(&mut *tools, request, token, tool_span(call)).await
+                        call::call_tool(&mut *tools, request, token).await
                     }
                 };
                 let is_error = absorb(&mut out, call, outcome, token);
@@ -198,10 +198,7 @@ where
     }
     let outcome = match early {
         Some(run) => run.finish().await,
-        None => {
-            let span = tool_span(&request.call);
-            call::call(&mut service, request, ctx.cancellation_token(), span).await
-        }
+        None => call::call_tool(&mut service, request, ctx.cancellation_token()).await,
     };
     (index, Ok(outcome))
 }
