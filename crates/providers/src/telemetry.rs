@@ -17,11 +17,10 @@ pub(crate) fn span<W: Format>(
     req: &ModelRequest,
 ) -> tracing::Span {
     let model = endpoint.model.as_str();
-    let name = format!("chat {model}");
     let (address, port) = server(&endpoint.base_url);
     let span = tracing::info_span!(
         "chat",
-        otel.name = name.as_str(),
+        otel.name = %format_args!("chat {model}"),
         otel.kind = "client",
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = W::GEN_AI_PROVIDER,

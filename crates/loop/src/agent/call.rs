@@ -6,7 +6,7 @@ use std::pin::pin;
 use std::task::Poll;
 
 use futures_util::FutureExt;
-use tower_agent_core::{BoxError, CancellationToken, Error, ToolRequest, ToolResponse};
+use tower_agent_core::{BoxError, CancellationToken, Error, ToolCall, ToolResponse};
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -32,21 +32,21 @@ impl CallFailure {
 /// `span`. An error or a panic (in `poll_ready`, `call` or the future) becomes a
 /// [`CallFailure`] instead of failing or unwinding through the loop.
 ///
-/// `None`: not started because the run was already cancelled, or dropped when the run was
-/// cancelled while it was pending.
+/// `None`: not started because the run was already cancelled (the service is not even asked
+/// whether it is ready), or dropped when the run was cancelled while it was pending. `after`
+/// sees the outcome with the call's span (to record how it ended there).
 pub(super) async fn call<S, Req>(
     service: &mut S,
     request: Req,
     token: &CancellationToken,
     span: tracing::Span,
+    after: Outcome<S::Response>,
 ) -> Option<Result<S::Response, CallFailure>>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
 {
-    if token.is_cancelled() {
-        return None;
-    }
+    let record = span.clone();
     let call = async {
         std::future::poll_fn(|cx| service.poll_ready(cx))
             .await
@@ -66,11 +66,20 @@ where
         }
         cancelled.as_mut().poll(cx).map(|()| None)
     });
-    match outcome.await? {
-        Ok(result) => Some(result),
-        Err(panic) => Some(Err(panicked(&*panic))),
-    }
+    let outcome = match outcome.await {
+        None => None,
+        Some(Ok(result)) => Some(result),
+        Some(Err(panic)) => Some(Err(panicked(&*panic))),
+    };
+    after(&record, outcome.as_ref());
+    outcome
 }
+
+/// What [`call`] does with a call's outcome and its span once it ended (`None`: cancelled).
+pub(super) type Outcome<R> = fn(&tracing::Span, Option<&Result<R, CallFailure>>);
+
+/// Nothing: a model call's span is the provider's business.
+pub(super) fn ignore<R>(_span: &tracing::Span, _outcome: Option<&Result<R, CallFailure>>) {}
 
 fn failed(error: impl Into<BoxError>) -> CallFailure {
     CallFailure::Failed(Error::from_boxed(error.into()))
@@ -87,30 +96,35 @@ fn panicked(panic: &(dyn std::any::Any + Send)) -> CallFailure {
     CallFailure::Panicked(message)
 }
 
-/// One tool call in its `execute_tool` span (`otel.name` `execute_tool {tool}`), with the
-/// span's `error.type` and error status when the call ends in an error: an error result
-/// (`tool_error`), a failure (its kind's name), a panic (`panic`) or a cancellation.
-pub(super) async fn call_tool<S>(
-    tools: &mut S,
-    request: ToolRequest,
-    token: &CancellationToken,
-) -> Option<Result<ToolResponse, CallFailure>>
-where
-    S: Service<ToolRequest, Response = ToolResponse>,
-    S::Error: Into<BoxError>,
-{
-    let name = format!("execute_tool {}", request.call.name);
-    let span = tracing::info_span!(
+/// A span's `otel.name`, `{operation} {subject}`: written only when a subscriber records it.
+struct SpanName<'a>(&'static str, &'a str);
+
+impl std::fmt::Display for SpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.0, self.1)
+    }
+}
+
+/// A tool call's `execute_tool` span (`otel.name` `execute_tool {tool}`).
+pub(super) fn tool_span(call: &ToolCall) -> tracing::Span {
+    tracing::info_span!(
         "execute_tool",
-        otel.name = name.as_str(),
+        otel.name = %SpanName("execute_tool", &call.name),
         gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = %request.call.name,
-        gen_ai.tool.call.id = %request.call.id,
+        gen_ai.tool.name = %call.name,
+        gen_ai.tool.call.id = %call.id,
         error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
-    );
-    let outcome = call(tools, request, token, span.clone()).await;
-    let error = match &outcome {
+    )
+}
+
+/// A tool call's end on its span: `error.type` and an error status when it ended in an error
+/// (an error result: `tool_error`; a failure: its kind's name; a panic; a cancellation).
+pub(super) fn record_tool(
+    span: &tracing::Span,
+    outcome: Option<&Result<ToolResponse, CallFailure>>,
+) {
+    let error = match outcome {
         None => Some("cancelled"),
         Some(Ok(response)) if response.result.is_error => Some("tool_error"),
         Some(Ok(_)) => None,
@@ -121,5 +135,4 @@ where
         span.record("error.type", error);
         span.record("otel.status_code", "error");
     }
-    outcome
 }

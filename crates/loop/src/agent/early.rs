@@ -19,7 +19,7 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-use super::call::{self, CallFailure};
+use super::call::{self, CallFailure, record_tool, tool_span};
 
 /// How an early run ended: as [`call::call`] says.
 type EarlyOutcome = Option<Result<ToolResponse, CallFailure>>;
@@ -149,8 +149,10 @@ where
                     resume: None,
                 };
                 let token = self.ctx.cancellation_token().clone();
-                let run =
-                    tokio::spawn(async move { call::call_tool(&mut tools, request, &token).await });
+                let run = tokio::spawn(async move {
+                    let span = tool_span(&request.call);
+                    call::call(&mut tools, request, &token, span, record_tool).await
+                });
                 let run = EarlyRun(AbortOnDropHandle::new(run));
                 shared.runs.push((call.clone(), run));
             }

@@ -1,7 +1,6 @@
 //! One run: the round state machine, what a response does to the session, and the end of a
 //! run.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use tower_agent_core::{
@@ -12,7 +11,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::AgentConfig;
-use super::call::call;
+use super::call::{call, ignore};
 use super::early::Early;
 use super::input::check_input;
 use super::tools::{RUN_FAILED, RoundTools, execute, not_executed};
@@ -27,7 +26,9 @@ pub(super) struct Run<M, T> {
     pub(super) usage: Usage,
     pub(super) rounds: u32,
     /// Every tool-call id in the history, so new calls get unique ids.
-    pub(super) call_ids: HashSet<String>,
+    /// Every call id of the session: new calls get unique ones. Hashed with foldhash: ids are
+    /// short, and the set takes one per call.
+    pub(super) call_ids: foldhash::HashSet<String>,
     /// Where this run's work starts in the history, for the progress of a stopped or
     /// cancelled run.
     pub(super) start: usize,
@@ -238,7 +239,7 @@ where
         // beneath.
         let span = tracing::info_span!("model", round = i64::from(round));
         let token = self.ctx.cancellation_token().clone();
-        let answer = call(&mut self.model, request, &token, span).await;
+        let answer = call(&mut self.model, request, &token, span, ignore).await;
         // Every return below without a message drops `early`: its runs are aborted.
         if let Some(early) = &early {
             early.close();

@@ -8,7 +8,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::ToolExecution;
-use super::call::{self, CallFailure};
+use super::call::{self, CallFailure, record_tool, tool_span};
 use super::early::{Early, EarlyRun};
 
 /// The result of a call left without one when the run failed.
@@ -97,7 +97,8 @@ where
                     Some(run) => run.finish().await,
                     None => {
                         let request = tool_request(call, ctx, round, resume);
-                        call::call_tool(&mut *tools, request, token).await
+                        let span = tool_span(call);
+                        call::call(&mut *tools, request, token, span, record_tool).await
                     }
                 };
                 let is_error = absorb(&mut out, call, outcome, token);
@@ -198,7 +199,11 @@ where
     }
     let outcome = match early {
         Some(run) => run.finish().await,
-        None => call::call_tool(&mut service, request, ctx.cancellation_token()).await,
+        None => {
+            let span = tool_span(&request.call);
+            let token = ctx.cancellation_token();
+            call::call(&mut service, request, token, span, record_tool).await
+        }
     };
     (index, Ok(outcome))
 }

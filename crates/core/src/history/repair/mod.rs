@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::BuildHasher;
 
 use crate::message::{ContentPart, Message, Role, ToolCall, ToolResult};
 
@@ -217,7 +218,12 @@ impl<'a> Repair<'a> {
     /// messages.push(Message::assistant_with_calls("", [call])); // the same id again
     /// assert!(!Repair::new().check(&messages, 2, &mut ids));
     /// ```
-    pub fn check(&self, messages: &[Message], from: usize, ids: &mut HashSet<String>) -> bool {
+    pub fn check<S: BuildHasher>(
+        &self,
+        messages: &[Message],
+        from: usize,
+        ids: &mut HashSet<String, S>,
+    ) -> bool {
         let mut index = from;
         while index < messages.len() {
             let message = &messages[index];
