@@ -77,7 +77,8 @@
 //! - [`docs::streams`]: streamed deltas through the layers, retraction, redaction on the wire,
 //!   guardrails;
 //! - `docs::telemetry` (features `otel`, `openai`): the GenAI spans and metrics, exported over
-//!   OTLP/HTTP.
+//!   OTLP/HTTP;
+//! - [`docs::cost`]: context and cost: prompt caching planned across the stack.
 
 #![forbid(unsafe_code)]
 
@@ -248,6 +249,9 @@ pub mod docs {
     #[doc = include_str!("../docs/streams.md")]
     #[cfg(all(feature = "tools", feature = "layers"))]
     pub mod streams {}
+
+    #[doc = include_str!("../docs/cost.md")]
+    pub mod cost {}
 
     #[doc = include_str!("../docs/telemetry.md")]
     #[cfg(all(feature = "otel", feature = "openai", feature = "tools"))]

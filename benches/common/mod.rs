@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tower::{Service, service_fn};
 use tower_agent::prelude::*;
-use tower_agent::{Deltas, GenerationOptions, History, ModelRequest};
+use tower_agent::{Deltas, GenerationOptions, History, ModelRequest, PromptCache};
 
 /// Rounds per run.
 pub(crate) const ROUNDS: u32 = 100;
@@ -86,6 +86,7 @@ pub(crate) fn reference(mut messages: History, handoff: Handoff) -> History {
             options: options.clone(),
             ctx: ctx.with_round(round),
             deltas: deltas.clone(),
+            cache: PromptCache::default(),
         };
         let res = black_box(model_answer(req.ctx.round()));
         drop(req);

@@ -82,8 +82,8 @@ pub use history::{
 };
 pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
 pub use model::{
-    FinishReason, GenerationOptions, ModelRequest, ModelResponse, ResponseFormat, ToolChoice,
-    ToolSpec, Usage,
+    FinishReason, GenerationOptions, ModelRequest, ModelResponse, PromptCache, ResponseFormat,
+    ToolChoice, ToolSpec, Usage,
 };
 pub use session::{Progress, Step};
 #[cfg(feature = "tower")]

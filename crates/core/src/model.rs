@@ -225,6 +225,63 @@ pub struct ModelRequest {
     /// The way up for the call's streamed deltas: the filters layers put on, then the run's
     /// readers (see [`stream`](crate::stream)).
     pub deltas: Deltas,
+    /// What the layers said about the system prompt's blocks, for the provider's prompt
+    /// cache: which stay the same from call to call ([`ModelRequest::append_system`]) and
+    /// whether one changes ([`ModelRequest::append_system_volatile`]).
+    pub cache: PromptCache,
+}
+
+/// What a request's layers said about its system prompt, for the provider's prompt cache.
+///
+/// Providers cache a prompt's prefix (tools, system prompt, early history) when it is
+/// byte-identical from call to call. A provider that takes cache markers (Anthropic) places
+/// them from this, after every layer ran: at the ends of the last stable blocks of the system
+/// prompt, and at the end of the history unless a block that changes from call to call sits
+/// in the system prompt (it would make every history after it new).
+///
+/// With no marks and no volatile block, the whole system prompt counts as one stable block.
+///
+/// ```
+/// use tower_agent_core::ModelRequest;
+///
+/// let mut req = ModelRequest::new(vec![]);
+/// req.system = Some("You help.".into());
+/// req.append_system("Prefer metric units."); // static instructions
+/// req.append_system_volatile("Today is Tuesday."); // changes from call to call
+/// assert_eq!(req.cache.stable, [9, 31]);
+/// assert!(req.cache.volatile);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PromptCache {
+    /// The ends of the system prompt's blocks that stay the same from call to call, as byte
+    /// offsets into [`ModelRequest::system`], in order.
+    pub stable: Vec<usize>,
+    /// A block that changes from call to call was appended after them.
+    pub volatile: bool,
+}
+
+impl PromptCache {
+    /// The ends of the stable blocks of `system` as a provider should mark them: the marks
+    /// that fall on character boundaries inside it (a layer that rewrote the prompt may have
+    /// moved them), or the whole prompt when nothing was said.
+    pub fn marks(&self, system: &str) -> Vec<usize> {
+        if self.stable.is_empty() && !self.volatile {
+            return if system.is_empty() {
+                Vec::new()
+            } else {
+                vec![system.len()]
+            };
+        }
+        let mut marks: Vec<usize> = self
+            .stable
+            .iter()
+            .copied()
+            .filter(|&end| end > 0 && end <= system.len() && system.is_char_boundary(end))
+            .collect();
+        marks.dedup();
+        marks
+    }
 }
 
 impl ModelRequest {
@@ -238,6 +295,7 @@ impl ModelRequest {
             options: GenerationOptions::default(),
             ctx: RunContext::new(),
             deltas: Deltas::default(),
+            cache: PromptCache::default(),
         }
     }
 
@@ -295,7 +353,9 @@ impl ModelRequest {
         self.ctx.emit(event).await
     }
 
-    /// Append a block to the system instructions, separated by a blank line.
+    /// Append a block that stays the same from call to call (static instructions, memory) to
+    /// the system instructions, separated by a blank line: the provider may cache the prompt
+    /// up to its end ([`PromptCache`]).
     ///
     /// ```
     /// use tower_agent_core::ModelRequest;
@@ -304,8 +364,30 @@ impl ModelRequest {
     /// req.append_system("Be brief.");
     /// req.append_system("Answer in French.");
     /// assert_eq!(req.system.as_deref(), Some("Be brief.\n\nAnswer in French."));
+    /// assert_eq!(req.cache.stable, [9, 28]);
     /// ```
     pub fn append_system(&mut self, block: &str) {
+        self.append(block);
+        if !self.cache.volatile {
+            let end = self.system.as_deref().map_or(0, str::len);
+            self.cache.stable.push(end);
+        }
+    }
+
+    /// Append a block that changes from call to call (the date, a count, a reminder) to the
+    /// system instructions. Nothing after it can be cached, the history included: prefer the
+    /// end of the last message for facts that change often.
+    pub fn append_system_volatile(&mut self, block: &str) {
+        self.append(block);
+        self.cache.volatile = true;
+    }
+
+    fn append(&mut self, block: &str) {
+        // What came before, said or not, is a block of its own.
+        let before = self.system.as_deref().map_or(0, str::len);
+        if before > 0 && self.cache.stable.is_empty() && !self.cache.volatile {
+            self.cache.stable.push(before);
+        }
         self.system = Some(match self.system.take() {
             Some(current) if !current.is_empty() => format!("{current}\n\n{block}").into(),
             _ => Arc::from(block),

@@ -3,8 +3,14 @@
 //! Each block is static text or a closure over the request (today's date, the user's
 //! preferences from the run's state). Blocks are appended in the order they were added: a
 //! request without a system prompt gets the first as its prompt, one with a prompt gets each
-//! after a blank line ([`ModelRequest::append_system`]). A closure that returns `None` (or an
-//! empty string) adds nothing that call.
+//! after a blank line. A closure that returns `None` (or an empty string) adds nothing that
+//! call.
+//!
+//! For the provider's prompt cache, static blocks are stable
+//! ([`ModelRequest::append_system`]) and a closure's block may change from call to call
+//! ([`ModelRequest::append_system_volatile`]): nothing after it is cached, the history
+//! included. Put static blocks first; turn text that only changes between sessions into a
+//! static block when the layer is built.
 //!
 //! The edit shapes each request only; the session and the agent's configured prompt are not
 //! changed, so nothing accumulates round after round.
@@ -206,7 +212,7 @@ where
                 Block::Text(text) => req.append_system(text),
                 Block::Dynamic(block) => {
                     if let Some(text) = block(&req).filter(|t| !t.is_empty()) {
-                        req.append_system(&text);
+                        req.append_system_volatile(&text);
                     }
                 }
             }

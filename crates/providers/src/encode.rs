@@ -99,6 +99,14 @@ impl Encoded {
                 }
             }
         }
+        // The last item ends with its object's `}`: the fields go before it.
+        if let (Some(fields), Some(b'}')) = (&frame.last_item, out.last()) {
+            if out.len() > frame.head.len() {
+                out.pop();
+                out.extend_from_slice(fields);
+                out.push(b'}');
+            }
+        }
         if open.is_some() {
             out.extend_from_slice(b"]}");
         }

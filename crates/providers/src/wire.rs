@@ -141,6 +141,9 @@ pub struct Frame {
     pub(crate) head_has_items: bool,
     /// From the closing `]` of the messages to the end.
     pub(crate) tail: Vec<u8>,
+    /// Fields added to the last item of the messages (Anthropic's cache marker), as
+    /// `,"key":value`.
+    pub(crate) last_item: Option<Vec<u8>>,
 }
 
 impl Frame {
@@ -174,6 +177,7 @@ impl Frame {
             head,
             head_has_items: false,
             tail,
+            last_item: None,
         })
     }
 }

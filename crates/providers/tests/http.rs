@@ -247,7 +247,13 @@ async fn anthropic_streams_thinking_text_and_parallel_calls() {
     assert_eq!(sent.path, "/v1/messages");
     assert_eq!(sent.header("x-api-key"), Some(KEY));
     assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
-    assert_eq!(sent.json()["system"], "Be brief.");
+    // The system prompt goes as a block with a cache marker (prompt caching is on by default).
+    assert_eq!(
+        sent.json()["system"],
+        serde_json::json!([
+            { "type": "text", "text": "Be brief.", "cache_control": { "type": "ephemeral" } }
+        ])
+    );
 
     // Non-streamed, the thinking goes back in the next request.
     let model = model.streaming(false);

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, Deltas, DescribeTools, Error, ErrorKind,
-    Event, History, Message, ModelRequest, ModelResponse, Outcome, Progress, Repair, Role,
-    RunContext, Saver, Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    Event, History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache, Repair,
+    Role, RunContext, Saver, Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult,
+    Usage,
 };
 use tower_service::Service;
 
@@ -226,6 +227,7 @@ where
             options: self.config.options.clone(),
             ctx: self.ctx.with_round(round),
             deltas: self.deltas.clone(),
+            cache: PromptCache::default(),
         };
         // Above every layer's filter: it starts the calls the layers let through.
         let mut early = None;

@@ -62,16 +62,32 @@ pub const REDACTED: &str = "redacted_thinking:";
 /// take) is accepted too.
 pub type Anthropic = Provider<AnthropicWire>;
 
-/// The wire format of Anthropic Messages, with its one option: see [`Anthropic`].
+/// The wire format of Anthropic Messages, with its options: see [`Anthropic`].
 #[derive(Clone, Debug)]
 pub struct AnthropicWire {
     max_tokens: u32,
+    cache: Option<CacheTtl>,
 }
 
 impl Default for AnthropicWire {
     fn default() -> Self {
-        Self { max_tokens: 4096 }
+        Self {
+            max_tokens: 4096,
+            cache: Some(CacheTtl::FiveMinutes),
+        }
     }
+}
+
+/// How long Anthropic keeps a cached prompt prefix after its last use. Writing to the cache
+/// costs 1.25× the input price for five minutes, 2× for an hour; reading it, 0.1×.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CacheTtl {
+    /// Five minutes (the API's default).
+    #[default]
+    FiveMinutes,
+    /// An hour: for sessions whose turns are further apart.
+    OneHour,
 }
 
 impl Provider<AnthropicWire> {
@@ -81,6 +97,14 @@ impl Provider<AnthropicWire> {
     /// `max_tokens` for requests that do not set it (the API requires one). Default 4096.
     pub fn max_tokens(self, max_tokens: u32) -> Self {
         self.edit(|c| c.wire.max_tokens = max_tokens)
+    }
+
+    /// Prompt caching: cache markers with this lifetime (the default, five minutes), or none.
+    /// The markers go on the system prompt's last stable blocks and on the end of the history,
+    /// as the request's [`PromptCache`](tower_agent_core::PromptCache) says; see the
+    /// [module docs](self).
+    pub fn prompt_cache(self, ttl: Option<CacheTtl>) -> Self {
+        self.edit(|c| c.wire.cache = ttl)
     }
 }
 
@@ -121,7 +145,7 @@ impl Format for AnthropicWire {
     }
 
     fn frame(&self, endpoint: &Endpoint, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
-        frame(&endpoint.model, self.max_tokens, req, stream)
+        frame(&endpoint.model, self.max_tokens, self.cache, req, stream)
     }
 
     fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {

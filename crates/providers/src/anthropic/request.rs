@@ -8,7 +8,7 @@ use tower_agent_core::{
 
 use crate::wire::{self, Frame, text_of};
 
-use super::{PROVIDER, REDACTED};
+use super::{CacheTtl, PROVIDER, REDACTED};
 
 /// The wire form of one message, written to `out` (a message's bytes are cached per run);
 /// the role it goes under, when the API groups messages by role.
@@ -32,9 +32,59 @@ pub(super) fn encode_message(
 struct Head<'a> {
     model: &'a str,
     max_tokens: u32,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    system: String,
+    #[serde(skip_serializing_if = "System::is_empty")]
+    system: System,
 }
+
+/// The system prompt: text, or text blocks with cache markers.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum System {
+    Text(String),
+    Blocks(Vec<SystemBlock>),
+}
+
+impl System {
+    fn is_empty(&self) -> bool {
+        match self {
+            System::Text(text) => text.is_empty(),
+            System::Blocks(blocks) => blocks.is_empty(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct SystemBlock {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+/// A cache breakpoint: the prompt up to and including the block it is on is cached.
+#[derive(Serialize, Clone, Copy)]
+pub(super) struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'static str>,
+}
+
+impl CacheControl {
+    pub(super) fn new(ttl: CacheTtl) -> Self {
+        Self {
+            kind: "ephemeral",
+            ttl: match ttl {
+                CacheTtl::FiveMinutes => None,
+                CacheTtl::OneHour => Some("1h"),
+            },
+        }
+    }
+}
+
+/// The most cache breakpoints a request may carry.
+const BREAKPOINTS: usize = 4;
 
 /// The fields after the messages.
 #[derive(Serialize)]
@@ -87,43 +137,102 @@ struct WireTool<'a> {
     name: &'a str,
     description: &'a str,
     input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
 }
 
+/// The body around the messages. With a cache TTL, the cache markers are planned here, once
+/// every layer has shaped the request: at the ends of the system prompt's last stable blocks
+/// (those [`PromptCache`](tower_agent_core::PromptCache) names; the last tool's when there is
+/// no system prompt) and on the last block of the history, unless a volatile block in the
+/// system prompt makes every history after it new. Four at most, the latest kept.
 pub(super) fn frame(
     model: &str,
     max_tokens: u32,
+    cache: Option<CacheTtl>,
     req: &ModelRequest,
     stream: bool,
 ) -> Result<Frame, Error> {
-    // System messages of the history join the system prompt.
-    let mut system = req.system.as_deref().unwrap_or_default().to_owned();
+    let own = req.system.as_deref().unwrap_or_default();
+    // System messages of the history join the system prompt, after its own blocks.
+    let mut joined = String::new();
     for message in req.messages.iter().filter(|m| m.role == Role::System) {
         let text = text_of(message);
         if !text.is_empty() {
-            if !system.is_empty() {
-                system.push_str("\n\n");
+            if !joined.is_empty() || !own.is_empty() {
+                joined.push_str("\n\n");
             }
-            system.push_str(&text);
+            joined.push_str(&text);
         }
     }
+    let Some(ttl) = cache else {
+        let head = Head {
+            model,
+            max_tokens: req.options.max_tokens.unwrap_or(max_tokens),
+            system: System::Text(format!("{own}{joined}")),
+        };
+        return Frame::around(&head, "messages", &rest(req, stream, None), PROVIDER);
+    };
+    let control = CacheControl::new(ttl);
+    let history = !req.cache.volatile && req.messages.iter().any(|m| m.role != Role::System);
+    let budget = BREAKPOINTS - usize::from(history);
+    let marks = req.cache.marks(own);
+    let marked = &marks[marks.len().saturating_sub(budget)..];
+    let mut blocks = Vec::with_capacity(marks.len() + 1);
+    let mut start = 0;
+    for &end in &marks {
+        let text = own[start..end].trim_start_matches("\n\n");
+        if !text.is_empty() {
+            blocks.push(SystemBlock {
+                kind: "text",
+                text: text.to_owned(),
+                cache_control: marked.contains(&end).then_some(control),
+            });
+        }
+        start = end;
+    }
+    let rest_of_system = format!("{}{joined}", &own[start..]);
+    let rest_of_system = rest_of_system.trim_start_matches("\n\n");
+    if !rest_of_system.is_empty() {
+        blocks.push(SystemBlock {
+            kind: "text",
+            text: rest_of_system.to_owned(),
+            cache_control: None,
+        });
+    }
+    // No stable system block: the tools are the prefix to keep.
+    let tools = blocks
+        .iter()
+        .all(|b| b.cache_control.is_none())
+        .then_some(control);
     let head = Head {
         model,
         max_tokens: req.options.max_tokens.unwrap_or(max_tokens),
-        system,
+        system: System::Blocks(blocks),
     };
-    Frame::around(&head, "messages", &rest(req, stream), PROVIDER)
+    let mut frame = Frame::around(&head, "messages", &rest(req, stream, tools), PROVIDER)?;
+    if history {
+        let mut suffix = b",\"cache_control\":".to_vec();
+        serde_json::to_writer(&mut suffix, &control)
+            .map_err(|e| crate::wire::invalid(PROVIDER, "a cache marker", e))?;
+        frame.last_item = Some(suffix);
+    }
+    Ok(frame)
 }
 
-fn rest(req: &ModelRequest, stream: bool) -> Rest<'_> {
+fn rest(req: &ModelRequest, stream: bool, cache: Option<CacheControl>) -> Rest<'_> {
     let options = &req.options;
+    let last = req.tools.len().saturating_sub(1);
     Rest {
         tools: req
             .tools
             .iter()
-            .map(|spec| WireTool {
+            .enumerate()
+            .map(|(index, spec)| WireTool {
                 name: &spec.name,
                 description: &spec.description,
                 input_schema: &spec.parameters,
+                cache_control: cache.filter(|_| index == last),
             })
             .collect(),
         tool_choice: options.tool_choice.as_ref().map(|choice| match choice {

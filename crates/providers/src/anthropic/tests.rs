@@ -15,7 +15,138 @@ fn wire() -> (AnthropicWire, Endpoint) {
         base_url: "http://x".into(),
         key: None,
     };
-    (AnthropicWire { max_tokens: 1000 }, endpoint)
+    (
+        AnthropicWire {
+            max_tokens: 1000,
+            cache: None,
+        },
+        endpoint,
+    )
+}
+
+/// The body of `req` with cache markers of `ttl`, as a run's `round`-th call makes it (the
+/// messages' bytes kept across the run's calls).
+fn cached_body(req: &ModelRequest, ttl: CacheTtl) -> Value {
+    let (mut wire, endpoint) = wire();
+    wire.cache = Some(ttl);
+    serde_json::from_slice(&encode::body(&wire, &endpoint, req, false, true).expect("encodes"))
+        .expect("json")
+}
+
+/// Where the body's cache markers are: `system[i]`, `tools[i]`, `messages[i][j]`.
+fn markers(body: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let marked = |v: &Value| !v["cache_control"].is_null();
+    for (i, block) in body["system"].as_array().into_iter().flatten().enumerate() {
+        if marked(block) {
+            found.push(format!("system[{i}]"));
+        }
+    }
+    for (i, tool) in body["tools"].as_array().into_iter().flatten().enumerate() {
+        if marked(tool) {
+            found.push(format!("tools[{i}]"));
+        }
+    }
+    for (i, message) in body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (j, block) in message["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if marked(block) {
+                found.push(format!("messages[{i}][{j}]"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
+    let call = ToolCall::new("t1", "ls", json!({}));
+    let mut req = ModelRequest::new(vec![
+        Message::user("list"),
+        Message::assistant_with_calls("", [call.clone()]),
+        Message::tool_result(ToolResult::success(&call, "a.txt")),
+    ]);
+    req.tools = vec![tower_agent_core::ToolSpec::new("ls", "List.", json!({}))].into();
+    req.system = Some("You help.".into());
+    req.append_system("Memory: metric units.");
+    req.append_system("Answer briefly.");
+    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    assert_eq!(
+        body["system"],
+        json!([
+            { "type": "text", "text": "You help.", "cache_control": { "type": "ephemeral" } },
+            { "type": "text", "text": "Memory: metric units.", "cache_control": { "type": "ephemeral" } },
+            { "type": "text", "text": "Answer briefly.", "cache_control": { "type": "ephemeral" } },
+        ])
+    );
+    // The fourth: the last block of the history (the tool result).
+    assert_eq!(
+        markers(&body),
+        ["system[0]", "system[1]", "system[2]", "messages[2][0]"]
+    );
+    assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
+
+    // A later call of the run reuses the messages' bytes: the marker moves to the new end.
+    let mut later = req.clone();
+    later.messages.push(Message::assistant("Done."));
+    let body = cached_body(&later, CacheTtl::OneHour);
+    assert_eq!(
+        markers(&body),
+        ["system[0]", "system[1]", "system[2]", "messages[3][0]"]
+    );
+    assert_eq!(
+        body["messages"][3]["content"][0]["cache_control"],
+        json!({ "type": "ephemeral", "ttl": "1h" })
+    );
+}
+
+#[test]
+fn a_volatile_block_keeps_the_history_unmarked_and_the_latest_marks_win() {
+    let mut req = ModelRequest::new(vec![Message::user("hi")]);
+    req.system = Some("a".into());
+    for block in ["b", "c", "d", "e"] {
+        req.append_system(block);
+    }
+    req.append_system_volatile("Round 3.");
+    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    // Five stable blocks, four markers: the last four; none on the history; the volatile
+    // block last, unmarked.
+    assert_eq!(
+        markers(&body),
+        ["system[1]", "system[2]", "system[3]", "system[4]"]
+    );
+    assert_eq!(body["system"][5]["text"], "Round 3.");
+    assert!(body["system"][5]["cache_control"].is_null());
+}
+
+#[test]
+fn with_no_system_prompt_the_tools_are_marked_and_no_cache_means_no_marker() {
+    let mut req = ModelRequest::new(vec![Message::user("hi")]);
+    req.tools = vec![
+        tower_agent_core::ToolSpec::new("a", "A.", json!({})),
+        tower_agent_core::ToolSpec::new("b", "B.", json!({})),
+    ]
+    .into();
+    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    assert_eq!(markers(&body), ["tools[1]", "messages[0][0]"]);
+
+    req.system = Some("sys".into());
+    let (wire, endpoint) = wire();
+    let body: Value = serde_json::from_slice(
+        &encode::body(&wire, &endpoint, &req, false, false).expect("encodes"),
+    )
+    .expect("json");
+    assert_eq!(body["system"], "sys");
+    assert!(markers(&body).is_empty());
 }
 
 #[test]

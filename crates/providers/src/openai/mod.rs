@@ -63,18 +63,40 @@ pub type OpenAi = Provider<OpenAiWire>;
 /// The wire format of OpenAI Chat Completions: see [`OpenAi`].
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
-pub struct OpenAiWire {}
+pub struct OpenAiWire {
+    /// Send `prompt_cache_key`: `None`, only to OpenAI's own API.
+    cache_key: Option<bool>,
+}
 
-/// Whether `base_url` is OpenAI's own API (or Azure's), which takes the length limit as
-/// `max_completion_tokens` (its reasoning models refuse `max_tokens`).
-fn is_openai(base_url: &str) -> bool {
-    let host = base_url
+impl Provider<OpenAiWire> {
+    /// Send the session's id as `prompt_cache_key`, which routes a session's requests to the
+    /// servers that hold its cached prefix. By default only to OpenAI's own API: a compatible
+    /// server may refuse fields it does not know. OpenAI caches prefixes of 1,024 tokens and
+    /// more by itself; the key raises the hit rate.
+    pub fn prompt_cache_key(self, send: bool) -> Self {
+        self.edit(|c| c.wire.cache_key = Some(send))
+    }
+}
+
+/// Whether `base_url` is OpenAI's own API, not Azure's.
+fn is_openai_api(base_url: &str) -> bool {
+    host(base_url) == "api.openai.com"
+}
+
+fn host(base_url: &str) -> &str {
+    base_url
         .split("://")
         .nth(1)
         .unwrap_or(base_url)
         .split(['/', ':'])
         .next()
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Whether `base_url` is OpenAI's own API (or Azure's), which takes the length limit as
+/// `max_completion_tokens` (its reasoning models refuse `max_tokens`).
+fn is_openai(base_url: &str) -> bool {
+    let host = host(base_url);
     host == "api.openai.com" || host.ends_with(".openai.azure.com")
 }
 
@@ -114,7 +136,16 @@ impl Format for OpenAiWire {
     }
 
     fn frame(&self, endpoint: &Endpoint, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
-        frame(&endpoint.model, req, stream, is_openai(&endpoint.base_url))
+        let cache_key = self
+            .cache_key
+            .unwrap_or_else(|| is_openai_api(&endpoint.base_url));
+        frame(
+            &endpoint.model,
+            req,
+            stream,
+            is_openai(&endpoint.base_url),
+            cache_key,
+        )
     }
 
     fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {

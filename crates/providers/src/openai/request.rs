@@ -39,6 +39,8 @@ struct Rest<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -101,8 +103,12 @@ pub(super) fn frame(
     req: &ModelRequest,
     stream: bool,
     completion_tokens: bool,
+    cache_key: bool,
 ) -> Result<Frame, Error> {
-    let rest = rest(req, stream, completion_tokens);
+    let mut rest = rest(req, stream, completion_tokens);
+    if cache_key {
+        rest.prompt_cache_key = Some(req.ctx.session_id());
+    }
     let mut frame = Frame::around(&Head { model }, "messages", &rest, PROVIDER)?;
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
         let system = WireMessage::System {
@@ -160,6 +166,7 @@ fn rest(req: &ModelRequest, stream: bool, completion_tokens: bool) -> Rest<'_> {
         stream_options: stream.then_some(StreamOptions {
             include_usage: true,
         }),
+        prompt_cache_key: None,
     }
 }
 

@@ -1,0 +1,51 @@
+//! Prompt caching planned across the stack: a 50-round session with a system prompt, memory,
+//! static instructions and summarization, sent as the Anthropic provider would send it to a
+//! server that prices it as Anthropic's prompt cache does (`benches/common/prompt_cache.rs`).
+
+use tower_agent::ModelRequest;
+use tower_agent::layers::summarize::is_summary;
+use tower_agent::providers::anthropic::CacheTtl;
+
+#[path = "../benches/common/prompt_cache.rs"]
+mod prompt_cache;
+
+use prompt_cache::{session, static_instructions};
+
+#[tokio::test]
+async fn nine_tenths_of_the_input_is_read_from_the_cache_after_the_first_round() {
+    let (tally, calls, history) = session(Some(CacheTtl::FiveMinutes), static_instructions()).await;
+    // The session was summarized on the way: its first message is the summary now.
+    assert!(history.iter().any(is_summary), "summarized");
+    println!(
+        "{} calls after the first: {} input tokens, {} cached ({:.1}%)",
+        tally.calls,
+        tally.input,
+        tally.cached,
+        tally.ratio() * 100.0
+    );
+    assert!(tally.ratio() >= 0.90, "{tally:?}");
+    // Every call after the first reads at least the system prompt from the cache.
+    assert!(
+        calls.iter().skip(1).all(|call| call.cached > 0),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_markers_nothing_is_cached() {
+    let (tally, ..) = session(None, static_instructions()).await;
+    assert_eq!(tally.cached, 0);
+}
+
+#[tokio::test]
+async fn a_block_that_changes_every_call_leaves_only_the_prefix_before_it_cached() {
+    let instructions = static_instructions()
+        .with(|req: &ModelRequest| Some(format!("Round {}.", req.ctx.round())));
+    let (tally, calls, _) = session(Some(CacheTtl::FiveMinutes), instructions).await;
+    // The system prompt up to the round's line is read from the cache; the history never.
+    assert!(
+        calls.iter().skip(1).all(|call| call.cached > 0),
+        "{calls:?}"
+    );
+    assert!(tally.ratio() < 0.5, "{tally:?}");
+}
