@@ -13,7 +13,7 @@ use tower_agent::providers::anthropic::CacheTtl;
 #[path = "common/prompt_cache.rs"]
 mod prompt_cache;
 
-use prompt_cache::{session, static_instructions};
+use prompt_cache::{Summaries, session, static_instructions};
 
 /// Claude Sonnet's list prices, dollars per million tokens: input, 5-minute cache write, cache
 /// read.
@@ -25,9 +25,12 @@ fn sessions(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
-    let (tally, calls, _) =
-        rt.block_on(session(Some(CacheTtl::FiveMinutes), static_instructions()));
-    let (uncached, ..) = rt.block_on(session(None, static_instructions()));
+    let (tally, calls, _) = rt.block_on(session(
+        Some(CacheTtl::FiveMinutes),
+        static_instructions(),
+        Summaries::InStack,
+    ));
+    let (uncached, ..) = rt.block_on(session(None, static_instructions(), Summaries::InStack));
     // Priced as Anthropic does: cached tokens at the read price, the rest written once at
     // the write price (an upper bound: the tail of each call is written once, then read).
     let input: u64 = calls.iter().map(|c| c.input).sum();
@@ -42,7 +45,13 @@ fn sessions(c: &mut Criterion) {
         tally.input,
     );
     c.bench_function("prompt_cache/session_50_rounds", |b| {
-        b.iter(|| rt.block_on(session(Some(CacheTtl::FiveMinutes), static_instructions())))
+        b.iter(|| {
+            rt.block_on(session(
+                Some(CacheTtl::FiveMinutes),
+                static_instructions(),
+                Summaries::InStack,
+            ))
+        })
     });
 }
 

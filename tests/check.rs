@@ -23,7 +23,7 @@ async fn the_built_in_stack_keeps_every_invariant() {
                 .patch()
                 .limits(CallLimitsLayer::new().tool_calls(Limit::per_run(6)))
                 .summarize(
-                    SummarizeLayer::new(model.clone())
+                    SummarizeLayer::in_stack()
                         .trigger(Trigger::messages(12))
                         .keep(Keep::messages(4)),
                 )

@@ -9,11 +9,16 @@ use tower_agent::providers::anthropic::CacheTtl;
 #[path = "../benches/common/prompt_cache.rs"]
 mod prompt_cache;
 
-use prompt_cache::{session, static_instructions};
+use prompt_cache::{Summaries, session, static_instructions};
 
 #[tokio::test]
 async fn nine_tenths_of_the_input_is_read_from_the_cache_after_the_first_round() {
-    let (tally, calls, history) = session(Some(CacheTtl::FiveMinutes), static_instructions()).await;
+    let (tally, calls, history) = session(
+        Some(CacheTtl::FiveMinutes),
+        static_instructions(),
+        Summaries::InStack,
+    )
+    .await;
     // The session was summarized on the way: its first message is the summary now.
     assert!(history.iter().any(is_summary), "summarized");
     println!(
@@ -33,7 +38,7 @@ async fn nine_tenths_of_the_input_is_read_from_the_cache_after_the_first_round()
 
 #[tokio::test]
 async fn without_markers_nothing_is_cached() {
-    let (tally, ..) = session(None, static_instructions()).await;
+    let (tally, ..) = session(None, static_instructions(), Summaries::InStack).await;
     assert_eq!(tally.cached, 0);
 }
 
@@ -41,11 +46,45 @@ async fn without_markers_nothing_is_cached() {
 async fn a_block_that_changes_every_call_leaves_only_the_prefix_before_it_cached() {
     let instructions = static_instructions()
         .with(|req: &ModelRequest| Some(format!("Round {}.", req.ctx.round())));
-    let (tally, calls, _) = session(Some(CacheTtl::FiveMinutes), instructions).await;
+    let (tally, calls, _) = session(
+        Some(CacheTtl::FiveMinutes),
+        instructions,
+        Summaries::InStack,
+    )
+    .await;
     // The system prompt up to the round's line is read from the cache; the history never.
     assert!(
         calls.iter().skip(1).all(|call| call.cached > 0),
         "{calls:?}"
     );
     assert!(tally.ratio() < 0.5, "{tally:?}");
+}
+
+#[tokio::test]
+async fn a_summary_asked_in_the_stack_reads_the_sessions_prefix_from_the_cache() {
+    let (_, calls, history) = session(
+        Some(CacheTtl::FiveMinutes),
+        static_instructions(),
+        Summaries::InStack,
+    )
+    .await;
+    assert!(history.iter().any(is_summary), "summarized");
+    // 50 rounds and one summary, which went through the same server.
+    assert_eq!(calls.len(), 51);
+    // Its prefix (system prompt, tools, the older history, as sent for the rounds before)
+    // is read from the cache: 9 in 10 of its input tokens.
+    let [summary] = calls.iter().filter(|c| c.summary).collect::<Vec<_>>()[..] else {
+        panic!("one summary call: {calls:?}")
+    };
+    assert!(summary.cached * 10 >= summary.input * 9, "{summary:?}");
+
+    // A summarizer apart shares nothing with the session (its calls are not counted here).
+    let (apart, calls, _) = session(
+        Some(CacheTtl::FiveMinutes),
+        static_instructions(),
+        Summaries::Apart,
+    )
+    .await;
+    assert_eq!(calls.len(), 50);
+    assert!(apart.ratio() >= 0.9, "{apart:?}");
 }

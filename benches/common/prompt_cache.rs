@@ -32,6 +32,8 @@ pub(crate) struct Tally {
     pub(crate) calls: u64,
     pub(crate) input: u64,
     pub(crate) cached: u64,
+    /// The call asked for a summary.
+    pub(crate) summary: bool,
 }
 
 impl Tally {
@@ -85,7 +87,7 @@ where
     }
 
     /// Price one body: its input tokens and the cached ones; the markers' prefixes are written.
-    fn price(&self, body: &[u8]) -> Result<Tally, Error> {
+    fn price(&self, body: &[u8], summary: bool) -> Result<Tally, Error> {
         let body: Value =
             serde_json::from_slice(body).map_err(|e| Error::other(format!("not JSON: {e}")))?;
         let mut blocks: Vec<(Value, bool)> = Vec::new();
@@ -146,6 +148,7 @@ where
             calls: 1,
             input: tokens,
             cached,
+            summary,
         };
         state.calls.push(tally);
         Ok(tally)
@@ -168,7 +171,7 @@ where
         let result = self
             .provider
             .request_body(&req)
-            .and_then(|body| self.price(&body))
+            .and_then(|body| self.price(&body, asks_for_summary(&req)))
             .map(|tally| {
                 let mut response = (self.answer)(&req);
                 response.usage = Usage::new(tally.input, 20).with_cached(tally.cached);
@@ -181,8 +184,12 @@ where
 /// Rounds of the session.
 pub(crate) const ROUNDS: u32 = 50;
 
-/// The model: a lookup every round, then the answer.
+/// The model: a lookup every round, then the answer; a summary when the summarization layer
+/// asks for one in the stack.
 fn answer(req: &ModelRequest) -> ModelResponse {
+    if asks_for_summary(req) {
+        return ModelResponse::text("Pages 1 to 20 were read; each had notes.");
+    }
     let round = req.ctx.round();
     if round < ROUNDS {
         let id = format!("toolu_{round:03}");
@@ -192,12 +199,29 @@ fn answer(req: &ModelRequest) -> ModelResponse {
     }
 }
 
+/// Whether `req` is the summarization layer's, asked in the stack.
+fn asks_for_summary(req: &ModelRequest) -> bool {
+    req.messages.last().is_some_and(|m| {
+        m.role == tower_agent::Role::User && m.text().contains("Write the summary")
+    })
+}
+
+/// Who writes the session's summaries.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Summaries {
+    /// The model below the layer, with the session's prefix (`SummarizeLayer::in_stack`).
+    InStack,
+    /// A model of its own, not counted here (`SummarizeLayer::new`).
+    Apart,
+}
+
 /// A 50-round session (a system prompt, memory, static instructions, summarization) against
 /// the caching server: the tally after its first call, each call's, and the history it ends
 /// with.
 pub(crate) async fn session(
     cache: Option<CacheTtl>,
     instructions: InstructionsLayer,
+    summarize: Summaries,
 ) -> (Tally, Vec<Tally>, History) {
     let storage = InMemory::new();
     storage
@@ -213,8 +237,12 @@ pub(crate) async fn session(
         .api_key("sk-ant-test")
         .prompt_cache(cache);
     let server = CachingServer::new(provider, answer);
-    let summarizer =
-        ScriptedModel::from_fn(|_| Ok(ModelResponse::text("Pages 1 to 20 were read.")));
+    let summarizer = match summarize {
+        Summaries::InStack => SummarizeLayer::in_stack(),
+        Summaries::Apart => SummarizeLayer::new(ScriptedModel::from_fn(|_| {
+            Ok(ModelResponse::text("Pages 1 to 20 were read."))
+        })),
+    };
     let tools = ToolSet::new().tool(StubTool::returning(
         "lookup",
         "A page of notes. ".repeat(25),
@@ -225,7 +253,7 @@ pub(crate) async fn session(
         .memory(MemoryLayer::from_storage(storage, ["/memories/AGENTS.md"]))
         .instructions(instructions)
         .summarize(
-            SummarizeLayer::new(summarizer)
+            summarizer
                 .trigger(Trigger::messages(60))
                 .keep(Keep::messages(20)),
         )
@@ -234,6 +262,7 @@ pub(crate) async fn session(
         .oneshot(AgentRequest::new(Session::new(), "Read the archive."))
         .await
         .expect("the session completes");
+    // The summary's call (in the stack) is a call of its own, not a round.
     assert_eq!(res.rounds, ROUNDS);
     assert_valid_history(&res.session.history);
     (server.after_first(), server.calls(), res.session.history)

@@ -558,3 +558,120 @@ async fn a_summarizer_with_the_retry_layer_survives_a_refused_connection() {
     let committed = res.history.clone().expect("committed");
     assert_eq!(summary_text(&committed[0]), Some("the gist"));
 }
+
+/// A model below the layer that summarizes when asked (its last message says so), fails a
+/// request of more than `window` messages with `ContextTooLong`, and answers "ok" otherwise.
+fn stack_model(window: usize) -> ScriptedModel {
+    ScriptedModel::from_fn(move |req: &tower_agent_core::ModelRequest| {
+        let asked = req
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::User && m.text().contains("Write the summary"));
+        if req.messages.len() > window {
+            return Err(Error::new(ErrorKind::ContextTooLong, "too long"));
+        }
+        Ok(ModelResponse::text(if asked {
+            "the summary"
+        } else {
+            "ok"
+        }))
+    })
+}
+
+#[tokio::test]
+async fn in_the_stack_the_summary_is_asked_with_the_requests_own_prefix() {
+    let model = stack_model(100);
+    let (mut req, _ctx, recorder) = request(chat(12));
+    req.system = Some("You help.".into());
+    req.tools = vec![tower_agent_core::ToolSpec::new("ls", "List.", json!({}))].into();
+    req.options.response_format = Some(tower_agent_core::ResponseFormat::json_schema(
+        "answer",
+        json!({ "type": "object" }),
+    ));
+    let layer = SummarizeLayer::in_stack()
+        .trigger(Trigger::messages(10))
+        .keep(Keep::messages(4));
+    let res = call(layer, &model, req.clone()).await.expect("ok");
+    assert_eq!(res.message.text(), "ok");
+    let seen = model.requests();
+    assert_eq!(seen.len(), 2, "the summary, then the call");
+    let summary = &seen[0];
+    // The same system prompt and tools; the older messages as sent, then the instruction.
+    assert_eq!(summary.system, req.system);
+    assert_eq!(summary.tools.len(), 1);
+    assert_eq!(&summary.messages[..8], &req.messages[..8]);
+    assert_eq!(summary.messages.len(), 9);
+    let ask = summary.messages[8].text();
+    assert!(ask.starts_with("Do not call any tool now."), "{ask}");
+    assert!(
+        ask.contains("You summarize the earlier part"),
+        "the prompt follows: {ask}"
+    );
+    assert!(summary.options.max_tokens.is_some(), "bounded");
+    assert_eq!(summary.options.response_format, None);
+    // The call itself: the summary, then the four kept messages.
+    let history = res.history.clone().expect("committed");
+    assert_eq!(history.len(), 5);
+    assert_eq!(summary_text(&history[0]), Some("the summary"));
+    assert!(recorder.names().contains(&"summarized"));
+}
+
+#[tokio::test]
+async fn in_the_stack_a_prefix_too_long_is_summarized_as_rendered_text() {
+    // The request overflows (13 messages), and so would the summary's own prefix (9).
+    let model = stack_model(8);
+    let (req, _ctx, _recorder) = request(chat(13));
+    let layer = SummarizeLayer::in_stack()
+        .trigger(Trigger::messages(10))
+        .keep(Keep::messages(5));
+    let res = call(layer, &model, req).await.expect("ok");
+    let seen = model.requests();
+    // The summary with the prefix (too long), then rendered as one message, then the call.
+    assert_eq!(
+        seen.len(),
+        3,
+        "{:?}",
+        seen.iter().map(|r| r.messages.len()).collect::<Vec<_>>()
+    );
+    assert_eq!(seen[0].messages.len(), 9);
+    assert_eq!(seen[1].messages.len(), 1);
+    assert!(seen[1].messages[0].text().contains("The messages since:"));
+    let history = res.history.clone().expect("committed");
+    assert!(is_summary(&history[0]));
+}
+
+#[tokio::test]
+async fn in_the_stack_a_tool_call_instead_of_a_summary_keeps_the_history() {
+    let model = ScriptedModel::from_fn(|req: &tower_agent_core::ModelRequest| {
+        let asked = req
+            .messages
+            .last()
+            .is_some_and(|m| m.text().contains("Write the summary"));
+        Ok(if asked {
+            ModelResponse::tool_calls([ToolCall::new("c1", "ls", json!({}))])
+        } else {
+            ModelResponse::text("ok")
+        })
+    });
+    let (req, _ctx, recorder) = request(chat(12));
+    let layer = SummarizeLayer::in_stack()
+        .trigger(Trigger::messages(10))
+        .keep(Keep::messages(4));
+    let res = call(layer, &model, req).await.expect("ok");
+    assert!(res.history.clone().is_none(), "nothing committed");
+    assert_eq!(model.requests()[1].messages.len(), 12);
+    let warnings: Vec<String> = recorder
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Warning { message, .. } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("the summarizer called a tool")),
+        "{warnings:?}"
+    );
+}

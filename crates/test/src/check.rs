@@ -23,9 +23,11 @@
 //! - at the end of a case: the session round-trips through JSON to an equal session, and a
 //!   last run on it does not fail (a call limit's `LimitReached` aside).
 //!
-//! A summarization request is recognized as one that offers no tools and speaks of
-//! summarizing (its system prompt or a user message contains "summar"), as the summarization
-//! layer's does; it is answered with a summary naming every input it shows. Give your own
+//! A summarization request is recognized as one whose last message is a user message that
+//! speaks of summarizing (contains "summar"), as the summarization layer's in the stack does
+//! ([`SummarizeLayer::in_stack`](https://docs.rs/tower-agent-layers)), or one that offers no
+//! tools and speaks of summarizing in its system prompt or a user message, as a summarizer
+//! apart is asked; it is answered with a summary naming every input it shows. Give your own
 //! summarizer a prompt that says so, or its summaries will name nothing and inputs will read
 //! as lost.
 //!
@@ -383,12 +385,18 @@ impl Service<ModelRequest> for CheckModel {
 
 fn is_summary_request(req: &ModelRequest) -> bool {
     let speaks_of = |text: &str| text.to_lowercase().contains("summar");
-    req.tools.is_empty()
+    // The summarization layer in the stack asks at the end of the session's own prefix.
+    let asks_last = req
+        .messages
+        .last()
+        .is_some_and(|m| m.role == Role::User && speaks_of(&m.text()));
+    let apart = req.tools.is_empty()
         && (req.system.as_deref().is_some_and(speaks_of)
             || req
                 .messages
                 .iter()
-                .any(|m| m.role == Role::User && speaks_of(&m.text())))
+                .any(|m| m.role == Role::User && speaks_of(&m.text())));
+    asks_last || apart
 }
 
 /// The inputs named in `messages`, in order, each once.

@@ -67,6 +67,14 @@
 //! messages added since. The first call of a run, and a history a layer rewrote, are
 //! estimated.
 //!
+//! # The summarizer: apart, or in the stack
+//!
+//! [`SummarizeLayer::new`] takes a model of its own (a cheaper one will do), asked with the
+//! messages rendered as text. [`SummarizeLayer::in_stack`] asks the model below the layer,
+//! with the request's own prefix (system prompt, tools, the messages to summarize as sent)
+//! and the prompt as a last user message: the provider's prompt cache serves that prefix,
+//! which was sent for the rounds before (see the facade's `docs/cost.md`).
+//!
 //! # Retrying the summarizer
 //!
 //! The summarizer is any model service: give it the same retry as the agent's model, so a
@@ -258,7 +266,9 @@ anything. Answer with the summary only.";
 
 #[derive(Clone)]
 pub(crate) struct Config {
-    pub(crate) summarizer: SideModel,
+    /// The model that writes summaries; `None`: the model below this layer, asked with the
+    /// request's own prefix ([`SummarizeLayer::in_stack`]).
+    pub(crate) summarizer: Option<SideModel>,
     pub(crate) triggers: Vec<Trigger>,
     pub(crate) keep: Keep,
     pub(crate) counter: Arc<dyn TokenCounter>,
@@ -304,9 +314,28 @@ impl SummarizeLayer {
         M: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
         M::Future: Send + 'static,
     {
+        Self::with_summarizer(Some(SideModel::new(summarizer)))
+    }
+
+    /// Summaries written by the model below this layer, through the same stack (retry,
+    /// fallback), asked with the request's own prefix: its system prompt, its tools and the
+    /// messages to summarize, as the agent sent them, then the prompt as a last user message.
+    /// The provider's prompt cache serves that prefix (it was sent for earlier rounds) instead
+    /// of a fresh request that shares nothing with them. The summary is bounded by
+    /// `max_tokens`; the model is told not to call tools (a call, or no text, fails the
+    /// summary, and the history is kept).
+    ///
+    /// When that request is too long for the model (the summary was asked because the
+    /// context overflowed), the messages are summarized as [`SummarizeLayer::new`] does,
+    /// rendered as text, in turn, by the same model.
+    pub fn in_stack() -> Self {
+        Self::with_summarizer(None)
+    }
+
+    fn with_summarizer(summarizer: Option<SideModel>) -> Self {
         Self {
             config: Arc::new(Config {
-                summarizer: SideModel::new(summarizer),
+                summarizer,
                 triggers: vec![Trigger::Tokens(Self::DEFAULT_TOKENS)],
                 keep: Keep::Messages(Self::DEFAULT_KEEP),
                 counter: Arc::new(CharEstimate),

@@ -9,13 +9,15 @@ use std::task::{Context, Poll};
 
 use tower::ServiceExt;
 use tower_agent_core::event::BoxFuture;
-use tower_agent_core::{Error, ErrorKind, Event, History, ModelRequest, ModelResponse, Usage};
+use tower_agent_core::{
+    Error, ErrorKind, Event, History, ModelRequest, ModelResponse, SideModel, Usage,
+};
 use tower_service::Service;
 
 use super::history::{
     Reported, Slots, clip_kept, count_request, cut_summary, drop_summary, is_summary, tool_tokens,
 };
-use super::shorten::{Record, Shortened, shorten};
+use super::shorten::{Record, Shortened, Summarizer, shorten};
 use super::{Config, SummarizeLayer};
 
 /// Summarizes the history of model requests; see the [module docs](super).
@@ -155,8 +157,8 @@ impl Effects {
 /// One model call, with what the layer did in its response.
 async fn run<S>(config: Arc<Config>, inner: S, req: ModelRequest) -> Result<ModelResponse, Error>
 where
-    S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Send,
-    S::Future: Send,
+    S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    S::Future: Send + 'static,
 {
     let mut effects = Effects::default();
     let result = shorten_and_call(&config, inner, req, &mut effects).await;
@@ -172,8 +174,8 @@ async fn shorten_and_call<S>(
     effects: &mut Effects,
 ) -> Result<ModelResponse, Error>
 where
-    S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Send,
-    S::Future: Send,
+    S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    S::Future: Send + 'static,
 {
     let counter = &*config.counter;
     let tokens = count_request(&config.slots, &req, counter);
@@ -199,7 +201,16 @@ where
     let rested = record.wait_until_tokens.is_none_or(|at| tokens >= at);
     if fires && rested {
         let keep = config.keep_count(&req.messages);
-        let shortened = shorten(config, &req, tokens, keep, false, &mut effects.spent);
+        let summarizer = summarizer(config, &inner);
+        let shortened = shorten(
+            config,
+            &summarizer,
+            &req,
+            tokens,
+            keep,
+            false,
+            &mut effects.spent,
+        );
         if let Shortened::Cut(history) = shortened.await? {
             effects.commit(Some(history.clone()));
             req.messages = history;
@@ -214,6 +225,18 @@ where
             recover(config, inner, spare, error, effects).await
         }
         other => other,
+    }
+}
+
+/// The model that writes summaries: the configured one, or a clone of `inner`.
+fn summarizer<S>(config: &Config, inner: &S) -> Summarizer
+where
+    S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    match &config.summarizer {
+        Some(model) => Summarizer::Model(model.clone()),
+        None => Summarizer::Stack(SideModel::new(inner.clone())),
     }
 }
 
@@ -248,8 +271,8 @@ async fn recover<S>(
     effects: &mut Effects,
 ) -> Result<ModelResponse, Error>
 where
-    S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Send,
-    S::Future: Send,
+    S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
+    S::Future: Send + 'static,
 {
     let counter = &*config.counter;
     // Halved before each summary, down to one message (tried once); no more summaries once
@@ -265,7 +288,17 @@ where
         let shorter = if let Some(more) = keep {
             let less = (more / 2).max(1);
             keep = (less > 1).then_some(less);
-            match shorten(config, &req, tokens, less, true, &mut effects.spent).await? {
+            let summarizer = summarizer(config, &inner);
+            let shortened = shorten(
+                config,
+                &summarizer,
+                &req,
+                tokens,
+                less,
+                true,
+                &mut effects.spent,
+            );
+            match shortened.await? {
                 Shortened::Cut(history) => effects.commit(Some(history)),
                 Shortened::Uncut => None,
                 Shortened::Failed(error) => {

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tower_agent_core::history::validate;
 use tower_agent_core::{
-    Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext, StateKey, Usage,
+    Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext, SideModel, StateKey,
+    Usage,
 };
 use tower_agent_storage::StoragePath;
 
@@ -84,10 +85,22 @@ pub(super) enum Shortened {
 ///
 /// # Errors
 ///
+/// The model that writes a summary.
+pub(super) enum Summarizer {
+    /// A model of its own, asked with the messages rendered as text.
+    Model(SideModel),
+    /// The model below the layer, asked with the request's own prefix first.
+    Stack(SideModel),
+}
+
+/// What the model below the layer is told after the messages to summarize.
+const IN_STACK: &str = "Do not call any tool now. Write the summary of the conversation above, as the instructions below say, and answer with the summary only.";
+
 /// A failed observer, or a cancelled run. A summarizer's failure is not an error here:
 /// [`Shortened::Failed`].
 pub(super) async fn shorten(
     config: &Config,
+    summarizer: &Summarizer,
     req: &ModelRequest,
     tokens_before: usize,
     keep: usize,
@@ -171,7 +184,16 @@ pub(super) async fn shorten(
     let bound = config.summary_bound(replaced).min(room);
     let previous = older.first().and_then(summary_text);
     let since = &older[usize::from(previous.is_some())..];
-    let summary = match fold(config, ctx, previous, since, bound, spent).await {
+    let summary = match summarizer {
+        Summarizer::Stack(model) => match in_stack(config, model, req, cut, bound, spent).await {
+            Err(error) if error.kind() == ErrorKind::ContextTooLong => {
+                fold(config, model, ctx, previous, since, bound, spent).await
+            }
+            other => other,
+        },
+        Summarizer::Model(model) => fold(config, model, ctx, previous, since, bound, spent).await,
+    };
+    let summary = match summary {
         Ok(summary) => summary,
         Err(error) if error.kind() == ErrorKind::Cancelled => return Err(error),
         // The request may still fit: the history is kept, and the triggers rest.
@@ -273,6 +295,7 @@ const MIN_CLIP: usize = 100;
 /// first. Each answer is bounded by `bound` tokens.
 async fn fold(
     config: &Config,
+    model: &SideModel,
     ctx: &RunContext,
     previous: Option<&str>,
     since: &[Message],
@@ -312,7 +335,10 @@ async fn fold(
             }
         }
         let tokens = counter.count_text(&text);
-        match summarize(config, ctx, text, bound, spent).await {
+        let mut req = ModelRequest::new(vec![Message::user(text)]);
+        req.system = Some(Arc::clone(&config.prompt));
+        req.ctx = ctx.side_call();
+        match summarize(model, req, bound, spent).await {
             Ok(answer) => {
                 summary = Some(answer);
                 start = end;
@@ -352,25 +378,48 @@ fn input(previous: Option<&str>, messages: &str) -> String {
     input
 }
 
-/// Ask the summarizer for at most `bound` tokens; its failure (or an empty answer) is the
-/// call's error.
-async fn summarize(
+/// Ask the model below the layer for the summary of `req`'s first `cut` messages, with the
+/// request's own system prompt and tools (the prefix its provider cached for the rounds
+/// before), the prompt and [`IN_STACK`] as a last user message.
+async fn in_stack(
     config: &Config,
-    ctx: &RunContext,
-    input: String,
+    model: &SideModel,
+    req: &ModelRequest,
+    cut: usize,
     bound: usize,
     spent: &mut Usage,
 ) -> Result<String, Error> {
-    let mut req = ModelRequest::new(vec![Message::user(input)]);
-    req.system = Some(Arc::clone(&config.prompt));
+    let mut ask = req.clone();
+    let mut messages = req.messages.as_slice()[..cut].to_vec();
+    messages.push(Message::user(format!("{IN_STACK}\n\n{}", config.prompt)));
+    ask.messages = History::from(messages);
+    ask.options.response_format = None;
+    ask.ctx = req.ctx.side_call();
+    ask.deltas = Default::default();
+    summarize(model, ask, bound, spent).await
+}
+
+/// Ask `model` for at most `bound` tokens; its failure (or an answer with no text, or with a
+/// tool call) is the call's error.
+async fn summarize(
+    model: &SideModel,
+    mut req: ModelRequest,
+    bound: usize,
+    spent: &mut Usage,
+) -> Result<String, Error> {
     req.options.max_tokens = Some(u32::try_from(bound).unwrap_or(u32::MAX));
-    req.ctx = ctx.side_call();
     let failed = |error: Error| {
         Error::new(error.kind(), format!("summarization failed: {error}")).with_source(error)
     };
-    let response = config.summarizer.ask(req).await.map_err(failed)?;
+    let response = model.ask(req).await.map_err(failed)?;
     // The summarizer's tokens count in the run's usage.
     *spent += response.usage;
+    if response.message.tool_calls().next().is_some() {
+        return Err(Error::new(
+            ErrorKind::InvalidResponse,
+            "summarization failed: the summarizer called a tool",
+        ));
+    }
     let text = response.message.text();
     if text.trim().is_empty() {
         return Err(Error::new(
