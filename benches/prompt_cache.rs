@@ -1,4 +1,4 @@
-//! Prompt caching over a 50-round session (a 1,500-token system prompt, memory, static
+//! Prompt caching over a 50-round session (a system prompt of about 1,150 tokens, memory, static
 //! instructions, summarization), sent as the Anthropic provider sends it to a server that
 //! prices it as Anthropic's prompt cache does (`common/prompt_cache.rs`): the share of input
 //! tokens read from the cache after the first call, what that saves at Claude Sonnet's list

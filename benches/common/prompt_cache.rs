@@ -2,7 +2,11 @@
 //! is the real provider's (`Anthropic::request_body`), and its cached input tokens are those of
 //! the longest prefix (tools, then system blocks, then message blocks, in that order) that an
 //! earlier request wrote to the cache with a `cache_control` marker, looked up at each marker
-//! and up to 20 blocks before it, as the API does. Tokens are counted as 4 bytes of JSON.
+//! and up to 20 blocks before it, as the API does; a prefix under 1,024 tokens (Sonnet's
+//! minimum) is neither written nor read. Tokens are counted as 4 bytes of each block's JSON.
+//! Not modelled: the cache's lifetime (the session runs in well under five minutes), and the
+//! API's checks of the markers (their number and the blocks they are on are tested in the
+//! provider's unit tests).
 
 #![allow(dead_code)] // the test and the bench use different parts
 
@@ -25,6 +29,9 @@ use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
 
 /// How far before a marker the API looks for a cached prefix, in blocks.
 const LOOKBACK: usize = 20;
+
+/// The shortest prefix Sonnet caches, in tokens.
+const MIN_TOKENS: u64 = 1_024;
 
 /// The input tokens of every call, and those read from the cache.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -90,17 +97,19 @@ where
     fn price(&self, body: &[u8], summary: bool) -> Result<Tally, Error> {
         let body: Value =
             serde_json::from_slice(body).map_err(|e| Error::other(format!("not JSON: {e}")))?;
-        let mut blocks: Vec<(Value, bool)> = Vec::new();
+        let mut blocks: Vec<(Value, bool, u64)> = Vec::new();
+        // Each block with its role (hashed), and its tokens (counted from the block alone).
         let mut push = |block: &Value, role: Option<&str>| {
             let mut block = block.clone();
             let marked = block
                 .as_object_mut()
                 .is_some_and(|o| o.remove("cache_control").is_some());
+            let tokens = block.to_string().len() as u64 / 4;
             let block = match role {
                 Some(role) => serde_json::json!({ "role": role, "block": block }),
                 None => block,
             };
-            blocks.push((block, marked));
+            blocks.push((block, marked, tokens));
         };
         for tool in body["tools"].as_array().into_iter().flatten() {
             push(tool, None);
@@ -120,27 +129,26 @@ where
         let mut hasher = DefaultHasher::new();
         let mut tokens = 0_u64;
         let mut prefixes = Vec::with_capacity(blocks.len());
-        for (block, _) in &blocks {
-            let text = block.to_string();
-            text.hash(&mut hasher);
-            tokens += text.len() as u64 / 4;
+        for (block, _, size) in &blocks {
+            block.to_string().hash(&mut hasher);
+            tokens += size;
             prefixes.push((hasher.finish(), tokens));
         }
         let mut state = self.state.lock().expect("lock");
         let mut cached = 0;
-        for (index, (_, marked)) in blocks.iter().enumerate() {
+        for (index, (_, marked, _)) in blocks.iter().enumerate() {
             if !marked {
                 continue;
             }
             for back in (index.saturating_sub(LOOKBACK)..=index).rev() {
-                if state.written.contains(&prefixes[back].0) {
+                if prefixes[back].1 >= MIN_TOKENS && state.written.contains(&prefixes[back].0) {
                     cached = cached.max(prefixes[back].1);
                     break;
                 }
             }
         }
-        for (index, (_, marked)) in blocks.iter().enumerate() {
-            if *marked {
+        for (index, (_, marked, _)) in blocks.iter().enumerate() {
+            if *marked && prefixes[index].1 >= MIN_TOKENS {
                 state.written.insert(prefixes[index].0);
             }
         }
@@ -248,7 +256,8 @@ pub(crate) async fn session(
         "A page of notes. ".repeat(25),
     ));
     let agent = Agent::builder()
-        .system("You are a careful research assistant. ".repeat(40))
+        // About 1,150 tokens: over the shortest prefix Sonnet caches.
+        .system("You are a careful research assistant. ".repeat(120))
         .max_rounds(ROUNDS + 5)
         .memory(MemoryLayer::from_storage(storage, ["/memories/AGENTS.md"]))
         .instructions(instructions)
@@ -268,7 +277,7 @@ pub(crate) async fn session(
     (server.after_first(), server.calls(), res.session.history)
 }
 
-/// Static instructions of about 400 tokens.
+/// Static instructions of about 135 tokens.
 pub(crate) fn static_instructions() -> InstructionsLayer {
     InstructionsLayer::new().text("Cite every page you use, by number. ".repeat(15))
 }

@@ -389,3 +389,27 @@ async fn a_refused_connection_names_the_url_without_secrets_and_keeps_its_cause(
         "{source}"
     );
 }
+
+#[test]
+fn the_session_goes_as_prompt_cache_key_to_openai_only() {
+    let mut req = request();
+    req.ctx = RunContext::new().with_session_id("session-7");
+    let key = |model: OpenAi, req: &ModelRequest| {
+        let body: serde_json::Value =
+            serde_json::from_slice(&model.request_body(req).expect("encodes")).expect("JSON");
+        body.get("prompt_cache_key").cloned()
+    };
+    let openai = || OpenAi::new("gpt-4o").base_url("https://api.openai.com/v1");
+    let local = || OpenAi::new("qwen3").base_url("http://127.0.0.1:8080/v1");
+    assert_eq!(key(openai(), &req), Some(json!("session-7")));
+    // A compatible server may refuse a field it does not know: only when asked.
+    assert_eq!(key(local(), &req), None);
+    assert_eq!(
+        key(local().prompt_cache_key(true), &req),
+        Some(json!("session-7"))
+    );
+    assert_eq!(key(openai().prompt_cache_key(false), &req), None);
+    // A context with no session sends no key.
+    req.ctx = RunContext::new().with_session_id("");
+    assert_eq!(key(openai(), &req), None);
+}

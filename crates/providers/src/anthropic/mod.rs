@@ -100,9 +100,11 @@ impl Provider<AnthropicWire> {
     }
 
     /// Prompt caching: cache markers with this lifetime (the default, five minutes), or none.
-    /// The markers go on the system prompt's last stable blocks and on the end of the history,
-    /// as the request's [`PromptCache`](tower_agent_core::PromptCache) says; see the
-    /// [module docs](self).
+    /// Up to four: on the system prompt's last stable blocks (each block keeps the blank line
+    /// after it; a block of whitespace is not sent) and on the last block of the history (not
+    /// when a volatile block is in the system prompt, nor on a thinking block), as the
+    /// request's [`PromptCache`](tower_agent_core::PromptCache) says; on the last tool when
+    /// the system prompt has no stable block. See the facade's `docs/cost.md`.
     pub fn prompt_cache(self, ttl: Option<CacheTtl>) -> Self {
         self.edit(|c| c.wire.cache = ttl)
     }

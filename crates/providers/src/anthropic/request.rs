@@ -174,29 +174,35 @@ pub(super) fn frame(
         return Frame::around(&head, "messages", &rest(req, stream, None), PROVIDER);
     };
     let control = CacheControl::new(ttl);
-    let history = !req.cache.volatile && req.messages.iter().any(|m| m.role != Role::System);
+    let history = !req.cache.volatile && last_block_takes_marker(req);
     let budget = BREAKPOINTS - usize::from(history);
     let marks = req.cache.marks(own);
     let marked = &marks[marks.len().saturating_sub(budget)..];
+    // Each block keeps the blank line after it: the blocks join to the prompt as it was.
     let mut blocks = Vec::with_capacity(marks.len() + 1);
     let mut start = 0;
     for &end in &marks {
-        let text = own[start..end].trim_start_matches("\n\n");
-        if !text.is_empty() {
+        let end_with_gap = if own[end..].starts_with("\n\n") {
+            end + 2
+        } else {
+            end
+        };
+        let text = &own[start..end_with_gap];
+        // The API refuses a block with no text but whitespace.
+        if !text.trim().is_empty() {
             blocks.push(SystemBlock {
                 kind: "text",
                 text: text.to_owned(),
                 cache_control: marked.contains(&end).then_some(control),
             });
         }
-        start = end;
+        start = end_with_gap;
     }
     let rest_of_system = format!("{}{joined}", &own[start..]);
-    let rest_of_system = rest_of_system.trim_start_matches("\n\n");
-    if !rest_of_system.is_empty() {
+    if !rest_of_system.trim().is_empty() {
         blocks.push(SystemBlock {
             kind: "text",
-            text: rest_of_system.to_owned(),
+            text: rest_of_system,
             cache_control: None,
         });
     }
@@ -218,6 +224,22 @@ pub(super) fn frame(
         frame.last_item = Some(suffix);
     }
     Ok(frame)
+}
+
+/// Whether the last block the history sends can carry a cache marker: text, a tool call or a
+/// result can; a thinking block cannot.
+fn last_block_takes_marker(req: &ModelRequest) -> bool {
+    let last = req
+        .messages
+        .iter()
+        .rev()
+        .filter(|m| m.role != Role::System)
+        .map(|m| blocks_of(m).1)
+        .find(|blocks| !blocks.is_empty());
+    matches!(
+        last.as_deref().and_then(<[Block<'_>]>::last),
+        Some(Block::Text { .. } | Block::ToolUse { .. } | Block::ToolResult { .. })
+    )
 }
 
 fn rest(req: &ModelRequest, stream: bool, cache: Option<CacheControl>) -> Rest<'_> {

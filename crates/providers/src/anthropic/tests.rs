@@ -80,11 +80,12 @@ fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
     req.append_system("Memory: metric units.");
     req.append_system("Answer briefly.");
     let body = cached_body(&req, CacheTtl::FiveMinutes);
+    // Each block keeps the blank line after it: joined, they are the prompt.
     assert_eq!(
         body["system"],
         json!([
-            { "type": "text", "text": "You help.", "cache_control": { "type": "ephemeral" } },
-            { "type": "text", "text": "Memory: metric units.", "cache_control": { "type": "ephemeral" } },
+            { "type": "text", "text": "You help.\n\n", "cache_control": { "type": "ephemeral" } },
+            { "type": "text", "text": "Memory: metric units.\n\n", "cache_control": { "type": "ephemeral" } },
             { "type": "text", "text": "Answer briefly.", "cache_control": { "type": "ephemeral" } },
         ])
     );
@@ -125,6 +126,10 @@ fn a_volatile_block_keeps_the_history_unmarked_and_the_latest_marks_win() {
         ["system[1]", "system[2]", "system[3]", "system[4]"]
     );
     assert_eq!(body["system"][5]["text"], "Round 3.");
+    let joined: String = (0..6)
+        .map(|i| body["system"][i]["text"].as_str().expect("text").to_owned())
+        .collect();
+    assert_eq!(Some(joined.as_str()), req.system.as_deref());
     assert!(body["system"][5]["cache_control"].is_null());
 }
 
@@ -336,5 +341,39 @@ fn a_response_format_goes_as_the_output_config() {
     assert_eq!(
         body["output_config"],
         json!({"format": {"type": "json_schema", "schema": schema}})
+    );
+}
+
+#[test]
+fn a_thinking_block_at_the_end_of_the_history_gets_no_marker() {
+    let mut req = ModelRequest::new(vec![
+        Message::user("think"),
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentPart::Reasoning {
+                text: "hmm".into(),
+                signature: Some("sig".into()),
+            }],
+        },
+        // Encodes to nothing: the thinking block stays the last one sent.
+        Message::user(""),
+    ]);
+    req.system = Some("sys".into());
+    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    assert_eq!(body["messages"][1]["content"][0]["type"], "thinking");
+    assert_eq!(markers(&body), ["system[0]"]);
+}
+
+#[test]
+fn a_whitespace_block_is_not_sent() {
+    let mut req = ModelRequest::new(vec![Message::user("hi")]);
+    req.append_system("   ");
+    req.append_system("More.");
+    assert_eq!(req.cache.stable, [3, 10]);
+    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    // The API refuses a text block of whitespace: the first is not sent.
+    assert_eq!(
+        body["system"],
+        json!([{ "type": "text", "text": "More.", "cache_control": { "type": "ephemeral" } }])
     );
 }

@@ -106,7 +106,8 @@ pub(super) fn frame(
     cache_key: bool,
 ) -> Result<Frame, Error> {
     let mut rest = rest(req, stream, completion_tokens);
-    if cache_key {
+    // A context with no session has no key worth sharing.
+    if cache_key && !req.ctx.session_id().is_empty() {
         rest.prompt_cache_key = Some(req.ctx.session_id());
     }
     let mut frame = Frame::around(&Head { model }, "messages", &rest, PROVIDER)?;
