@@ -524,13 +524,7 @@ where
             }
             // The request is encoded again for the file after the call: it moves into it.
             let recorded = req.clone();
-            std::future::poll_fn(|cx| inner.poll_ready(cx))
-                .await
-                .map_err(|e| Error::from_boxed(e.into()))?;
-            let response = inner
-                .call(req)
-                .await
-                .map_err(|e| Error::from_boxed(e.into()))?;
+            let response = ask(&mut inner, req).await?;
             cassette.write(&Line {
                 key: &key,
                 request: Some(&to_value(&Canonical::of(&recorded))?),
@@ -608,13 +602,7 @@ where
                     return Err(cassette.miss(&request, true));
                 }
             }
-            std::future::poll_fn(|cx| inner.poll_ready(cx))
-                .await
-                .map_err(|e| Error::from_boxed(e.into()))?;
-            let response = inner
-                .call(req)
-                .await
-                .map_err(|e| Error::from_boxed(e.into()))?;
+            let response = ask(&mut inner, req).await?;
             cassette.write(&Line {
                 key: &key,
                 request: None,
@@ -625,6 +613,21 @@ where
             Ok(response)
         })
     }
+}
+
+/// Ready `inner`, then call it with `req`; its errors as the core's.
+async fn ask<S, Req>(inner: &mut S, req: Req) -> Result<S::Response, Error>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+{
+    std::future::poll_fn(|cx| inner.poll_ready(cx))
+        .await
+        .map_err(|e| Error::from_boxed(e.into()))?;
+    inner
+        .call(req)
+        .await
+        .map_err(|e| Error::from_boxed(e.into()))
 }
 
 /// The model behind a replay-only cassette ([`Cassette::model`]): never called.
