@@ -24,6 +24,10 @@
 //! should leave room, and the summarization layer counts a run's previous call as the
 //! provider reported it, estimating only what came since.
 //!
+//! With the feature `tiktoken`, [`Tiktoken`] counts exactly as OpenAI's models do (`o200k_base`
+//! for the GPT-4o, GPT-4.1, GPT-5 and o-series families, `cl100k_base` for GPT-4 and GPT-3.5),
+//! from the encodings `tiktoken-rs` carries (no download).
+//!
 //! ```
 //! use tower_agent_layers::tokens::{CharEstimate, TokenCounter};
 //!
@@ -67,6 +71,66 @@ pub trait TokenCounter: Send + Sync + 'static {
 
 /// The tokens [`TokenCounter::count_message`] adds per message for its framing.
 pub const MESSAGE_OVERHEAD: usize = 4;
+
+/// OpenAI's tokenizer (feature `tiktoken`): the exact count of a text for OpenAI's models.
+///
+/// ```
+/// use tower_agent_layers::tokens::{Tiktoken, TokenCounter};
+///
+/// let counter = Tiktoken::for_model("gpt-4o").expect("a known model");
+/// assert_eq!(counter.count_text("Hello, world!"), 4);
+/// assert!(Tiktoken::for_model("claude-sonnet-4-5").is_none());
+/// ```
+#[cfg(feature = "tiktoken")]
+#[derive(Clone, Copy)]
+pub struct Tiktoken {
+    bpe: &'static tiktoken_rs::CoreBPE,
+    name: &'static str,
+}
+
+#[cfg(feature = "tiktoken")]
+impl Tiktoken {
+    /// `o200k_base`: GPT-4o, GPT-4.1, GPT-5, the o-series.
+    pub fn o200k() -> Self {
+        Self {
+            bpe: tiktoken_rs::o200k_base_singleton(),
+            name: "o200k_base",
+        }
+    }
+
+    /// `cl100k_base`: GPT-4, GPT-3.5.
+    pub fn cl100k() -> Self {
+        Self {
+            bpe: tiktoken_rs::cl100k_base_singleton(),
+            name: "cl100k_base",
+        }
+    }
+
+    /// The encoding of an OpenAI model by its name; `None` for a model tiktoken does not
+    /// know (another provider's: use [`CharEstimate`] or a tokenizer of its own).
+    pub fn for_model(model: &str) -> Option<Self> {
+        match tiktoken_rs::tokenizer::get_tokenizer(model)? {
+            tiktoken_rs::tokenizer::Tokenizer::O200kBase
+            | tiktoken_rs::tokenizer::Tokenizer::O200kHarmony => Some(Self::o200k()),
+            tiktoken_rs::tokenizer::Tokenizer::Cl100kBase => Some(Self::cl100k()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "tiktoken")]
+impl std::fmt::Debug for Tiktoken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Tiktoken").field(&self.name).finish()
+    }
+}
+
+#[cfg(feature = "tiktoken")]
+impl TokenCounter for Tiktoken {
+    fn count_text(&self, text: &str) -> usize {
+        self.bpe.encode_ordinary(text).len()
+    }
+}
 
 /// The default estimate: `ceil(ascii / 4) + non_ascii`, counted in characters, not bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
