@@ -24,7 +24,7 @@
 //! should leave room, and the summarization layer counts a run's previous call as the
 //! provider reported it, estimating only what came since.
 //!
-//! With the feature `tiktoken`, [`Tiktoken`] counts exactly as OpenAI's models do (`o200k_base`
+//! With the feature `tiktoken`, `Tiktoken` counts text exactly as OpenAI's models do (`o200k_base`
 //! for the GPT-4o, GPT-4.1, GPT-5 and o-series families, `cl100k_base` for GPT-4 and GPT-3.5),
 //! from the encodings `tiktoken-rs` carries (no download).
 //!
@@ -73,6 +73,8 @@ pub trait TokenCounter: Send + Sync + 'static {
 pub const MESSAGE_OVERHEAD: usize = 4;
 
 /// OpenAI's tokenizer (feature `tiktoken`): the exact count of a text for OpenAI's models.
+/// Messages are counted by [`TokenCounter::count_message`] (their parts, plus
+/// [`MESSAGE_OVERHEAD`]), not as OpenAI frames them: close, not exact.
 ///
 /// ```
 /// use tower_agent_layers::tokens::{Tiktoken, TokenCounter};

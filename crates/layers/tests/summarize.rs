@@ -675,3 +675,61 @@ async fn in_the_stack_a_tool_call_instead_of_a_summary_keeps_the_history() {
         "{warnings:?}"
     );
 }
+
+#[tokio::test]
+async fn in_the_stack_a_concurrency_limit_below_does_not_hold_the_summary_up() {
+    // One permit below the layer: the ready service holds it while the layer shortens.
+    let model = stack_model(100);
+    let (req, _ctx, _recorder) = request(chat(12));
+    let layer = SummarizeLayer::in_stack()
+        .trigger(Trigger::messages(10))
+        .keep(Keep::messages(4));
+    let mut service = ServiceBuilder::new()
+        .layer(layer)
+        .concurrency_limit(1)
+        .service(model.clone());
+    let res = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        tower::Service::call(service.ready().await?, req).await
+    })
+    .await
+    .expect("no wait for a permit the layer holds")
+    .expect("answered");
+    assert_eq!(model.requests().len(), 2, "the summary, then the call");
+    assert!(res.history.clone().is_some(), "committed");
+}
+
+#[tokio::test]
+async fn in_the_stack_a_forced_tool_is_relaxed_and_the_summarys_tokens_count() {
+    let model = ScriptedModel::from_fn(|req: &tower_agent_core::ModelRequest| {
+        let asked = req
+            .messages
+            .last()
+            .is_some_and(|m| m.text().contains("Write the summary"));
+        Ok(if asked {
+            let mut res = ModelResponse::text("the summary")
+                .with_usage(tower_agent_core::Usage::new(100, 10));
+            // What a fallback below spent on a failed attempt for it.
+            res.add_side_usage(tower_agent_core::Usage::new(50, 0));
+            res
+        } else {
+            ModelResponse::text("ok")
+        })
+    });
+    let (mut req, _ctx, _recorder) = request(chat(12));
+    req.options.tool_choice = Some(tower_agent_core::ToolChoice::Required);
+    let layer = SummarizeLayer::in_stack()
+        .trigger(Trigger::messages(10))
+        .keep(Keep::messages(4));
+    let res = call(layer, &model, req).await.expect("ok");
+    let seen = model.requests();
+    assert_eq!(
+        seen[0].options.tool_choice,
+        Some(tower_agent_core::ToolChoice::None)
+    );
+    assert_eq!(
+        seen[1].options.tool_choice,
+        Some(tower_agent_core::ToolChoice::Required),
+        "the call itself keeps its choice"
+    );
+    assert_eq!(res.side_usage, tower_agent_core::Usage::new(150, 10));
+}

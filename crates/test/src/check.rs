@@ -310,8 +310,8 @@ impl World {
 
 /// The check's model service: text, tool calls (now and then to a tool that does not exist or
 /// with malformed arguments), a transient failure now and then, and a summary naming every
-/// input it was shown when asked to summarize (a request that offers no tools and speaks of
-/// summarizing, as the summarization layer's does).
+/// input it was shown when asked to summarize (see the [module docs](self) for how a
+/// summarization request is recognized).
 #[derive(Debug, Clone)]
 pub struct CheckModel {
     world: Arc<World>,

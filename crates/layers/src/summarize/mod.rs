@@ -328,6 +328,20 @@ impl SummarizeLayer {
     /// When that request is too long for the model (the summary was asked because the
     /// context overflowed), the messages are summarized as [`SummarizeLayer::new`] does,
     /// rendered as text, in turn, by the same model.
+    ///
+    /// What to know:
+    ///
+    /// - The summary request goes through every layer below this one with a context of its
+    ///   own (no run state, round 0, no events): a layer there that builds request content
+    ///   from the context, answers, or counts calls acts on it too.
+    /// - [`max_input_tokens`](Self::max_input_tokens) and the 2,000-character clip apply to
+    ///   the rendered fallback only: the prefix goes as it was sent.
+    /// - The response format is dropped and a forced tool choice relaxed to none (that
+    ///   costs the cached history, not the summary).
+    /// - The prefix was cached when it was last sent: about `keep / 2` rounds before. Rounds
+    ///   further apart than the cache's lifetime (five minutes by default at Anthropic) miss
+    ///   it; a one-hour lifetime keeps it.
+    /// - The summary's tokens count in the run's usage, a fallback's attempts included.
     pub fn in_stack() -> Self {
         Self::with_summarizer(None)
     }

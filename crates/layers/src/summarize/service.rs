@@ -201,7 +201,7 @@ where
     let rested = record.wait_until_tokens.is_none_or(|at| tokens >= at);
     if fires && rested {
         let keep = config.keep_count(&req.messages);
-        let summarizer = summarizer(config, &inner);
+        let summarizer = summarizer(config, &mut inner);
         let shortened = shorten(
             config,
             &summarizer,
@@ -215,6 +215,8 @@ where
             effects.commit(Some(history.clone()));
             req.messages = history;
         }
+        // Ready again: a summary in the stack took its readiness.
+        inner.ready().await?;
     }
     if !config.recover {
         return call(&config.slots, &mut inner, req).await;
@@ -228,15 +230,23 @@ where
     }
 }
 
-/// The model that writes summaries: the configured one, or a clone of `inner`.
-fn summarizer<S>(config: &Config, inner: &S) -> Summarizer
+/// The model that writes summaries: the configured one, or the model below.
+///
+/// In the stack, `inner` gives its readiness up first (it is replaced by an unready clone): a
+/// concurrency limit or a buffer below keeps its permit in the service made ready, and the
+/// summary, asked of another clone, would wait for it forever. Ready `inner` again before
+/// calling it.
+fn summarizer<S>(config: &Config, inner: &mut S) -> Summarizer
 where
     S: Service<ModelRequest, Response = ModelResponse, Error = Error> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
     match &config.summarizer {
         Some(model) => Summarizer::Model(model.clone()),
-        None => Summarizer::Stack(SideModel::new(inner.clone())),
+        None => {
+            *inner = inner.clone();
+            Summarizer::Stack(SideModel::new(inner.clone()))
+        }
     }
 }
 
@@ -288,7 +298,7 @@ where
         let shorter = if let Some(more) = keep {
             let less = (more / 2).max(1);
             keep = (less > 1).then_some(less);
-            let summarizer = summarizer(config, &inner);
+            let summarizer = summarizer(config, &mut inner);
             let shortened = shorten(
                 config,
                 &summarizer,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tower_agent_core::history::validate;
 use tower_agent_core::{
     Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext, SideModel, StateKey,
-    Usage,
+    ToolChoice, Usage,
 };
 use tower_agent_storage::StoragePath;
 
@@ -80,11 +80,6 @@ pub(super) enum Shortened {
     Failed(Error),
 }
 
-/// Shorten the history of `req`, keeping its last `keep` messages (or more, for a safe cut):
-/// truncate old arguments (unless `forced`), then summarize, and commit the new history.
-///
-/// # Errors
-///
 /// The model that writes a summary.
 pub(super) enum Summarizer {
     /// A model of its own, asked with the messages rendered as text.
@@ -94,8 +89,14 @@ pub(super) enum Summarizer {
 }
 
 /// What the model below the layer is told after the messages to summarize.
-const IN_STACK: &str = "Do not call any tool now. Write the summary of the conversation above, as the instructions below say, and answer with the summary only.";
+const IN_STACK: &str = "Do not call any tool now. Write the summary of the conversation above, \
+as the instructions below say, and answer with the summary only.";
 
+/// Shorten the history of `req`, keeping its last `keep` messages (or more, for a safe cut):
+/// truncate old arguments (unless `forced`), then summarize, and commit the new history.
+///
+/// # Errors
+///
 /// A failed observer, or a cancelled run. A summarizer's failure is not an error here:
 /// [`Shortened::Failed`].
 pub(super) async fn shorten(
@@ -394,6 +395,14 @@ async fn in_stack(
     messages.push(Message::user(format!("{IN_STACK}\n\n{}", config.prompt)));
     ask.messages = History::from(messages);
     ask.options.response_format = None;
+    // A forced tool would make every summary a call; the cached history is lost then, not
+    // the summary.
+    if matches!(
+        ask.options.tool_choice,
+        Some(ToolChoice::Required | ToolChoice::Tool(_))
+    ) {
+        ask.options.tool_choice = Some(ToolChoice::None);
+    }
     ask.ctx = req.ctx.side_call();
     ask.deltas = Default::default();
     summarize(model, ask, bound, spent).await
@@ -411,9 +420,18 @@ async fn summarize(
     let failed = |error: Error| {
         Error::new(error.kind(), format!("summarization failed: {error}")).with_source(error)
     };
-    let response = model.ask(req).await.map_err(failed)?;
-    // The summarizer's tokens count in the run's usage.
+    let response = match model.ask(req).await {
+        Ok(response) => response,
+        Err(error) => {
+            // What a failed summary cost still counts (a fallback's attempts, say).
+            *spent += error.usage();
+            return Err(failed(error));
+        }
+    };
+    // The summarizer's tokens count in the run's usage, and those of calls made for it (a
+    // fallback's, a repair's).
     *spent += response.usage;
+    *spent += response.side_usage;
     if response.message.tool_calls().next().is_some() {
         return Err(Error::new(
             ErrorKind::InvalidResponse,
