@@ -88,3 +88,46 @@ async fn a_summary_asked_in_the_stack_reads_the_sessions_prefix_from_the_cache()
     assert_eq!(calls.len(), 50);
     assert!(apart.ratio() >= 0.9, "{apart:?}");
 }
+
+#[tokio::test]
+async fn rounds_of_many_parallel_calls_still_read_the_history_from_the_cache() {
+    use tower_agent::prelude::*;
+    use tower_agent::providers::Anthropic;
+    use tower_agent_test::StubTool;
+
+    // Twelve calls a round: 24 blocks with their results, past the API's 20-block lookback
+    // from the history's end. The marker where the previous request ended keeps the hit.
+    let wide = |req: &ModelRequest| {
+        let round = req.ctx.round();
+        if round < 20 {
+            ModelResponse::tool_calls((0..12).map(|i| {
+                ToolCall::new(
+                    format!("toolu_{round:02}_{i:02}"),
+                    "lookup",
+                    serde_json::json!({ "page": round * 12 + i }),
+                )
+            }))
+        } else {
+            ModelResponse::text("Done.")
+        }
+    };
+    let provider = Anthropic::new("claude-sonnet-4-5")
+        .api_key("sk-ant-test")
+        .prompt_cache(Some(CacheTtl::FiveMinutes));
+    let server = prompt_cache::CachingServer::new(provider, wide);
+    let tools = ToolSet::new().tool(StubTool::returning("lookup", "A note. ".repeat(10)));
+    let agent = Agent::builder()
+        .system("You are a careful research assistant. ".repeat(120))
+        .max_rounds(25)
+        .build(server.clone(), tools);
+    agent
+        .oneshot(AgentRequest::new(Session::new(), "Read it all."))
+        .await
+        .expect("completes");
+    let tally = server.after_first();
+    println!(
+        "12 calls a round: {:.1}% of the input after the first call cached",
+        tally.ratio() * 100.0
+    );
+    assert!(tally.ratio() >= 0.9, "{tally:?}");
+}

@@ -23,6 +23,8 @@ struct Entry {
     /// The turn the items belong to; `None`: they stand alone in the array.
     turn: Option<&'static str>,
     range: Range<usize>,
+    /// Its last item can carry [`Frame::last_item`]'s fields.
+    takes_fields: bool,
 }
 
 /// The encoded messages of a run, for one provider.
@@ -32,12 +34,18 @@ struct Encoded {
     mark: Option<HistoryMark>,
     entries: Vec<Entry>,
     buffer: Vec<u8>,
+    /// The entry the previous request's messages ended with, when the current ones hold them
+    /// all and more.
+    previous_end: Option<usize>,
 }
 
 impl Encoded {
     /// Keep the entries of the messages that did not change, encode the others.
     fn refresh<W: Format>(&mut self, messages: &History) -> Result<(), Error> {
         let same = self.mark.map_or(0, |mark| messages.kept(&mark));
+        let before = self.entries.len();
+        self.previous_end =
+            (before > 0 && same == before && messages.len() > before).then(|| before - 1);
         if same < self.entries.len() {
             self.buffer.truncate(self.entries[same].range.start);
             self.entries.truncate(same);
@@ -50,6 +58,7 @@ impl Encoded {
             self.entries.push(Entry {
                 turn,
                 range: start..self.buffer.len(),
+                takes_fields: W::last_item_takes_fields(message),
             });
         }
         self.mark = Some(messages.mark());
@@ -66,8 +75,28 @@ impl Encoded {
         let mut first = !frame.head_has_items;
         let mut open: Option<&'static str> = None;
         let mut first_in_turn = true;
-        for entry in self.entries.iter().filter(|e| !e.range.is_empty()) {
-            let bytes = &self.buffer[entry.range.clone()];
+        // The previous request's last entry, when it gets the fields too.
+        let previous = match (&frame.last_item, frame.previous_item, self.previous_end) {
+            (Some(fields), true, Some(at))
+                if self.entries[at].takes_fields
+                    && self.entries[at + 1..].iter().any(|e| !e.range.is_empty()) =>
+            {
+                Some((at, fields.as_slice()))
+            }
+            _ => None,
+        };
+        for (index, entry) in self.entries.iter().enumerate() {
+            if entry.range.is_empty() {
+                continue;
+            }
+            let whole = &self.buffer[entry.range.clone()];
+            // The fields go before the closing `}` of the entry's last item.
+            let (bytes, fields) = match previous {
+                Some((at, fields)) if at == index && whole.last() == Some(&b'}') => {
+                    (&whole[..whole.len() - 1], Some(fields))
+                }
+                _ => (whole, None),
+            };
             match entry.turn {
                 None => {
                     if !std::mem::take(&mut first) {
@@ -97,6 +126,10 @@ impl Encoded {
                     open = Some(turn);
                     first_in_turn = false;
                 }
+            }
+            if let Some(fields) = fields {
+                out.extend_from_slice(fields);
+                out.push(b'}');
             }
         }
         // The last item ends with its object's `}`: the fields go before it.

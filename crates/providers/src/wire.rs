@@ -114,6 +114,12 @@ pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
     /// A message this provider cannot express.
     fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error>;
 
+    /// Whether the last item `message` encodes to can carry [`Frame::last_item`]'s fields
+    /// (Anthropic: a thinking block cannot carry a cache marker).
+    fn last_item_takes_fields(_message: &Message) -> bool {
+        true
+    }
+
     /// A whole (not streamed) response body.
     ///
     /// # Errors
@@ -144,6 +150,10 @@ pub struct Frame {
     /// Fields added to the last item of the messages (Anthropic's cache marker), as
     /// `,"key":value`.
     pub(crate) last_item: Option<Vec<u8>>,
+    /// The same fields on the last item of the messages the run's previous request ended
+    /// with, when this one holds them all and more (a second marker at the previous round's
+    /// end).
+    pub(crate) previous_item: bool,
 }
 
 impl Frame {
@@ -178,6 +188,7 @@ impl Frame {
             head_has_items: false,
             tail,
             last_item: None,
+            previous_item: false,
         })
     }
 }

@@ -45,7 +45,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
-use request::{encode_message, frame};
+use request::{encode_message, frame, takes_marker};
 use response::decode;
 use stream::Decoder;
 
@@ -101,10 +101,11 @@ impl Provider<AnthropicWire> {
 
     /// Prompt caching: cache markers with this lifetime (the default, five minutes), or none.
     /// Up to four: on the system prompt's last stable blocks (each block keeps the blank line
-    /// after it; a block of whitespace is not sent) and on the last block of the history (not
-    /// when a volatile block is in the system prompt, nor on a thinking block), as the
-    /// request's [`PromptCache`](tower_agent_core::PromptCache) says; on the last tool when
-    /// the system prompt has no stable block. See the facade's `docs/cost.md`.
+    /// after it; a block of whitespace is not sent), on the last block of the history and on
+    /// the last block of the run's previous request (not when a volatile block is in the
+    /// system prompt, nor on a thinking block), as the request's
+    /// [`PromptCache`](tower_agent_core::PromptCache) says; on the last tool when the system
+    /// prompt has no stable block. See the facade's `docs/cost.md`.
     pub fn prompt_cache(self, ttl: Option<CacheTtl>) -> Self {
         self.edit(|c| c.wire.cache = ttl)
     }
@@ -152,6 +153,10 @@ impl Format for AnthropicWire {
 
     fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {
         encode_message(message, out)
+    }
+
+    fn last_item_takes_fields(message: &Message) -> bool {
+        takes_marker(message)
     }
 
     fn decode(body: &[u8]) -> Result<ModelResponse, Error> {

@@ -175,7 +175,9 @@ pub(super) fn frame(
     };
     let control = CacheControl::new(ttl);
     let history = !req.cache.volatile && last_block_takes_marker(req);
-    let budget = BREAKPOINTS - usize::from(history);
+    // Two for the history: its end, and where the run's previous request ended (a round that
+    // adds more than the API's 20-block lookback would miss it otherwise).
+    let budget = BREAKPOINTS - 2 * usize::from(history);
     let marks = req.cache.marks(own);
     let marked = &marks[marks.len().saturating_sub(budget)..];
     // Each block keeps the blank line after it: the blocks join to the prompt as it was.
@@ -222,22 +224,26 @@ pub(super) fn frame(
         serde_json::to_writer(&mut suffix, &control)
             .map_err(|e| crate::wire::invalid(PROVIDER, "a cache marker", e))?;
         frame.last_item = Some(suffix);
+        frame.previous_item = true;
     }
     Ok(frame)
 }
 
-/// Whether the last block the history sends can carry a cache marker: text, a tool call or a
-/// result can; a thinking block cannot.
+/// Whether the last block the history sends can carry a cache marker.
 fn last_block_takes_marker(req: &ModelRequest) -> bool {
-    let last = req
-        .messages
+    req.messages
         .iter()
         .rev()
         .filter(|m| m.role != Role::System)
-        .map(|m| blocks_of(m).1)
-        .find(|blocks| !blocks.is_empty());
+        .find(|m| !blocks_of(m).1.is_empty())
+        .is_some_and(takes_marker)
+}
+
+/// Whether the last block of `message` can carry a cache marker: text, a tool call or a
+/// result can; a thinking block cannot.
+pub(super) fn takes_marker(message: &Message) -> bool {
     matches!(
-        last.as_deref().and_then(<[Block<'_>]>::last),
+        blocks_of(message).1.last(),
         Some(Block::Text { .. } | Block::ToolUse { .. } | Block::ToolResult { .. })
     )
 }

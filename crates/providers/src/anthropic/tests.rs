@@ -80,29 +80,37 @@ fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
     req.append_system("Memory: metric units.");
     req.append_system("Answer briefly.");
     let body = cached_body(&req, CacheTtl::FiveMinutes);
-    // Each block keeps the blank line after it: joined, they are the prompt.
+    // Each block keeps the blank line after it: joined, they are the prompt. Two markers for
+    // the system prompt (memory, instructions: the first block's prefix is in theirs), two
+    // for the history.
     assert_eq!(
         body["system"],
         json!([
-            { "type": "text", "text": "You help.\n\n", "cache_control": { "type": "ephemeral" } },
+            { "type": "text", "text": "You help.\n\n" },
             { "type": "text", "text": "Memory: metric units.\n\n", "cache_control": { "type": "ephemeral" } },
             { "type": "text", "text": "Answer briefly.", "cache_control": { "type": "ephemeral" } },
         ])
     );
-    // The fourth: the last block of the history (the tool result).
-    assert_eq!(
-        markers(&body),
-        ["system[0]", "system[1]", "system[2]", "messages[2][0]"]
-    );
+    // The history's end (the tool result); no previous request in this run yet.
+    assert_eq!(markers(&body), ["system[1]", "system[2]", "messages[2][0]"]);
     assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
 
-    // A later call of the run reuses the messages' bytes: the marker moves to the new end.
+    // A later call of the run reuses the messages' bytes: a marker at the new end, and one
+    // where the previous request ended, four in all.
     let mut later = req.clone();
     later.messages.push(Message::assistant("Done."));
     let body = cached_body(&later, CacheTtl::OneHour);
     assert_eq!(
         markers(&body),
-        ["system[0]", "system[1]", "system[2]", "messages[3][0]"]
+        ["system[1]", "system[2]", "messages[2][0]", "messages[3][0]"]
+    );
+    // The kept bytes stay unmarked: a third call marks its own two.
+    let mut third = later.clone();
+    third.messages.push(Message::user("And then?"));
+    let body = cached_body(&third, CacheTtl::OneHour);
+    assert_eq!(
+        markers(&body),
+        ["system[1]", "system[2]", "messages[3][0]", "messages[4][0]"]
     );
     assert_eq!(
         body["messages"][3]["content"][0]["cache_control"],
