@@ -1,0 +1,269 @@
+//! A property check of your own agent stack: your layers, in your order, driven by a model
+//! and tools that misbehave on purpose.
+//!
+//! [`StackCheck::run`] builds your agent many times from a [`CheckModel`] and [`CheckTools`]
+//! (give it your tools' specs, so your approval gates and limits see the names they know) and
+//! runs generated cases against it. A case starts from a generated session (sometimes a
+//! crashed process's leftovers: calls saved before they ran, some of them never answered),
+//! sends one to four inputs, each a run that may be cancelled at a random point (counted in polls), answers the
+//! interrupts it gets with random decisions among those allowed, and ends with one more run.
+//! Meanwhile the model answers with text, tool calls (some to tools that do not exist, some
+//! with malformed arguments) or a transient failure, and summarizes when asked; the tools
+//! answer, fail, take a while, or return results large enough to evict.
+//!
+//! It asserts the transcript's invariants:
+//!
+//! - after every run: every tool call is answered exactly once, right after the message that
+//!   made it (only the calls of a pending interrupt may wait), and no result is an orphan; a
+//!   run that did not pause leaves no interrupt behind; no run fails with `BadRequest` (the
+//!   agent or a layer refusing the session or its input);
+//! - after each input's runs: nothing the user sent is lost: each input the session took (the
+//!   model answered it, or paused on it, or it is in the history) is still in the history, or
+//!   in a summary of it;
+//! - at the end of a case: the session round-trips through JSON to an equal session, and a
+//!   last run on it does not fail (a call limit's `LimitReached` aside).
+//!
+//! A summarization request is recognized as one whose last message is a user message that
+//! speaks of summarizing (contains "summar"), as the summarization layer's in the stack does
+//! ([`SummarizeLayer::in_stack`](https://docs.rs/tower-agent-layers)), or one that offers no
+//! tools and speaks of summarizing in its system prompt or a user message, as a summarizer
+//! apart is asked; it is answered with a summary naming every input it shows. Give your own
+//! summarizer a prompt that says so, or its summaries will name nothing and inputs will read
+//! as lost.
+//!
+//! A violation panics with the case's seed; `TOWER_AGENT_CHECK_SEED=<seed>` (or
+//! [`StackCheck::replay`]) runs that case alone, the same way: the cases are deterministic on
+//! a current-thread runtime, as long as the stack does not wait on the clock (give retry
+//! policies zero delays, or run the test with tokio's paused time). The variable applies to
+//! every check of the test binary and runs one case, so assertions on the [`Report`]'s counts
+//! may not hold then.
+//!
+//! ```
+//! use tower::ServiceExt;
+//! use tower_agent_core::ToolSpec;
+//! use tower_agent_loop::Agent;
+//! use tower_agent_test::check::StackCheck;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let report = StackCheck::new()
+//!     .cases(20)
+//!     .tools([ToolSpec::new("search", "Search the web.", serde_json::json!({"type": "object"}))])
+//!     .run(|model, tools| Agent::builder().max_rounds(8).build(model, tools))
+//!     .await;
+//! assert_eq!(report.cases, 20);
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::json;
+use tower_agent_core::{AgentRequest, AgentResponse, Error, Session, ToolSpec};
+use tower_service::Service;
+
+use crate::{dump, lock};
+
+mod case;
+mod world;
+
+use case::Case;
+use world::World;
+pub use world::{CheckModel, CheckTools};
+
+/// The environment variable that replays one case by its seed.
+pub const SEED_VAR: &str = "TOWER_AGENT_CHECK_SEED";
+
+/// The prefix of every text the check sends as the user: what must never be lost.
+const INPUT: &str = "input-";
+
+/// The most interrupts answered in a row for one input.
+const RESUMES: usize = 8;
+
+/// The property check; see the [module](self).
+#[derive(Debug, Clone)]
+pub struct StackCheck {
+    cases: u32,
+    seed: Option<u64>,
+    replay: Option<u64>,
+    tools: Vec<ToolSpec>,
+}
+
+impl Default for StackCheck {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StackCheck {
+    /// 100 cases, a seed from the clock (or [`SEED_VAR`]), three tools: `lookup` (read-only),
+    /// `write` and `fetch`.
+    pub fn new() -> Self {
+        let object = json!({ "type": "object", "properties": { "n": { "type": "integer" } } });
+        let mut lookup = ToolSpec::new("lookup", "Look something up.", object.clone());
+        lookup.read_only = true;
+        Self {
+            cases: 100,
+            seed: None,
+            replay: None,
+            tools: vec![
+                lookup,
+                ToolSpec::new("write", "Write something down.", object.clone()),
+                ToolSpec::new("fetch", "Fetch a document.", object),
+            ],
+        }
+    }
+
+    /// How many cases to run.
+    pub fn cases(mut self, cases: u32) -> Self {
+        self.cases = cases;
+        self
+    }
+
+    /// The seed the cases' seeds are drawn from (instead of the clock): the same seed runs
+    /// the same cases.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Run only the case of `seed`, as a failure printed it (what [`SEED_VAR`] does).
+    pub fn replay(mut self, seed: u64) -> Self {
+        self.replay = Some(seed);
+        self
+    }
+
+    /// The tools [`CheckTools`] serves: give it your own tools' specs, so the layers that
+    /// know tools by name (approval gates, limits) see them.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = ToolSpec>) -> Self {
+        self.tools = tools.into_iter().collect();
+        self
+    }
+
+    /// Run the cases against the agents `build` makes (a fresh one per case), and report
+    /// what they went through.
+    ///
+    /// # Panics
+    ///
+    /// On the first violation, with the case's seed and its session.
+    pub async fn run<A, F>(self, mut build: F) -> Report
+    where
+        F: FnMut(CheckModel, CheckTools) -> A,
+        A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
+    {
+        let from_env = std::env::var(SEED_VAR).ok().map(|text| {
+            parse_seed(&text).unwrap_or_else(|| {
+                panic!("{SEED_VAR}={text} is not a seed (decimal, or hex with 0x)")
+            })
+        });
+        let seeds: Vec<u64> = match from_env.or(self.replay) {
+            Some(seed) => vec![seed],
+            None => {
+                let mut rng = fastrand::Rng::with_seed(self.seed.unwrap_or_else(clock_seed));
+                (0..self.cases).map(|_| rng.u64(..)).collect()
+            }
+        };
+        let mut report = Report::default();
+        for (index, &seed) in seeds.iter().enumerate() {
+            let world = World::new(seed, self.tools.clone());
+            let model = CheckModel {
+                world: Arc::clone(&world),
+            };
+            let tools = CheckTools {
+                world: Arc::clone(&world),
+            };
+            let agent = build(model, tools);
+            let mut case = Case {
+                world,
+                session: Session::new(),
+                sent: Vec::new(),
+                markers: 0,
+                last_error: None,
+                report: &mut report,
+            };
+            let result = case.run(agent).await;
+            {
+                let counts = lock(&case.world.counts);
+                case.report.summaries += counts.summaries;
+                case.report.tool_calls += counts.tool_calls;
+                case.report.large_results += counts.large_results;
+            }
+            if let Err(violation) = result {
+                panic!(
+                    "stack check failed: {violation}\n\
+                     case {} of {}, seed {seed:#x}: replay it alone with {SEED_VAR}={seed:#x}\n\
+                     the session:\n{}",
+                    index + 1,
+                    seeds.len(),
+                    dump(&case.session.history)
+                );
+            }
+            report.cases += 1;
+        }
+        report
+    }
+}
+
+fn parse_seed(text: &str) -> Option<u64> {
+    let text = text.trim();
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// What the cases went through: a check that never interrupted or cancelled anything proves
+/// little, so look at it (or assert on it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Report {
+    /// Cases run.
+    pub cases: u32,
+    /// Runs (a resume counts as one).
+    pub runs: u32,
+    /// Cases that started from a crashed process's leftovers.
+    pub leftovers: u32,
+    /// Runs that ended completed.
+    pub completed: u32,
+    /// Runs that ended stopped (a limit, a checkpoint, a layer).
+    pub stopped: u32,
+    /// Runs that ended cancelled.
+    pub cancelled: u32,
+    /// Runs that ended interrupted (each was resumed with decisions).
+    pub interrupted: u32,
+    /// Runs that ended with an error.
+    pub failed: u32,
+    /// Model calls answered with a summary.
+    pub summaries: u32,
+    /// Tool calls served.
+    pub tool_calls: u32,
+    /// Tool results of 12,000 characters or more served.
+    pub large_results: u32,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} cases, {} runs ({} completed, {} stopped, {} cancelled, {} interrupted, {} failed), \
+             {} from leftovers, {} summaries, {} tool calls ({} large results)",
+            self.cases,
+            self.runs,
+            self.completed,
+            self.stopped,
+            self.cancelled,
+            self.interrupted,
+            self.failed,
+            self.leftovers,
+            self.summaries,
+            self.tool_calls,
+            self.large_results
+        )
+    }
+}

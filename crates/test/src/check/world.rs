@@ -1,0 +1,216 @@
+//! The model and the tools that misbehave on purpose, and what they share in a case.
+
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use serde_json::{Value, json};
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::{
+    DescribeTools, Error, ErrorKind, Message, ModelRequest, ModelResponse, Role, ToolCall,
+    ToolRequest, ToolResponse, ToolSpec,
+};
+use tower_service::Service;
+
+use crate::lock;
+
+use super::INPUT;
+
+/// One case's shared state: its random numbers and its counters.
+#[derive(Debug)]
+pub(super) struct World {
+    pub(super) rng: Mutex<fastrand::Rng>,
+    pub(super) tools: Arc<[ToolSpec]>,
+    pub(super) counts: Mutex<Counts>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Counts {
+    pub(super) summaries: u32,
+    pub(super) tool_calls: u32,
+    pub(super) large_results: u32,
+    pub(super) calls_made: u32,
+    /// The last run: the model answers with text only.
+    pub(super) finishing: bool,
+}
+
+impl World {
+    pub(super) fn new(seed: u64, tools: Vec<ToolSpec>) -> Arc<Self> {
+        Arc::new(Self {
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            tools: tools.into(),
+            counts: Mutex::new(Counts::default()),
+        })
+    }
+
+    /// A number below `n`.
+    pub(super) fn below(&self, n: u32) -> u32 {
+        lock(&self.rng).u32(..n.max(1))
+    }
+
+    /// True `percent` times in a hundred.
+    pub(super) fn chance(&self, percent: u32) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// The check's model service: text, tool calls (now and then to a tool that does not exist or
+/// with malformed arguments), a transient failure now and then, and a summary naming every
+/// input it was shown when asked to summarize (see the [module docs](super) for how a
+/// summarization request is recognized).
+#[derive(Debug, Clone)]
+pub struct CheckModel {
+    pub(super) world: Arc<World>,
+}
+
+impl CheckModel {
+    fn answer(&self, req: &ModelRequest) -> Result<ModelResponse, Error> {
+        let world = &self.world;
+        let finishing = lock(&world.counts).finishing;
+        // Summaries fail too: a summarization that fails half-way must lose nothing either.
+        if !finishing && world.chance(5) {
+            return Err(Error::new(ErrorKind::Server, "check: a transient failure"));
+        }
+        if is_summary_request(req) {
+            lock(&world.counts).summaries += 1;
+            let mut inputs = Vec::new();
+            inputs_of(req.system.as_deref().unwrap_or_default(), &mut inputs);
+            for message in req.messages.iter() {
+                inputs_of(&message.text(), &mut inputs);
+            }
+            return Ok(ModelResponse::text(format!(
+                "Summary: {}",
+                inputs.join(" ")
+            )));
+        }
+        if finishing || req.tools.is_empty() || world.chance(30) {
+            return Ok(ModelResponse::text("Done."));
+        }
+        let calls = (0..=world.below(3))
+            .map(|_| {
+                let id = {
+                    let mut counts = lock(&world.counts);
+                    counts.calls_made += 1;
+                    format!("check_{}", counts.calls_made)
+                };
+                let name = if world.chance(5) {
+                    "no_such_tool".to_owned()
+                } else {
+                    let index = world.below(req.tools.len() as u32) as usize;
+                    req.tools[index].name.clone()
+                };
+                if world.chance(5) {
+                    ToolCall::raw(id, name, "{\"n\": ")
+                } else {
+                    ToolCall::new(id, name, json!({ "n": world.below(100) }))
+                }
+            })
+            .collect::<Vec<_>>();
+        Ok(ModelResponse::tool_calls(calls))
+    }
+}
+
+impl Service<ModelRequest> for CheckModel {
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<ModelResponse, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ModelRequest) -> Self::Future {
+        let model = self.clone();
+        Box::pin(async move {
+            // A point where the run can be cancelled.
+            tokio::task::yield_now().await;
+            model.answer(&req)
+        })
+    }
+}
+
+fn is_summary_request(req: &ModelRequest) -> bool {
+    let speaks_of = |text: &str| text.to_lowercase().contains("summar");
+    // The summarization layer in the stack asks at the end of the session's own prefix.
+    let asks_last = req
+        .messages
+        .last()
+        .is_some_and(|m| m.role == Role::User && speaks_of(&m.text()));
+    let apart = req.tools.is_empty()
+        && (req.system.as_deref().is_some_and(speaks_of)
+            || req
+                .messages
+                .iter()
+                .any(|m| m.role == Role::User && speaks_of(&m.text())));
+    asks_last || apart
+}
+
+/// The inputs named in `messages`, in order, each once.
+pub(super) fn inputs_in<'a>(messages: impl Iterator<Item = &'a Message>) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for message in messages {
+        inputs_of(&message.text(), &mut found);
+    }
+    found
+}
+
+/// The inputs named in `text` (words of letters, digits and `-`), added to `found`.
+fn inputs_of(text: &str, found: &mut Vec<String>) {
+    for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+        if word.starts_with(INPUT) && !found.iter().any(|f| f == word) {
+            found.push(word.to_owned());
+        }
+    }
+}
+
+/// The check's tool service: it serves the specs given to [`StackCheck::tools`](super::StackCheck::tools) and answers
+/// each call with a short result, an error result, a result after a while, or a result of
+/// 12,000 characters; an unknown tool and malformed arguments get error results.
+#[derive(Debug, Clone)]
+pub struct CheckTools {
+    pub(super) world: Arc<World>,
+}
+
+impl DescribeTools for CheckTools {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        Arc::clone(&self.world.tools)
+    }
+}
+
+impl Service<ToolRequest> for CheckTools {
+    type Response = ToolResponse;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<ToolResponse, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        let world = Arc::clone(&self.world);
+        Box::pin(async move {
+            let call = req.call;
+            lock(&world.counts).tool_calls += 1;
+            if !world.tools.iter().any(|spec| spec.name == call.name) {
+                return Ok(ToolResponse::unknown_tool(&call, &world.tools));
+            }
+            if serde_json::from_str::<Value>(&call.arguments).is_err() {
+                return Ok(ToolResponse::error(&call, "check: malformed arguments"));
+            }
+            match world.below(100) {
+                0..10 => Ok(ToolResponse::error(&call, "check: the tool failed")),
+                10..20 => {
+                    lock(&world.counts).large_results += 1;
+                    Ok(ToolResponse::success(&call, "large ".repeat(2_000)))
+                }
+                20..35 => {
+                    // A while, counted in polls: the case stays the same on every run.
+                    for _ in 0..=world.below(5) {
+                        tokio::task::yield_now().await;
+                    }
+                    Ok(ToolResponse::success(&call, format!("{} done", call.name)))
+                }
+                _ => Ok(ToolResponse::success(&call, format!("{} done", call.name))),
+            }
+        })
+    }
+}
