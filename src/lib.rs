@@ -110,10 +110,12 @@ pub mod providers {
 /// [`ApprovalLayer`](layers::ApprovalLayer),
 /// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
 /// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
+/// `ClearToolResultsLayer`,
 /// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `guardrail`, `approval`, `limits`,
-/// `checkpoint`, `evict`, `summarize`; `layers` for all, on by default). In the prelude, their
+/// `checkpoint`, `evict`, `summarize`, `clear`; `layers` for all, on by default). In the prelude, their
 /// `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`,
-/// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`).
+/// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`,
+/// `.clear_tool_results(..)`).
 #[cfg(any(
     feature = "patch",
     feature = "instructions",
@@ -126,7 +128,8 @@ pub mod providers {
     feature = "limits",
     feature = "checkpoint",
     feature = "evict",
-    feature = "summarize"
+    feature = "summarize",
+    feature = "clear"
 ))]
 pub mod layers {
     pub use tower_agent_layers::*;
@@ -205,7 +208,8 @@ pub mod prelude {
         feature = "limits",
         feature = "checkpoint",
         feature = "evict",
-        feature = "summarize"
+        feature = "summarize",
+        feature = "clear"
     ))]
     pub use tower_agent_layers::ServiceBuilderExt as _;
 
@@ -251,6 +255,7 @@ pub mod docs {
     pub mod streams {}
 
     #[doc = include_str!("../docs/cost.md")]
+    #[cfg(all(feature = "tools", feature = "clear"))]
     pub mod cost {}
 
     #[doc = include_str!("../docs/telemetry.md")]

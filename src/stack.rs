@@ -12,6 +12,7 @@ use tower_agent_core::{
 };
 use tower_agent_layers::approval::ApprovalLayer;
 use tower_agent_layers::checkpoint::CheckpointLayer;
+use tower_agent_layers::clear::ClearToolResultsLayer;
 use tower_agent_layers::evict::EvictLayer;
 use tower_agent_layers::fallback::FallbackLayer;
 use tower_agent_layers::guardrail::GuardrailLayer;
@@ -101,8 +102,8 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 ///
 /// ```text
 /// agent:  store → memory → patch → [agent_layer] → the loop
-/// model:  redact → guardrail → limits → memory → instructions → summarize → [model_layer] → patch
-///         → structured → fallback → retry → [provider_layer] → the provider
+/// model:  redact → guardrail → limits → memory → instructions → summarize → clear → [model_layer]
+///         → patch → structured → fallback → retry → [provider_layer] → the provider
 /// tools:  evict → redact → guardrail → limits → checkpoint → approval → [tool_layer] → the tools
 /// ```
 ///
@@ -146,6 +147,7 @@ pub struct Builtins {
     limits: Option<CallLimitsLayer>,
     instructions: Option<InstructionsLayer>,
     summarize: Option<SummarizeLayer>,
+    clear: Option<ClearToolResultsLayer>,
     retry: Option<RetryPolicy>,
     fallback: Option<FallbackLayer>,
     #[cfg(feature = "structured")]
@@ -216,6 +218,14 @@ impl Builtins {
     /// Summarization of older messages, and recovery from a context overflow.
     pub fn summarize(mut self, summarize: SummarizeLayer) -> Self {
         self.summarize = Some(summarize);
+        self
+    }
+
+    /// Older tool results replaced by a placeholder in each model request once it is large,
+    /// right inside summarization: the summarizer folds the whole results, the model is sent
+    /// the cleared ones (context editing).
+    pub fn clear_tool_results(mut self, clear: ClearToolResultsLayer) -> Self {
+        self.clear = Some(clear);
         self
     }
 
@@ -403,6 +413,7 @@ impl Builtins {
                 "summarize",
                 self.summarize.clone().map(wrap).into_iter().collect(),
             ),
+            ("clear", self.clear.clone().map(wrap).into_iter().collect()),
             ("model_layer", self.model_layers.clone()),
             ("patch", self.patch.map(wrap).into_iter().collect()),
             #[cfg(feature = "structured")]
@@ -554,6 +565,11 @@ pub trait BuiltinsExt: Sized {
     /// [`Builtins::summarize`].
     fn summarize(self, summarize: SummarizeLayer) -> Builtins {
         self.builtins().summarize(summarize)
+    }
+
+    /// [`Builtins::clear_tool_results`].
+    fn clear_tool_results(self, clear: ClearToolResultsLayer) -> Builtins {
+        self.builtins().clear_tool_results(clear)
     }
 
     /// [`Builtins::retry`].

@@ -30,6 +30,7 @@ fn the_canonical_order() {
         .limits(CallLimitsLayer::new())
         .instructions(InstructionsLayer::new())
         .summarize(SummarizeLayer::new(ScriptedModel::new([])))
+        .clear_tool_results(tower_agent::layers::clear::ClearToolResultsLayer::new())
         .retry(RetryPolicy::new())
         .fallback(tower_agent::layers::fallback::FallbackLayer::new())
         .redact(tower_agent::layers::redact::RedactLayer::new(
@@ -56,6 +57,7 @@ fn the_canonical_order() {
             "memory",
             "instructions",
             "summarize",
+            "clear",
             "model_layer",
             "patch",
             #[cfg(feature = "structured")]

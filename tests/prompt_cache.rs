@@ -131,3 +131,57 @@ async fn rounds_of_many_parallel_calls_still_read_the_history_from_the_cache() {
     );
     assert!(tally.ratio() >= 0.9, "{tally:?}");
 }
+
+/// The cost of `calls`' input in uncached input tokens: reads at a tenth, writes (every token
+/// not read) at 1.25, as Anthropic prices its 5-minute cache.
+fn input_cost(calls: &[prompt_cache::Tally]) -> f64 {
+    calls
+        .iter()
+        .map(|c| c.cached as f64 * 0.1 + (c.input - c.cached) as f64 * 1.25)
+        .sum()
+}
+
+#[tokio::test]
+async fn tool_results_cleared_in_batches_keep_the_cached_prefix() {
+    use tower_agent::layers::clear::ClearToolResultsLayer;
+
+    let run = |clear: Option<ClearToolResultsLayer>| {
+        prompt_cache::session_clearing(
+            Some(CacheTtl::FiveMinutes),
+            static_instructions(),
+            Summaries::InStack,
+            clear,
+        )
+    };
+    let clear = || ClearToolResultsLayer::new().trigger(0).keep(3);
+    let (none, none_calls, _) = run(None).await;
+    let (one, one_calls, _) = run(Some(clear().batch(1))).await;
+    let (ten, ten_calls, history) = run(Some(clear().batch(10))).await;
+    assert!(
+        history
+            .iter()
+            .flat_map(tower_agent::Message::tool_results)
+            .all(|r| !r.content.starts_with("[cleared")),
+        "the session keeps every result whole"
+    );
+    for (name, tally, calls) in [
+        ("no clearing", none, &none_calls),
+        ("cleared one at a time", one, &one_calls),
+        ("cleared ten at a time", ten, &ten_calls),
+    ] {
+        println!(
+            "{name}: {} input tokens after the first call, {:.1}% cached, cost {:.0}",
+            tally.input,
+            tally.ratio() * 100.0,
+            input_cost(calls)
+        );
+    }
+    // Clearing sends fewer tokens either way.
+    assert!(one.input < none.input && ten.input < none.input);
+    // One at a time, each round rewrites the history from the newly cleared result on: most
+    // of it is written to the cache again, at 1.25 the price, every round.
+    assert!(one.ratio() < 0.7, "{one:?}");
+    // Ten at a time, the cleared part stays the same for ten rounds: the prefix is read.
+    assert!(ten.ratio() >= 0.9, "{ten:?}");
+    assert!(input_cost(&ten_calls) * 2.0 < input_cost(&one_calls));
+}

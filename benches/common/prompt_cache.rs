@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 
 use serde_json::{Value, json};
 use tower::{Service, ServiceExt};
+use tower_agent::layers::clear::ClearToolResultsLayer;
 use tower_agent::layers::instructions::InstructionsLayer;
 use tower_agent::layers::memory::MemoryLayer;
 use tower_agent::layers::summarize::{Keep, SummarizeLayer, Trigger};
@@ -231,6 +232,16 @@ pub(crate) async fn session(
     instructions: InstructionsLayer,
     summarize: Summaries,
 ) -> (Tally, Vec<Tally>, History) {
+    session_clearing(cache, instructions, summarize, None).await
+}
+
+/// [`session`], with `clear` inside the summarization when there is one.
+pub(crate) async fn session_clearing(
+    cache: Option<CacheTtl>,
+    instructions: InstructionsLayer,
+    summarize: Summaries,
+    clear: Option<ClearToolResultsLayer>,
+) -> (Tally, Vec<Tally>, History) {
     let storage = InMemory::new();
     storage
         .put(
@@ -265,8 +276,12 @@ pub(crate) async fn session(
             summarizer
                 .trigger(Trigger::messages(60))
                 .keep(Keep::messages(20)),
-        )
-        .build(server.clone(), tools);
+        );
+    let agent = match clear {
+        Some(clear) => agent.clear_tool_results(clear),
+        None => agent,
+    }
+    .build(server.clone(), tools);
     let res = agent
         .oneshot(AgentRequest::new(Session::new(), "Read the archive."))
         .await

@@ -16,6 +16,7 @@
 //! | [`guardrail`] | `guardrail` | model and tool (around) | named checks (closures or a classifier model) of the input (before or in parallel with the call), the output and tool results; a trip ends the run |
 //! | [`evict`] | `evict` | tool (`after_tool`) | a result over a token limit goes whole to a storage backend; a preview and a read tool stay |
 //! | [`summarize`] | `summarize` | model (`before_model` and around) | older messages replaced by a summary, committed to the session; summarize and retry on context overflow |
+//! | [`clear`] | `clear` | model (`before_model`, inside summarize) | older tool results replaced by a placeholder in each request once it is large; the session keeps them whole |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
 //! is one value added to both stacks (`.layer(memory.clone())` on the agent and on the model);
@@ -49,6 +50,8 @@ mod ask;
 mod by_name;
 #[cfg(feature = "checkpoint")]
 pub mod checkpoint;
+#[cfg(feature = "clear")]
+pub mod clear;
 #[cfg(feature = "evict")]
 pub mod evict;
 #[cfg(feature = "fallback")]
@@ -75,13 +78,15 @@ pub mod structured;
 pub mod summarize;
 #[cfg(any(feature = "evict", feature = "summarize"))]
 mod text;
-#[cfg(any(feature = "evict", feature = "summarize"))]
+#[cfg(any(feature = "evict", feature = "summarize", feature = "clear"))]
 pub mod tokens;
 
 #[cfg(feature = "approval")]
 pub use approval::{Approval, ApprovalLayer};
 #[cfg(feature = "checkpoint")]
 pub use checkpoint::{Checkpoint, CheckpointLayer};
+#[cfg(feature = "clear")]
+pub use clear::{ClearToolResults, ClearToolResultsLayer};
 #[cfg(feature = "evict")]
 pub use evict::{Evict, EvictLayer};
 #[cfg(feature = "fallback")]
@@ -116,7 +121,8 @@ use tower::ServiceBuilder;
     feature = "limits",
     feature = "checkpoint",
     feature = "evict",
-    feature = "summarize"
+    feature = "summarize",
+    feature = "clear"
 ))]
 use tower::layer::util::Stack;
 
@@ -168,6 +174,13 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// Add a [`SummarizeLayer`] (on the model stack).
     #[cfg(feature = "summarize")]
     fn summarize(self, summarize: SummarizeLayer) -> ServiceBuilder<Stack<SummarizeLayer, L>>;
+
+    /// Add a [`ClearToolResultsLayer`] (on the model stack, inside summarization).
+    #[cfg(feature = "clear")]
+    fn clear_tool_results(
+        self,
+        clear: ClearToolResultsLayer,
+    ) -> ServiceBuilder<Stack<ClearToolResultsLayer, L>>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -224,6 +237,14 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     #[cfg(feature = "summarize")]
     fn summarize(self, summarize: SummarizeLayer) -> ServiceBuilder<Stack<SummarizeLayer, L>> {
         self.layer(summarize)
+    }
+
+    #[cfg(feature = "clear")]
+    fn clear_tool_results(
+        self,
+        clear: ClearToolResultsLayer,
+    ) -> ServiceBuilder<Stack<ClearToolResultsLayer, L>> {
+        self.layer(clear)
     }
 }
 

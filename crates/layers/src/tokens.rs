@@ -1,4 +1,5 @@
-//! Token estimates for the layers that keep the context small (eviction, summarization).
+//! Token estimates for the layers that keep the context small (eviction, summarization,
+//! clearing old tool results).
 //!
 //! A [`TokenCounter`] counts the tokens of a text; the layers add up messages with
 //! [`TokenCounter::count_message`]. The default, [`CharEstimate`], needs no tokenizer: a

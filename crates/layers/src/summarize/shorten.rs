@@ -267,10 +267,11 @@ fn rest(ctx: &RunContext, tokens: usize) {
     record.save(ctx);
 }
 
-/// The ids of the calls of the last message, when it is an assistant message: they may still
-/// wait for their results.
+/// The ids of the calls of the last assistant message, when only its results follow it: they
+/// may still wait for theirs (a decision, a tool still running), whether some of the batch
+/// came in already or none did.
 fn trailing_calls(messages: &[Message]) -> Vec<&str> {
-    match messages.last() {
+    match messages.iter().rev().find(|m| m.role != Role::Tool) {
         Some(last) if last.role == Role::Assistant => {
             last.tool_calls().map(|call| call.id.as_str()).collect()
         }
