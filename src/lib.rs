@@ -110,9 +110,9 @@ pub mod providers {
 /// [`ApprovalLayer`](layers::ApprovalLayer),
 /// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
 /// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
-/// `ClearToolResultsLayer`,
+/// `ClearToolResultsLayer`, `BudgetLayer`,
 /// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `guardrail`, `approval`, `limits`,
-/// `checkpoint`, `evict`, `summarize`, `clear`; `layers` for all, on by default). In the prelude, their
+/// `checkpoint`, `evict`, `summarize`, `clear`, `budget`; `layers` for all, on by default). In the prelude, their
 /// `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`,
 /// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`,
 /// `.clear_tool_results(..)`).
@@ -129,7 +129,8 @@ pub mod providers {
     feature = "checkpoint",
     feature = "evict",
     feature = "summarize",
-    feature = "clear"
+    feature = "clear",
+    feature = "budget"
 ))]
 pub mod layers {
     pub use tower_agent_layers::*;
@@ -209,7 +210,8 @@ pub mod prelude {
         feature = "checkpoint",
         feature = "evict",
         feature = "summarize",
-        feature = "clear"
+        feature = "clear",
+        feature = "budget"
     ))]
     pub use tower_agent_layers::ServiceBuilderExt as _;
 
@@ -255,7 +257,7 @@ pub mod docs {
     pub mod streams {}
 
     #[doc = include_str!("../docs/cost.md")]
-    #[cfg(all(feature = "tools", feature = "clear"))]
+    #[cfg(all(feature = "tools", feature = "clear", feature = "budget"))]
     pub mod cost {}
 
     #[doc = include_str!("../docs/telemetry.md")]

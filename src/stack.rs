@@ -11,6 +11,7 @@ use tower_agent_core::{
     ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_agent_layers::approval::ApprovalLayer;
+use tower_agent_layers::budget::BudgetLayer;
 use tower_agent_layers::checkpoint::CheckpointLayer;
 use tower_agent_layers::clear::ClearToolResultsLayer;
 use tower_agent_layers::evict::EvictLayer;
@@ -103,7 +104,7 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 /// ```text
 /// agent:  store → memory → patch → [agent_layer] → the loop
 /// model:  redact → guardrail → limits → memory → instructions → summarize → clear → [model_layer]
-///         → patch → structured → fallback → retry → [provider_layer] → the provider
+///         → patch → structured → budget → fallback → retry → [provider_layer] → the provider
 /// tools:  evict → redact → guardrail → limits → checkpoint → approval → [tool_layer] → the tools
 /// ```
 ///
@@ -148,6 +149,7 @@ pub struct Builtins {
     instructions: Option<InstructionsLayer>,
     summarize: Option<SummarizeLayer>,
     clear: Option<ClearToolResultsLayer>,
+    budget: Option<BudgetLayer>,
     retry: Option<RetryPolicy>,
     fallback: Option<FallbackLayer>,
     #[cfg(feature = "structured")]
@@ -226,6 +228,14 @@ impl Builtins {
     /// the cleared ones (context editing).
     pub fn clear_tool_results(mut self, clear: ClearToolResultsLayer) -> Self {
         self.clear = Some(clear);
+        self
+    }
+
+    /// Cost budgets, each model call's worst case reserved before it is sent: right inside
+    /// structured output, outside the fallback and the retry (one reservation per call,
+    /// however many attempts; a summary's and a repair's calls reserved too).
+    pub fn budget(mut self, budget: BudgetLayer) -> Self {
+        self.budget = Some(budget);
         self
     }
 
@@ -421,6 +431,10 @@ impl Builtins {
                 "structured",
                 self.structured.map(wrap).into_iter().collect(),
             ),
+            (
+                "budget",
+                self.budget.clone().map(wrap).into_iter().collect(),
+            ),
             ("fallback", fallback.map(wrap).into_iter().collect()),
         ];
         slots.extend(around_provider);
@@ -570,6 +584,11 @@ pub trait BuiltinsExt: Sized {
     /// [`Builtins::clear_tool_results`].
     fn clear_tool_results(self, clear: ClearToolResultsLayer) -> Builtins {
         self.builtins().clear_tool_results(clear)
+    }
+
+    /// [`Builtins::budget`].
+    fn budget(self, budget: BudgetLayer) -> Builtins {
+        self.builtins().budget(budget)
     }
 
     /// [`Builtins::retry`].

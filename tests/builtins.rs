@@ -31,6 +31,9 @@ fn the_canonical_order() {
         .instructions(InstructionsLayer::new())
         .summarize(SummarizeLayer::new(ScriptedModel::new([])))
         .clear_tool_results(tower_agent::layers::clear::ClearToolResultsLayer::new())
+        .budget(tower_agent::layers::budget::BudgetLayer::new(
+            tower_agent::ModelPrice::per_million(1.0, 0.1, 2.0),
+        ))
         .retry(RetryPolicy::new())
         .fallback(tower_agent::layers::fallback::FallbackLayer::new())
         .redact(tower_agent::layers::redact::RedactLayer::new(
@@ -62,6 +65,7 @@ fn the_canonical_order() {
             "patch",
             #[cfg(feature = "structured")]
             "structured",
+            "budget",
             "fallback",
             "retry",
             "provider_layer",

@@ -52,6 +52,7 @@ pub mod agent;
 mod builder;
 pub mod callback;
 pub mod context;
+pub mod cost;
 pub mod decision;
 pub mod error;
 pub mod event;
@@ -74,6 +75,7 @@ pub use callback::{
     after_tool, around_agent, around_model, around_tool, before_agent, before_model, before_tool,
 };
 pub use context::{ExtensionKey, RunContext, Saver, new_id};
+pub use cost::{Cost, ModelPrice, PriceTable};
 pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};

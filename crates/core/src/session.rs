@@ -7,6 +7,7 @@ use std::ops::{Add, AddAssign};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::cost::Cost;
 pub use crate::decision::Interrupt;
 use crate::history::{History, Repair};
 use crate::message::{ContentPart, Message, Role, ToolCall, ToolResult};
@@ -165,6 +166,18 @@ pub enum StopReason {
         /// Why, in words.
         reason: String,
     },
+    /// A cost budget is spent (see the budget layer of `tower-agent-layers`): the call that
+    /// would have passed it was not sent.
+    Budget {
+        /// Which budget, in words (`"run"`, `"session"`, `"tenant acme"`).
+        scope: String,
+        /// What it allows.
+        limit: Cost,
+        /// What was spent or reserved when the call asked for its worst case.
+        spent: Cost,
+        /// The worst case of the refused call.
+        asked: Cost,
+    },
     /// A guardrail tripped (see the guardrail layer of `tower-agent-layers`): on the input, the
     /// model's output or a tool result. Nothing it tripped on was appended.
     Guardrail {
@@ -201,6 +214,16 @@ impl fmt::Display for StopReason {
                 write!(f, "the loop reached its limit of {limit} iterations")
             }
             StopReason::Judge { reason } => write!(f, "the judge could not decide: {reason}"),
+            StopReason::Budget {
+                scope,
+                limit,
+                spent,
+                asked,
+            } => write!(
+                f,
+                "the {scope} budget of {limit} is spent: {spent} spent or reserved, and the next \
+                 call could cost {asked}"
+            ),
             StopReason::Guardrail { name, reason } => {
                 write!(f, "the guardrail `{name}` tripped: {reason}")
             }
@@ -446,6 +469,10 @@ pub struct Usage {
     /// Of the prompt tokens, those the provider read from its prompt cache.
     #[serde(default)]
     pub cached_input_tokens: u64,
+    /// What these tokens cost, when the provider or a layer priced them
+    /// ([`ModelPrice`](crate::ModelPrice)); zero otherwise.
+    #[serde(default, skip_serializing_if = "Cost::is_zero")]
+    pub cost: Cost,
 }
 
 impl Usage {
@@ -462,12 +489,19 @@ impl Usage {
             input_tokens: input,
             output_tokens: output,
             cached_input_tokens: 0,
+            cost: Cost::ZERO,
         }
     }
 
     /// The same usage with `cached` of its prompt tokens read from the provider's cache.
     pub const fn with_cached(mut self, cached: u64) -> Self {
         self.cached_input_tokens = cached;
+        self
+    }
+
+    /// The same usage with its cost.
+    pub const fn with_cost(mut self, cost: Cost) -> Self {
+        self.cost = cost;
         self
     }
 
@@ -487,6 +521,7 @@ impl Add for Usage {
             cached_input_tokens: self
                 .cached_input_tokens
                 .saturating_add(rhs.cached_input_tokens),
+            cost: self.cost + rhs.cost,
         }
     }
 }

@@ -16,6 +16,7 @@
 //! | [`guardrail`] | `guardrail` | model and tool (around) | named checks (closures or a classifier model) of the input (before or in parallel with the call), the output and tool results; a trip ends the run |
 //! | [`evict`] | `evict` | tool (`after_tool`) | a result over a token limit goes whole to a storage backend; a preview and a read tool stay |
 //! | [`summarize`] | `summarize` | model (`before_model` and around) | older messages replaced by a summary, committed to the session; summarize and retry on context overflow |
+//! | [`budget`] | `budget` | model (around, outside fallback and retry) | each call's worst cost reserved on its budgets (per run, session, tenant, shared) before it is sent, settled after; a call that does not fit stops the run |
 //! | [`clear`] | `clear` | model (`before_model`, inside summarize) | older tool results replaced by a placeholder in each request once it is large; the session keeps them whole |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
@@ -46,6 +47,8 @@
 pub mod approval;
 #[cfg(any(feature = "approval", feature = "checkpoint"))]
 mod ask;
+#[cfg(feature = "budget")]
+pub mod budget;
 #[cfg(any(feature = "approval", feature = "limits"))]
 mod by_name;
 #[cfg(feature = "checkpoint")]
@@ -78,11 +81,18 @@ pub mod structured;
 pub mod summarize;
 #[cfg(any(feature = "evict", feature = "summarize"))]
 mod text;
-#[cfg(any(feature = "evict", feature = "summarize", feature = "clear"))]
+#[cfg(any(
+    feature = "evict",
+    feature = "summarize",
+    feature = "clear",
+    feature = "budget"
+))]
 pub mod tokens;
 
 #[cfg(feature = "approval")]
 pub use approval::{Approval, ApprovalLayer};
+#[cfg(feature = "budget")]
+pub use budget::{Budget, BudgetLayer, Budgeted};
 #[cfg(feature = "checkpoint")]
 pub use checkpoint::{Checkpoint, CheckpointLayer};
 #[cfg(feature = "clear")]

@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tower_agent_core::event::BoxFuture;
 
-use tower_agent_core::{Error, ErrorKind, ModelRequest, ModelResponse};
+use tower_agent_core::{Error, ErrorKind, ModelPrice, ModelRequest, ModelResponse};
 use tracing::Instrument;
 
 use crate::classify::classify;
@@ -31,6 +31,8 @@ pub(crate) struct Client<W> {
     pub(crate) idle_timeout: Duration,
     /// Put the messages on the call's span (`gen_ai.input.messages`, ...).
     pub(crate) capture_content: bool,
+    /// The model's prices: each call's usage gets its cost.
+    pub(crate) price: Option<ModelPrice>,
 }
 
 impl<W> Client<W> {
@@ -44,6 +46,7 @@ impl<W> Client<W> {
             extra: HeaderMap::new(),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             capture_content: false,
+            price: None,
         }
     }
 }
@@ -75,7 +78,7 @@ pub(crate) fn call<W: Format>(
         async move {
             #[cfg(feature = "otel")]
             let start = std::time::Instant::now();
-            let result = send(&client, &req).await;
+            let result = priced(client.price, send(&client, &req).await);
             telemetry::record(&record, client.capture_content, &result);
             #[cfg(feature = "otel")]
             telemetry::measure::<W>(&client.endpoint, start.elapsed(), &result);
@@ -83,6 +86,27 @@ pub(crate) fn call<W: Format>(
         }
         .instrument(span),
     )
+}
+
+/// `result` with the cost of its usage at `price` (a failed call's partial usage too).
+fn priced(
+    price: Option<ModelPrice>,
+    result: Result<ModelResponse, Error>,
+) -> Result<ModelResponse, Error> {
+    let Some(price) = price else {
+        return result;
+    };
+    match result {
+        Ok(mut response) => {
+            response.usage.cost = price.cost(&response.usage);
+            Ok(response)
+        }
+        Err(error) if !error.usage().is_zero() => {
+            let usage = error.usage();
+            Err(error.with_usage(usage.with_cost(price.cost(&usage))))
+        }
+        Err(error) => Err(error),
+    }
 }
 
 async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<ModelResponse, Error> {

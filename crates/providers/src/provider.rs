@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tower_agent_core::event::BoxFuture;
-use tower_agent_core::{Error, ModelRequest, ModelResponse};
+use tower_agent_core::{Error, ModelPrice, ModelRequest, ModelResponse, PriceTable};
 use tower_service::Service;
 
 use crate::http::{self, Client};
@@ -118,6 +118,37 @@ impl<W: Wire> Provider<W> {
     /// here). The key is never captured.
     pub fn capture_content(self, capture: bool) -> Self {
         self.edit(|c| c.capture_content = capture)
+    }
+
+    /// Price every call at `price`: each response's [`Usage::cost`](tower_agent_core::Usage)
+    /// (and a failed call's partial usage) says what it cost, and the run's usage adds them up.
+    ///
+    /// ```
+    /// use tower_agent_core::ModelPrice;
+    /// use tower_agent_providers::Anthropic;
+    ///
+    /// let model = Anthropic::new("claude-sonnet-4-5").price(ModelPrice::per_million(3.0, 0.3, 15.0));
+    /// # let _ = model;
+    /// ```
+    pub fn price(self, price: ModelPrice) -> Self {
+        self.edit(|c| c.price = Some(price))
+    }
+
+    /// Price every call at this model's entry of `table` ([`PriceTable::get`]: its own name,
+    /// or the longest name it starts with); a model the table does not have is not priced.
+    ///
+    /// ```
+    /// use tower_agent_core::PriceTable;
+    /// use tower_agent_providers::OpenAi;
+    ///
+    /// let table = PriceTable::from_json(r#"{"gpt-4o-mini": {"input": 0.15, "cached_input": 0.075, "output": 0.6}}"#)?;
+    /// let model = OpenAi::new("gpt-4o-mini-2024-07-18").prices(&table);
+    /// assert!(format!("{model:?}").contains("price: Some"));
+    /// # Ok::<(), tower_agent_core::Error>(())
+    /// ```
+    pub fn prices(self, table: &PriceTable) -> Self {
+        let price = table.get(&self.client.endpoint.model);
+        self.edit(|c| c.price = price)
     }
 
     /// Send `name: value` with every request (e.g. OpenRouter's `HTTP-Referer`).

@@ -390,3 +390,40 @@ async fn an_anthropic_stream_cut_before_message_stop_is_an_error() {
     assert_eq!(err.kind(), ErrorKind::Server);
     assert!(err.message().contains("ended before"), "{err}");
 }
+
+#[tokio::test]
+async fn a_priced_provider_puts_each_calls_cost_in_its_usage() {
+    use tower_agent_core::{Cost, PriceTable};
+    let server = Server::start([
+        Canned::fixture("openai/parallel_calls.sse"),
+        Canned::fixture("openai/parallel_calls.sse"),
+    ])
+    .await;
+    let table = PriceTable::from_json(
+        r#"{"gpt-4o": {"input": 2.5, "output": 10},
+            "gpt-4o-mini": {"input": 0.15, "cached_input": 0.075, "output": 0.6}}"#,
+    )
+    .expect("a table");
+    let model = OpenAi::new("gpt-4o-mini-2024-07-18")
+        .base_url(format!("{}/v1", server.url))
+        .api_key(KEY)
+        .prices(&table);
+    let res = call(model, request()).await.expect("streamed");
+    // 80 input tokens, 64 of them cached, 40 output, at the mini's prices (not gpt-4o's).
+    let expected = (16.0 * 0.15 + 64.0 * 0.075 + 40.0 * 0.6) / 1e6;
+    assert_eq!(res.usage.cost, Cost::from_dollars(expected));
+    assert_eq!(
+        res.usage,
+        Usage::new(80, 40)
+            .with_cached(64)
+            .with_cost(Cost::from_dollars(expected))
+    );
+
+    // A model the table does not have is not priced.
+    let unpriced = OpenAi::new("o3")
+        .base_url(format!("{}/v1", server.url))
+        .api_key(KEY)
+        .prices(&table);
+    let res = call(unpriced, request()).await.expect("streamed");
+    assert_eq!(res.usage.cost, Cost::ZERO);
+}

@@ -65,6 +65,8 @@ struct Shared {
     saver: Mutex<saver::Slot>,
     /// Where a nested run belongs ([`RunContext::nested`]).
     nesting: Option<Nesting>,
+    /// The outermost run a side call was made for ([`RunContext::side_call`]).
+    side_of: Option<RunContext>,
 }
 
 /// A copy for [`Arc::make_mut`]: the locks are copied by value.
@@ -79,6 +81,7 @@ impl Clone for Shared {
             extensions: Mutex::new(lock(&self.extensions).clone()),
             saver: Mutex::new(lock(&self.saver).clone()),
             nesting: self.nesting.clone(),
+            side_of: self.side_of.clone(),
         }
     }
 }
@@ -109,6 +112,7 @@ impl RunContext {
             extensions: Mutex::new(Extensions::default()),
             saver: Mutex::default(),
             nesting: None,
+            side_of: None,
         })
     }
 

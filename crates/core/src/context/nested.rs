@@ -33,7 +33,8 @@ impl Observer for Forward {
 impl RunContext {
     /// A context for a model call a layer makes on the side of this run (a summarizer, a
     /// judge): the run's ids and its cancellation, nothing else. None of the run's events
-    /// (the side call's text does not stream into the run), state or extensions.
+    /// (the side call's text does not stream into the run), state or extensions; its
+    /// [`root`](RunContext::root) is the run's, so a cost budget counts it.
     ///
     /// ```
     /// use tower_agent_core::{Event, RunContext, observer_fn};
@@ -48,10 +49,12 @@ impl RunContext {
     /// assert!(side.is_cancelled(), "the run's cancellation reaches it");
     /// ```
     pub fn side_call(&self) -> RunContext {
-        RunContext::new()
+        let mut side = RunContext::new()
             .with_run_id(Arc::clone(&self.shared.run_id))
             .with_session_id(Arc::clone(&self.shared.session_id))
-            .with_cancellation(self.shared.cancel.clone())
+            .with_cancellation(self.shared.cancel.clone());
+        side.shared_mut().side_of = Some(self.root());
+        side
     }
 
     /// A context for an agent nested in this run (a step of a workflow, a sub-agent called
@@ -100,10 +103,7 @@ impl RunContext {
     /// [`RunContext::nested`] with the nested agent's whole path given (this context's path,
     /// if it is nested, is not prepended): for a workflow that has built it already.
     pub fn nested_at(&self, path: Arc<str>) -> RunContext {
-        let root = match &self.shared.nesting {
-            Some(nesting) => nesting.root.clone(),
-            None => self.clone(),
-        };
+        let root = self.root();
         // Nobody listens to the outermost run: the nested one's sink stays disabled, and its
         // agents build no events at all.
         let events = if root.events().is_enabled() {
@@ -131,7 +131,33 @@ impl RunContext {
             extensions: Mutex::new(Extensions::default()),
             saver: Mutex::default(),
             nesting: Some(Nesting { root, path }),
+            side_of: None,
         })
+    }
+
+    /// The outermost run's context: this one when it is not nested, the run's for a
+    /// [side call](RunContext::side_call). Where a run, the agents nested in it and the calls
+    /// made on its side keep what they share (a cost budget's ledger) in its extensions.
+    ///
+    /// ```
+    /// use tower_agent_core::RunContext;
+    ///
+    /// let run = RunContext::new();
+    /// run.insert_extension(7_u32);
+    /// let step = run.nested("plan").nested("research");
+    /// assert_eq!(step.extension::<u32>(), None, "a nested run's extensions are its own");
+    /// assert_eq!(step.root().extension::<u32>(), Some(7), "its root's are the run's");
+    /// assert_eq!(run.root().extension::<u32>(), Some(7));
+    /// let side = run.side_call();
+    /// assert_eq!(side.extension::<u32>(), None, "a side call's extensions are its own");
+    /// assert_eq!(side.root().extension::<u32>(), Some(7), "its root is the run's");
+    /// ```
+    pub fn root(&self) -> RunContext {
+        match (&self.shared.nesting, &self.shared.side_of) {
+            (Some(nesting), _) => nesting.root.clone(),
+            (None, Some(run)) => run.clone(),
+            (None, None) => self.clone(),
+        }
     }
 
     /// This context's path when it belongs to a nested agent ([`RunContext::nested`]).
