@@ -46,7 +46,7 @@ impl Counted {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_concurrent_sub_agents_on_a_budget_for_ten_calls_dispatch_ten() {
     let counted = Counted::default();
     // The lead's run budget, shared by every sub-agent nested in it.

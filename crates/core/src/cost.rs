@@ -14,7 +14,7 @@
 //! }"#)?
 //! .with("gpt-4o-mini", ModelPrice::per_million(0.15, 0.075, 0.6)); // an override
 //!
-//! // Versioned names find their family.
+//! // A dated version finds its model.
 //! let sonnet = table.get("claude-sonnet-4-5-20250929").expect("priced");
 //! let usage = Usage::new(10_000, 1_000).with_cached(8_000);
 //! // 2,000 × $3 + 8,000 × $0.30 + 1,000 × $15, per million tokens.
@@ -111,7 +111,7 @@ impl std::iter::Sum for Cost {
 /// `$` and the dollars with six decimals (`$0.023400`).
 impl fmt::Display for Cost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let micro = (self.0 + 500) / 1_000;
+        let micro = self.0.saturating_add(500) / 1_000;
         write!(f, "${}.{:06}", micro / 1_000_000, micro % 1_000_000)
     }
 }
@@ -160,8 +160,10 @@ impl ModelPrice {
     }
 }
 
-/// Prices by model name. A name finds its own entry, or else the longest entry it starts
-/// with (`claude-sonnet-4-5-20250929` finds `claude-sonnet-4-5`).
+/// Prices by model name. A name finds its own entry, or else the entry it is a dated or
+/// `-latest` version of (`claude-sonnet-4-5-20250929` and `gpt-4o-2024-08-06` find
+/// `claude-sonnet-4-5` and `gpt-4o`); never another model that shares its start (`o3-pro` does
+/// not find `o3`, `gpt-4o` does not find `gpt-4`).
 ///
 /// Loaded from JSON (an object from model names to [`ModelPrice`]s) and overridden entry by
 /// entry; serializes to the same JSON.
@@ -231,15 +233,23 @@ impl PriceTable {
         self
     }
 
-    /// The price of `model`: its own entry, or the longest entry it starts with.
+    /// The price of `model`: its own entry, or the entry it is a version of (the rest of its
+    /// name is `-latest`, or `-` and a date of digits and dashes).
     pub fn get(&self, model: &str) -> Option<ModelPrice> {
         if let Some(price) = self.prices.get(model) {
             return Some(*price);
         }
+        let version_of = |name: &str| {
+            model.strip_prefix(name).is_some_and(|rest| {
+                rest == "-latest"
+                    || rest.strip_prefix('-').is_some_and(|date| {
+                        !date.is_empty() && date.chars().all(|c| c.is_ascii_digit() || c == '-')
+                    })
+            })
+        };
         self.prices
             .iter()
-            .filter(|(name, _)| model.starts_with(name.as_str()))
-            .max_by_key(|(name, _)| name.len())
+            .find(|(name, _)| version_of(name))
             .map(|(_, price)| *price)
     }
 
@@ -302,7 +312,11 @@ mod tests {
             Some(0.15)
         );
         assert_eq!(table.get("gpt-4o-2024-08-06").map(|p| p.input), Some(2.5));
+        assert_eq!(table.get("gpt-4o-latest").map(|p| p.input), Some(2.5));
         assert_eq!(table.get("gpt-4"), None);
+        // Another model that starts the same is not priced as this one.
+        assert_eq!(table.get("gpt-4o-audio-preview"), None);
+        assert_eq!(table.get("gpt-4o-"), None);
         assert_eq!(
             table.models().collect::<Vec<_>>(),
             ["gpt-4o", "gpt-4o-mini"]

@@ -103,7 +103,12 @@ impl RunContext {
     /// [`RunContext::nested`] with the nested agent's whole path given (this context's path,
     /// if it is nested, is not prepended): for a workflow that has built it already.
     pub fn nested_at(&self, path: Arc<str>) -> RunContext {
-        let root = self.root();
+        // An agent nested in a side call (a judge's) belongs to the side call: none of its
+        // events reach the run.
+        let root = match &self.shared.nesting {
+            Some(nesting) => nesting.root.clone(),
+            None => self.clone(),
+        };
         // Nobody listens to the outermost run: the nested one's sink stays disabled, and its
         // agents build no events at all.
         let events = if root.events().is_enabled() {
@@ -151,6 +156,7 @@ impl RunContext {
     /// let side = run.side_call();
     /// assert_eq!(side.extension::<u32>(), None, "a side call's extensions are its own");
     /// assert_eq!(side.root().extension::<u32>(), Some(7), "its root is the run's");
+    /// assert!(side.is_side_call() && !run.is_side_call() && !step.is_side_call());
     /// ```
     pub fn root(&self) -> RunContext {
         match (&self.shared.nesting, &self.shared.side_of) {
@@ -158,6 +164,11 @@ impl RunContext {
             (None, Some(run)) => run.clone(),
             (None, None) => self.clone(),
         }
+    }
+
+    /// Whether this context is a [side call](RunContext::side_call)'s.
+    pub fn is_side_call(&self) -> bool {
+        self.shared.side_of.is_some()
     }
 
     /// This context's path when it belongs to a nested agent ([`RunContext::nested`]).

@@ -7,8 +7,8 @@
 //! [`assume_output_tokens`](BudgetLayer::assume_output_tokens) when it sets none) at the
 //! completion price. After the call it **settles** each reservation with what the call cost:
 //! the response's [`Usage::cost`](tower_agent_core::Usage) when the provider priced it
-//! ([`Provider::price`]), else its usage at the layer's price, plus the tokens of the calls
-//! layers below made for it (a summary's). A call that fails settles with the usage its error
+//! ([`Provider::price`]), else its usage at the layer's price, plus the side usage the layers
+//! below report for it. A call that fails settles with the usage its error
 //! reports (often none); a call cancelled or dropped midway releases what it reserved.
 //!
 //! **When a budget cannot take the worst case**, the call is not sent: the response is a stop
@@ -30,8 +30,19 @@
 //!   that has a clone of it.
 //!
 //! **Atomic.** A reservation is one step under the ledger's lock: concurrent calls (parallel
-//! sub-agents, parallel runs of one tenant) never reserve more than the limit between them.
+//! sub-agents, parallel runs of one tenant) never reserve more than a run's, a key's or a
+//! shared budget's limit between them.
 //! With a budget for ten calls, twenty concurrent sub-agents dispatch ten.
+//!
+//! **What it does not count.** Calls made by layers *above* it: a summarizer of its own
+//! (`SummarizeLayer::new`), a guardrail's classifier
+//! model. Their tokens reach the run's usage, not the budgets; put their models behind a
+//! `BudgetLayer` of their own with the same [`shared`](BudgetLayer::shared) budget to count
+//! them. Cache writes are priced as prompt tokens (Anthropic bills them at 1.25 times), so
+//! with Anthropic's prompt caching the settled cost runs somewhat low. A call dropped after it
+//! was sent (its run cancelled) releases its reservation, though the provider may bill its
+//! prompt. The session scope is one ledger per run, started from the saved total: two runs of
+//! one session at once each see the total of when they started.
 //!
 //! **Once per call.** Put the layer outside the retry (and the fallback): a call retried
 //! three times reserves once and settles once. In the agent builder it sits right inside the
@@ -157,11 +168,10 @@ impl BudgetLayer {
         }
     }
 
+    /// A new layer with `f` applied: a builder method never changes a layer in use, and the
+    /// new layer starts with ledgers of its own (configure it before [`BudgetLayer::set_key`]).
     fn edit(self, f: impl FnOnce(&mut Config)) -> Self {
-        let mut config = match Arc::try_unwrap(self.config) {
-            Ok(config) => config,
-            Err(shared) => shared.copy(),
-        };
+        let mut config = self.config.copy();
         f(&mut config);
         Self {
             config: Arc::new(config),
@@ -178,8 +188,9 @@ impl BudgetLayer {
         self.edit(|c| c.session = Some(limit))
     }
 
-    /// At most `limit` per key `key` reads from the run (a tenant's id); a run it gives no key
-    /// is not limited by this scope.
+    /// At most `limit` per key `key` reads from the outermost run's context (a tenant's id in
+    /// its state); a run it gives no key is not limited by this scope. The layer keeps one
+    /// ledger per key it has seen, for as long as it lives.
     pub fn per_key<F>(self, limit: Cost, key: F) -> Self
     where
         F: Fn(&RunContext) -> Option<String> + Send + Sync + 'static,
@@ -278,7 +289,9 @@ impl Config {
             budgets.push(("session".to_owned(), session));
         }
         if let Some(keyed) = &self.keyed {
-            if let Some(key) = (keyed.key)(ctx) {
+            // The outermost run's: a sub-agent's or a summary's context has no state of its own
+            // to read a tenant from.
+            if let Some(key) = (keyed.key)(&root) {
                 let budget = keyed.budget(&key);
                 budgets.push((format!("key {key}"), budget));
             }

@@ -40,10 +40,14 @@
 //! no clearing (results of about 100 tokens; larger results save more). `batch(1)` is for a
 //! provider without a prompt cache.
 //!
-//! **Where it goes.** On the model service, right inside [`summarize`](crate::summarize)
-//! (slot `clear` of the agent builder): the summarizer folds and commits the whole results, and
-//! this layer shapes only what is sent. Set the summarization trigger above this one: results
-//! are cleared first, and the conversation is summarized when clearing is not enough.
+//! **Where it goes.** On the model service, right inside `summarize`
+//! (slot `clear` of the agent builder): the summarization layer counts, folds and commits the
+//! whole results, and this layer shapes only what is sent. A summary asked in the stack
+//! (`SummarizeLayer::in_stack`) is a side call,
+//! which this layer leaves whole: the summary is written from the whole results, and its input
+//! after the first cleared result is not read from the provider's cache. Set the summarization
+//! trigger above this one: results are cleared first, and the conversation is summarized when
+//! clearing is not enough.
 //!
 //! **Encoding once.** Within a run, when a request only adds messages to the previous one and
 //! clears the same results, the layer appends the new messages to the edited history it sent
@@ -301,6 +305,10 @@ struct Memo {
 /// The request's history with the results to clear replaced, or `None` when nothing is
 /// cleared.
 fn edit(config: &Config, req: &ModelRequest) -> Option<History> {
+    // A summary asked in the stack is written from the whole results.
+    if req.ctx.is_side_call() {
+        return None;
+    }
     if config.trigger > 0 && count(config, req) < config.trigger {
         return None;
     }

@@ -260,3 +260,14 @@ fn debug_shows_the_configuration() {
         r#"ClearToolResultsLayer { trigger: 100000, keep: 2, batch: 10, exclude: ["a", "b"], .. }"#
     );
 }
+
+#[test]
+fn a_side_call_is_sent_whole() {
+    let run = RunContext::new();
+    let mut req = request(rounds(&["read"; 4]));
+    req.ctx = run.side_call();
+    assert!(edit(&one_at_a_time().keep(1).config, &req).is_none());
+    req.ctx = run;
+    assert_eq!(cleared(&sent(&one_at_a_time().keep(1), &req)).len(), 3);
+}
+
