@@ -256,10 +256,18 @@ async fn a_keys_sub_agents_and_side_calls_spend_from_the_keys_budget() {
     let model = || {
         ScriptedModel::from_fn(|_| Ok(ModelResponse::text("ok").with_usage(Usage::new(0, 1_000))))
     };
-    assert!(call(&layer, model(), request(&run, 1_000)).await.expect("ok").stop.is_none());
+    assert!(
+        call(&layer, model(), request(&run, 1_000))
+            .await
+            .expect("ok")
+            .stop
+            .is_none()
+    );
     // A sub-agent's and a summary's contexts have no state of their own: the key is the run's.
     for ctx in [run.nested("sub"), run.side_call()] {
-        let res = call(&layer, model(), request(&ctx, 1_000)).await.expect("a stop");
+        let res = call(&layer, model(), request(&ctx, 1_000))
+            .await
+            .expect("a stop");
         assert!(
             matches!(stop_of(&res), Some(StopReason::Budget { scope, .. }) if scope == "key acme"),
             "{res:?}"
@@ -290,8 +298,15 @@ fn concurrent_reservations_never_pass_the_limit() {
             });
         }
     });
-    assert_eq!(taken.into_inner(), 10, "ten reservations of one in ten, across eight threads");
-    assert_eq!((budget.spent(), budget.reserved()), (Cost::from_nanodollars(10), Cost::ZERO));
+    assert_eq!(
+        taken.into_inner(),
+        10,
+        "ten reservations of one in ten, across eight threads"
+    );
+    assert_eq!(
+        (budget.spent(), budget.reserved()),
+        (Cost::from_nanodollars(10), Cost::ZERO)
+    );
 }
 
 #[test]
@@ -299,7 +314,12 @@ fn a_builder_method_makes_a_new_layer_with_ledgers_of_its_own() {
     let layer = BudgetLayer::new(PRICE).per_key(Cost::from_dollars(1.0), |_: &RunContext| None);
     layer.set_key("acme", Budget::new(Cost::from_dollars(5.0)));
     let reconfigured = layer.clone().assume_output_tokens(100);
-    assert_eq!(layer.key_budget("acme").map(|b| b.limit()), Some(Cost::from_dollars(5.0)));
-    assert_eq!(reconfigured.key_budget("acme").map(|b| b.limit()), Some(Cost::from_dollars(1.0)));
+    assert_eq!(
+        layer.key_budget("acme").map(|b| b.limit()),
+        Some(Cost::from_dollars(5.0))
+    );
+    assert_eq!(
+        reconfigured.key_budget("acme").map(|b| b.limit()),
+        Some(Cost::from_dollars(1.0))
+    );
 }
-

@@ -270,4 +270,3 @@ fn a_side_call_is_sent_whole() {
     req.ctx = run;
     assert_eq!(cleared(&sent(&one_at_a_time().keep(1), &req)).len(), 3);
 }
-
