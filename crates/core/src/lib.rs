@@ -59,6 +59,7 @@ pub mod event;
 pub mod history;
 pub mod message;
 pub mod model;
+pub mod price;
 pub mod session;
 #[cfg(feature = "tower")]
 mod side;
@@ -75,7 +76,7 @@ pub use callback::{
     after_tool, around_agent, around_model, around_tool, before_agent, before_model, before_tool,
 };
 pub use context::{ExtensionKey, RunContext, Saver, new_id};
-pub use cost::{Cost, ModelPrice, PriceTable};
+pub use cost::Cost;
 pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
@@ -87,6 +88,7 @@ pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, PromptCache, ResponseFormat,
     ToolChoice, ToolSpec, Usage,
 };
+pub use price::{ModelPrice, PriceTable};
 pub use session::{Progress, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;

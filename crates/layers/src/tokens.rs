@@ -135,6 +135,36 @@ impl TokenCounter for Tiktoken {
     }
 }
 
+/// The tokens of `req` as `counter` counts them: its frame ([`count_frame`]) and its messages.
+#[cfg(feature = "budget")]
+pub(crate) fn count_request(
+    counter: &dyn TokenCounter,
+    req: &tower_agent_core::ModelRequest,
+) -> usize {
+    let messages: usize = req.messages.iter().map(|m| counter.count_message(m)).sum();
+    count_frame(counter, req) + messages
+}
+
+/// The tokens of what frames `req`'s messages: its system prompt and its tool specs (name,
+/// description, parameters).
+#[cfg(any(feature = "clear", feature = "budget"))]
+pub(crate) fn count_frame(
+    counter: &dyn TokenCounter,
+    req: &tower_agent_core::ModelRequest,
+) -> usize {
+    let system = req.system.as_deref().map_or(0, |s| counter.count_text(s));
+    let tools: usize = req
+        .tools
+        .iter()
+        .map(|t| {
+            counter.count_text(&t.name)
+                + counter.count_text(&t.description)
+                + counter.count_text(&t.parameters.to_string())
+        })
+        .sum();
+    system + tools
+}
+
 /// The default estimate: `ceil(ascii / 4) + non_ascii`, counted in characters, not bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CharEstimate;

@@ -131,7 +131,7 @@ pub(crate) struct Config {
     run: Option<Cost>,
     session: Option<Cost>,
     keyed: Option<Keyed>,
-    shared: Vec<(String, Budget)>,
+    shared: Vec<(Arc<str>, Budget)>,
     assume_output: u32,
     counter: Arc<dyn TokenCounter>,
     run_key: ExtensionKey<Budget>,
@@ -207,7 +207,7 @@ impl BudgetLayer {
     /// Spend from `budget` too, named `scope` in a stop's reason.
     pub fn shared(self, scope: impl Into<String>, budget: Budget) -> Self {
         let scope = scope.into();
-        self.edit(|c| c.shared.push((scope, budget)))
+        self.edit(|c| c.shared.push((scope.into(), budget)))
     }
 
     /// The completion tokens a request that sets no `max_tokens` is assumed to take at most
@@ -228,7 +228,7 @@ impl BudgetLayer {
     /// it on the key's first call; replace it before with [`BudgetLayer::set_key`]).
     pub fn key_budget(&self, key: &str) -> Option<Budget> {
         let keyed = self.config.keyed.as_ref()?;
-        Some(keyed.budget(key))
+        Some(keyed.budget(key.to_owned()))
     }
 
     /// Use `budget` for `key` from now on (a tenant's ledger restored from a database).
@@ -244,10 +244,10 @@ impl BudgetLayer {
 }
 
 impl Keyed {
-    fn budget(&self, key: &str) -> Budget {
+    fn budget(&self, key: String) -> Budget {
         let mut budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
         budgets
-            .entry(key.to_owned())
+            .entry(key)
             .or_insert_with(|| Budget::new(self.limit))
             .clone()
     }
@@ -274,30 +274,53 @@ impl Config {
         }
     }
 
-    /// The budgets a call of the run `ctx` spends from, each with its scope's name.
-    fn budgets(&self, ctx: &RunContext) -> Vec<(String, Budget)> {
+    /// The budgets a call of the run `ctx` spends from, each with its scope.
+    fn budgets(&self, ctx: &RunContext) -> Vec<(Scope, Budget)> {
         let root = ctx.root();
         let mut budgets = Vec::with_capacity(2 + self.shared.len());
         if let Some(limit) = self.run {
             let run = root.extension_at_or_insert_with(&self.run_key, || Budget::new(limit));
-            budgets.push(("run".to_owned(), run));
+            budgets.push((Scope::Run, run));
         }
         if let Some(limit) = self.session {
             let session = root.extension_at_or_insert_with(&self.session_key, || {
                 Budget::new(limit).with_spent(root.get(&STATE_KEY))
             });
-            budgets.push(("session".to_owned(), session));
+            budgets.push((Scope::Session, session));
         }
         if let Some(keyed) = &self.keyed {
             // The outermost run's: a sub-agent's or a summary's context has no state of its own
             // to read a tenant from.
             if let Some(key) = (keyed.key)(&root) {
-                let budget = keyed.budget(&key);
-                budgets.push((format!("key {key}"), budget));
+                let budget = keyed.budget(key.clone());
+                budgets.push((Scope::Key(key), budget));
             }
         }
-        budgets.extend(self.shared.iter().cloned());
+        budgets.extend(
+            self.shared
+                .iter()
+                .map(|(name, budget)| (Scope::Shared(Arc::clone(name)), budget.clone())),
+        );
         budgets
+    }
+}
+
+/// Which budget: named in a stop's reason (`run`, `session`, `key acme`, a shared one's name).
+enum Scope {
+    Run,
+    Session,
+    Key(String),
+    Shared(Arc<str>),
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Run => f.write_str("run"),
+            Scope::Session => f.write_str("session"),
+            Scope::Key(key) => write!(f, "key {key}"),
+            Scope::Shared(name) => f.write_str(name),
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use tower_service::Service;
 
 use super::ledger::Reservation;
 use super::{BudgetLayer, Config, STATE_KEY};
+use crate::tokens::count_request;
 
 /// Reserves each model call's worst case on its budgets before calling the inner service,
 /// and settles with what it cost; see the [module docs](super).
@@ -118,7 +119,7 @@ where
             Err((spent, limit)) => {
                 tracing::info!(%scope, %limit, %spent, %asked, "budget spent: call not sent");
                 return Ok(ModelResponse::stop(StopReason::Budget {
-                    scope,
+                    scope: scope.to_string(),
                     limit,
                     spent,
                     asked,
@@ -152,22 +153,9 @@ where
 /// The most the call can cost: its prompt at the upper bound the counter gives, at the prompt
 /// price, and its `max_tokens` (or the assumed ones) at the completion price.
 pub(super) fn worst_case(config: &Config, req: &ModelRequest) -> Cost {
-    let counter = &*config.counter;
-    let system = req.system.as_deref().map_or(0, |s| counter.count_text(s));
-    let tools: usize = req
-        .tools
-        .iter()
-        .map(|t| {
-            counter.count_text(&t.name)
-                + counter.count_text(&t.description)
-                + counter.count_text(&t.parameters.to_string())
-        })
-        .sum();
-    let messages: usize = req.messages.iter().map(|m| counter.count_message(m)).sum();
+    let prompt = count_request(&*config.counter, req);
     let output = req.options.max_tokens.unwrap_or(config.assume_output);
-    config
-        .price
-        .worst_case((system + tools + messages) as u64, u64::from(output))
+    config.price.worst_case(prompt as u64, u64::from(output))
 }
 
 /// `usage` with its cost: the provider's, or at the layer's price.

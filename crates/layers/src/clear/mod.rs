@@ -91,7 +91,7 @@ use tower_agent_core::{ContentPart, ExtensionKey, History, HistoryMark, ModelReq
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::tokens::{CharEstimate, TokenCounter};
+use crate::tokens::{CharEstimate, TokenCounter, count_frame};
 
 type Placeholder = Arc<dyn Fn(&ToolResult) -> String + Send + Sync>;
 
@@ -128,7 +128,7 @@ struct Config {
     placeholder: Placeholder,
     counter: Arc<dyn TokenCounter>,
     /// Where a run keeps what the layer sent last.
-    key: ExtensionKey<Arc<Mutex<Option<Memo>>>>,
+    key: ExtensionKey<Arc<Mutex<RunMemo>>>,
 }
 
 impl Default for ClearToolResultsLayer {
@@ -296,6 +296,14 @@ type Slot = (usize, usize);
 /// What the layer sent last in a run: the history it edited (where it stood), the results it
 /// cleared, and the edited history (taken out for the next round, so that appending to it
 /// copies nothing once the request that held it is gone).
+/// What the layer keeps for a run: the tokens of the messages it counted last, and what it sent
+/// last.
+#[derive(Default)]
+struct RunMemo {
+    counted: Option<(HistoryMark, usize)>,
+    sent: Option<Memo>,
+}
+
 struct Memo {
     source: HistoryMark,
     cleared: Arc<[Slot]>,
@@ -309,18 +317,18 @@ fn edit(config: &Config, req: &ModelRequest) -> Option<History> {
     if req.ctx.is_side_call() {
         return None;
     }
-    if config.trigger > 0 && count(config, req) < config.trigger {
+    let run = req
+        .ctx
+        .extension_at_or_insert_with(&config.key, Default::default);
+    let mut run = run.lock().unwrap_or_else(PoisonError::into_inner);
+    if config.trigger > 0 && count(config, req, &mut run.counted) < config.trigger {
         return None;
     }
     let cleared: Arc<[Slot]> = to_clear(config, &req.messages).into();
     if cleared.is_empty() {
         return None;
     }
-    let memo = req
-        .ctx
-        .extension_at_or_insert_with(&config.key, Default::default);
-    let mut memo = memo.lock().unwrap_or_else(PoisonError::into_inner);
-    let reuse = memo.take().and_then(|memo| {
+    let reuse = run.sent.take().and_then(|memo| {
         let added = req.messages.since(&memo.source)?;
         (memo.cleared == cleared).then(|| {
             let mut edited = memo.edited;
@@ -342,7 +350,7 @@ fn edit(config: &Config, req: &ModelRequest) -> Option<History> {
         edited
     });
     tracing::debug!(cleared = cleared.len(), "tool results cleared");
-    *memo = Some(Memo {
+    run.sent = Some(Memo {
         source: req.messages.mark(),
         cleared,
         edited: edited.clone(),
@@ -350,21 +358,24 @@ fn edit(config: &Config, req: &ModelRequest) -> Option<History> {
     Some(edited)
 }
 
-/// The estimated tokens of the request as it came: system prompt, tool specs, messages.
-fn count(config: &Config, req: &ModelRequest) -> usize {
+/// The estimated tokens of the request as it came: system prompt, tool specs, messages. Within
+/// a run, the messages counted for the previous request are not counted again when this one
+/// only adds to them (`counted` remembers where the count stood).
+fn count(config: &Config, req: &ModelRequest, counted: &mut Option<(HistoryMark, usize)>) -> usize {
     let counter = &*config.counter;
-    let system = req.system.as_deref().map_or(0, |s| counter.count_text(s));
-    let tools: usize = req
-        .tools
-        .iter()
-        .map(|t| {
-            counter.count_text(&t.name)
-                + counter.count_text(&t.description)
-                + counter.count_text(&t.parameters.to_string())
-        })
-        .sum();
-    let messages: usize = req.messages.iter().map(|m| counter.count_message(m)).sum();
-    system + tools + messages
+    let messages = &req.messages;
+    let tokens = match counted.and_then(|(mark, tokens)| Some((messages.since(&mark)?, tokens))) {
+        Some((added, tokens)) => {
+            tokens
+                + added
+                    .iter()
+                    .map(|m| counter.count_message(m))
+                    .sum::<usize>()
+        }
+        None => messages.iter().map(|m| counter.count_message(m)).sum(),
+    };
+    *counted = Some((messages.mark(), tokens));
+    tokens + count_frame(counter, req)
 }
 
 /// The results to clear, in history order: the ones that qualify, but the newest `keep`,

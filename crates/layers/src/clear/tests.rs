@@ -78,7 +78,7 @@ fn the_newest_results_stay_and_older_ones_keep_their_call_id_and_flag() {
 #[test]
 fn nothing_is_cleared_under_the_trigger() {
     let req = request(rounds(&["read"; 5]));
-    let size = count(&ClearToolResultsLayer::new().config, &req);
+    let size = count(&ClearToolResultsLayer::new().config, &req, &mut None);
     let layer = ClearToolResultsLayer::new().keep(1).batch(1);
     assert!(edit(&layer.clone().trigger(size + 1).config, &req).is_none());
     assert_eq!(cleared(&sent(&layer.trigger(size), &req)).len(), 4);
@@ -269,4 +269,46 @@ fn a_side_call_is_sent_whole() {
     assert!(edit(&one_at_a_time().keep(1).config, &req).is_none());
     req.ctx = run;
     assert_eq!(cleared(&sent(&one_at_a_time().keep(1), &req)).len(), 3);
+}
+
+#[test]
+fn a_growing_history_is_counted_as_a_fresh_one() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Counts as the estimate does, and how many characters it read.
+    let read = Arc::new(AtomicUsize::new(0));
+    let reading = Arc::clone(&read);
+    let layer = ClearToolResultsLayer::new().counter(move |text: &str| {
+        reading.fetch_add(text.len(), Ordering::Relaxed);
+        CharEstimate.count_text(text)
+    });
+    let config = &layer.config;
+    let mut counted = None;
+    let mut session = History::from(rounds(&["read"; 2]));
+    for round in 2..6 {
+        let mut req = ModelRequest::new(session.clone());
+        req.system = Some(format!("round {round}").into());
+        let before = read.load(Ordering::Relaxed);
+        let fresh = count(config, &req, &mut None);
+        let whole = read.load(Ordering::Relaxed) - before;
+        assert_eq!(count(config, &req, &mut counted), fresh, "round {round}");
+        let again = read.load(Ordering::Relaxed) - before - whole;
+        if round > 2 {
+            assert!(
+                again * 2 < whole,
+                "round {round}: only the new messages read ({again} of {whole})"
+            );
+        }
+        let next = call(&format!("c{round}"), "read");
+        session.push(Message::assistant_with_calls("", [next.clone()]));
+        session.push(Message::tool_result(ToolResult::success(
+            &next,
+            LONG.repeat(round),
+        )));
+    }
+    // A rewritten history is counted whole again.
+    let shorter = ModelRequest::new(rounds(&["read"]));
+    assert_eq!(
+        count(config, &shorter, &mut counted),
+        count(config, &shorter, &mut None)
+    );
 }
