@@ -13,13 +13,7 @@ use tower_agent::providers::anthropic::CacheTtl;
 #[path = "common/prompt_cache.rs"]
 mod prompt_cache;
 
-use prompt_cache::{Summaries, session, static_instructions};
-
-/// Claude Sonnet's list prices, dollars per million tokens: input, 5-minute cache write, cache
-/// read.
-const INPUT: f64 = 3.0;
-const WRITE: f64 = 3.75;
-const READ: f64 = 0.30;
+use prompt_cache::{Summaries, cost, session, sonnet, static_instructions};
 
 fn sessions(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -30,19 +24,21 @@ fn sessions(c: &mut Criterion) {
         static_instructions(),
         Summaries::InStack,
     ));
-    let (uncached, ..) = rt.block_on(session(None, static_instructions(), Summaries::InStack));
-    // Priced as Anthropic does: cached tokens at the read price, the rest written once at
-    // the write price (an upper bound: the tail of each call is written once, then read).
-    let input: u64 = calls.iter().map(|c| c.input).sum();
-    let cached: u64 = calls.iter().map(|c| c.cached).sum();
-    let with_cache = (cached as f64 * READ + (input - cached) as f64 * WRITE) / 1e6;
-    let without = uncached.input as f64 * INPUT / 1e6 + calls[0].input as f64 * INPUT / 1e6;
+    let (_, uncached_calls, _) =
+        rt.block_on(session(None, static_instructions(), Summaries::InStack));
+    // Priced by the price table as Anthropic bills: reads at a tenth of the prompt price,
+    // writes at 1.25 times it, the rest and the output at list price.
+    let price = sonnet();
+    let (with_cache, without) = (cost(&calls, &price), cost(&uncached_calls, &price));
+    let written: u64 = calls.iter().map(|c| c.written).sum();
     eprintln!(
         "50 rounds: {:.1}% of the input after the first call read from the cache \
-         ({} of {} tokens); input cost ${with_cache:.3} with the cache, ${without:.3} without",
+         ({} of {} tokens; {written} written); cost {with_cache} with the cache, {without} \
+         without: {} saved",
         tally.ratio() * 100.0,
         tally.cached,
         tally.input,
+        without.saturating_sub(with_cache),
     );
     c.bench_function("prompt_cache/session_50_rounds", |b| {
         b.iter(|| {

@@ -132,13 +132,14 @@ async fn rounds_of_many_parallel_calls_still_read_the_history_from_the_cache() {
     assert!(tally.ratio() >= 0.9, "{tally:?}");
 }
 
-/// The cost of `calls`' input in uncached input tokens: reads at a tenth, writes (every token
-/// not read) at 1.25, as Anthropic prices its 5-minute cache.
-fn input_cost(calls: &[prompt_cache::Tally]) -> f64 {
-    calls
-        .iter()
-        .map(|c| c.cached as f64 * 0.1 + (c.input - c.cached) as f64 * 1.25)
-        .sum()
+/// What `calls`' input costs at Claude Sonnet's prices from a price table: reads at a tenth of
+/// the prompt price, writes at 1.25 times it (the 5-minute cache).
+fn input_cost(calls: &[prompt_cache::Tally]) -> tower_agent::Cost {
+    let input_only = tower_agent::ModelPrice {
+        output: 0.0,
+        ..prompt_cache::sonnet()
+    };
+    prompt_cache::cost(calls, &input_only)
 }
 
 #[tokio::test]
@@ -170,7 +171,7 @@ async fn tool_results_cleared_in_batches_keep_the_cached_prefix() {
         ("cleared ten at a time", ten, &ten_calls),
     ] {
         println!(
-            "{name}: {} input tokens after the first call, {:.1}% cached, cost {:.0}",
+            "{name}: {} input tokens after the first call, {:.1}% cached, input cost {}",
             tally.input,
             tally.ratio() * 100.0,
             input_cost(calls)
@@ -183,5 +184,6 @@ async fn tool_results_cleared_in_batches_keep_the_cached_prefix() {
     assert!(one.ratio() < 0.7, "{one:?}");
     // Ten at a time, the cleared part stays the same for ten rounds: the prefix is read.
     assert!(ten.ratio() >= 0.9, "{ten:?}");
-    assert!(input_cost(&ten_calls) * 2.0 < input_cost(&one_calls));
+    let (ten_cost, one_cost) = (input_cost(&ten_calls), input_cost(&one_calls));
+    assert!(ten_cost + ten_cost < one_cost, "{ten_cost} {one_cost}");
 }

@@ -3,7 +3,8 @@
 //! the longest prefix (tools, then system blocks, then message blocks, in that order) that an
 //! earlier request wrote to the cache with a `cache_control` marker, looked up at each marker
 //! and up to 20 blocks before it, as the API does; a prefix under 1,024 tokens (Sonnet's
-//! minimum) is neither written nor read. Tokens are counted as 4 bytes of each block's JSON.
+//! minimum) is neither written nor read; what a call writes is its prefix up to its last marker,
+//! less what it read. Tokens are counted as 4 bytes of each block's JSON.
 //! Not modelled: the cache's lifetime (the session runs in well under five minutes), and the
 //! API's checks of the markers (their number and the blocks they are on are tested in the
 //! provider's unit tests).
@@ -25,7 +26,7 @@ use tower_agent::prelude::*;
 use tower_agent::providers::Anthropic;
 use tower_agent::providers::anthropic::CacheTtl;
 use tower_agent::storage::{InMemory, Storage, StoragePath};
-use tower_agent::{History, Usage};
+use tower_agent::{Cost, History, ModelPrice, PriceTable, Usage};
 use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
 
 /// How far before a marker the API looks for a cached prefix, in blocks.
@@ -40,6 +41,8 @@ pub(crate) struct Tally {
     pub(crate) calls: u64,
     pub(crate) input: u64,
     pub(crate) cached: u64,
+    /// Written to the cache.
+    pub(crate) written: u64,
     /// The call asked for a summary.
     pub(crate) summary: bool,
 }
@@ -48,6 +51,32 @@ impl Tally {
     pub(crate) fn ratio(&self) -> f64 {
         self.cached as f64 / self.input.max(1) as f64
     }
+
+    /// The call's usage as the provider reports it (20 output tokens each).
+    pub(crate) fn usage(&self) -> Usage {
+        Usage::new(self.input, 20 * self.calls)
+            .with_cached(self.cached)
+            .with_cache_writes(self.written)
+    }
+}
+
+/// Claude Sonnet's list prices, as a price table file would give them.
+pub(crate) const PRICES: &str = r#"{
+    "claude-sonnet-4-5": { "input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0 }
+}"#;
+
+/// Sonnet's price, from [`PRICES`], as the provider's model name finds it.
+pub(crate) fn sonnet() -> ModelPrice {
+    PriceTable::from_json(PRICES)
+        .expect("a price table")
+        .get("claude-sonnet-4-5-20250929")
+        .expect("priced")
+}
+
+/// What `calls` cost at `price`: reads at the read price, writes at the write price, the rest
+/// at the prompt price, and the output.
+pub(crate) fn cost(calls: &[Tally], price: &ModelPrice) -> Cost {
+    calls.iter().map(|c| price.cost(&c.usage())).sum()
 }
 
 #[derive(Default)]
@@ -90,6 +119,7 @@ where
             total.calls += 1;
             total.input += call.input;
             total.cached += call.cached;
+            total.written += call.written;
         }
         total
     }
@@ -148,15 +178,18 @@ where
                 }
             }
         }
+        let mut last_marked = 0;
         for (index, (_, marked, _)) in blocks.iter().enumerate() {
             if *marked && prefixes[index].1 >= MIN_TOKENS {
                 state.written.insert(prefixes[index].0);
+                last_marked = prefixes[index].1;
             }
         }
         let tally = Tally {
             calls: 1,
             input: tokens,
             cached,
+            written: last_marked.saturating_sub(cached),
             summary,
         };
         state.calls.push(tally);
@@ -183,7 +216,7 @@ where
             .and_then(|body| self.price(&body, asks_for_summary(&req)))
             .map(|tally| {
                 let mut response = (self.answer)(&req);
-                response.usage = Usage::new(tally.input, 20).with_cached(tally.cached);
+                response.usage = tally.usage();
                 response
             });
         std::future::ready(result)

@@ -34,8 +34,9 @@ use crate::error::{Error, ErrorKind};
 use crate::session::Usage;
 
 /// A model's prices, in dollars per million tokens: prompt tokens, prompt tokens read from
-/// the provider's cache (the prompt price when not given), completion tokens (reasoning
-/// included). Writing to a cache is priced as prompt tokens.
+/// the provider's cache (the prompt price when not given), prompt tokens written to it (the
+/// prompt price when not given: Anthropic bills 1.25 times it for a five-minute cache, twice
+/// for an hour), completion tokens (reasoning included).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ModelPrice {
     /// Dollars per million prompt tokens.
@@ -43,6 +44,9 @@ pub struct ModelPrice {
     /// Dollars per million prompt tokens read from the cache; `None`: the prompt price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input: Option<f64>,
+    /// Dollars per million prompt tokens written to the cache; `None`: the prompt price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
     /// Dollars per million completion tokens.
     pub output: f64,
 }
@@ -53,18 +57,41 @@ impl ModelPrice {
         Self {
             input,
             cached_input: Some(cached_input),
+            cache_write: None,
             output,
         }
     }
 
-    /// What `usage` costs at these prices.
+    /// The same prices with prompt tokens written to the cache at `per_million` dollars.
+    ///
+    /// ```
+    /// use tower_agent_core::{Cost, ModelPrice, Usage};
+    ///
+    /// // Anthropic's five-minute cache: writes at 1.25 times the prompt price.
+    /// let sonnet = ModelPrice::per_million(3.0, 0.3, 15.0).with_cache_write(3.75);
+    /// let first = Usage::new(10_000, 0).with_cache_writes(8_000);
+    /// // 2,000 × $3 + 8,000 × $3.75 per million tokens.
+    /// assert_eq!(sonnet.cost(&first), Cost::from_dollars(0.036));
+    /// ```
+    pub const fn with_cache_write(mut self, per_million: f64) -> Self {
+        self.cache_write = Some(per_million);
+        self
+    }
+
+    /// What `usage` costs at these prices. Cached and written tokens are parts of the prompt
+    /// tokens (a provider that reports more is held to them, the cached ones first).
     pub fn cost(&self, usage: &Usage) -> Cost {
         let cached = usage.cached_input_tokens.min(usage.input_tokens);
-        let fresh = usage.input_tokens - cached;
+        let written = usage
+            .cache_write_input_tokens
+            .min(usage.input_tokens - cached);
+        let fresh = usage.input_tokens - cached - written;
         let cached_price = self.cached_input.unwrap_or(self.input);
+        let write_price = self.cache_write.unwrap_or(self.input);
         Cost::from_dollars(
             (fresh as f64 * self.input
                 + cached as f64 * cached_price
+                + written as f64 * write_price
                 + usage.output_tokens as f64 * self.output)
                 / 1e6,
         )
@@ -96,7 +123,9 @@ impl PriceTable {
         Self::default()
     }
 
-    /// A table from JSON: `{"model": {"input": 3.0, "cached_input": 0.3, "output": 15.0}}`.
+    /// A table from JSON:
+    /// `{"model": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0}}`
+    /// (`cached_input` and `cache_write` may be left out).
     ///
     /// # Errors
     ///
@@ -106,7 +135,12 @@ impl PriceTable {
         let table: PriceTable = serde_json::from_str(json)
             .map_err(|e| Error::new(ErrorKind::BadRequest, format!("not a price table: {e}")))?;
         for (model, price) in &table.prices {
-            let prices = [Some(price.input), price.cached_input, Some(price.output)];
+            let prices = [
+                Some(price.input),
+                price.cached_input,
+                price.cache_write,
+                Some(price.output),
+            ];
             if prices
                 .into_iter()
                 .flatten()
@@ -205,6 +239,30 @@ mod tests {
             Cost::from_dollars(3.0)
         );
         assert_eq!(price.worst_case(1_000, 1_000), Cost::from_dollars(0.018));
+    }
+
+    #[test]
+    fn cache_writes_are_priced_apart_and_never_above_the_input() {
+        let price = ModelPrice::per_million(3.0, 0.3, 15.0).with_cache_write(6.0);
+        // 1M prompt tokens: 200k read, 500k written, 300k fresh.
+        let usage = Usage::new(1_000_000, 0)
+            .with_cached(200_000)
+            .with_cache_writes(500_000);
+        assert_eq!(price.cost(&usage), Cost::from_dollars(0.06 + 3.0 + 0.9));
+        // Without a write price, writes are prompt tokens.
+        let plain = ModelPrice::per_million(3.0, 0.3, 15.0);
+        assert_eq!(plain.cost(&usage), Cost::from_dollars(0.06 + 2.4));
+        // A provider that reported more than the prompt: the cached ones first, then writes.
+        let over = Usage::new(10, 0).with_cached(4).with_cache_writes(99);
+        assert_eq!(price.cost(&over), Cost::from_nanodollars(1_200 + 36_000));
+        let table = PriceTable::from_json(
+            r#"{"claude": {"input": 3, "cached_input": 0.3, "cache_write": 3.75, "output": 15}}"#,
+        )
+        .expect("a table");
+        assert_eq!(table.get("claude").and_then(|p| p.cache_write), Some(3.75));
+        let bad =
+            PriceTable::from_json(r#"{"claude": {"input": 3, "cache_write": -1, "output": 15}}"#);
+        assert!(bad.expect_err("negative").to_string().contains("`claude`"));
     }
 
     #[test]

@@ -469,6 +469,11 @@ pub struct Usage {
     /// Of the prompt tokens, those the provider read from its prompt cache.
     #[serde(default)]
     pub cached_input_tokens: u64,
+    /// Of the prompt tokens, those the provider wrote to its prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`, billed above the prompt price); none for providers
+    /// that cache without saying (OpenAI, Gemini).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_input_tokens: u64,
     /// What these tokens cost, when the provider or a layer priced them
     /// ([`ModelPrice`](crate::ModelPrice)); zero otherwise.
     #[serde(default, skip_serializing_if = "Cost::is_zero")]
@@ -489,6 +494,7 @@ impl Usage {
             input_tokens: input,
             output_tokens: output,
             cached_input_tokens: 0,
+            cache_write_input_tokens: 0,
             cost: Cost::ZERO,
         }
     }
@@ -496,6 +502,19 @@ impl Usage {
     /// The same usage with `cached` of its prompt tokens read from the provider's cache.
     pub const fn with_cached(mut self, cached: u64) -> Self {
         self.cached_input_tokens = cached;
+        self
+    }
+
+    /// The same usage with `written` of its prompt tokens written to the provider's cache.
+    ///
+    /// ```
+    /// use tower_agent_core::Usage;
+    ///
+    /// let usage = Usage::new(5_000, 100).with_cache_writes(4_000) + Usage::new(5_000, 100).with_cached(4_000);
+    /// assert_eq!((usage.cache_write_input_tokens, usage.cached_input_tokens), (4_000, 4_000));
+    /// ```
+    pub const fn with_cache_writes(mut self, written: u64) -> Self {
+        self.cache_write_input_tokens = written;
         self
     }
 
@@ -521,6 +540,9 @@ impl Add for Usage {
             cached_input_tokens: self
                 .cached_input_tokens
                 .saturating_add(rhs.cached_input_tokens),
+            cache_write_input_tokens: self
+                .cache_write_input_tokens
+                .saturating_add(rhs.cache_write_input_tokens),
             cost: self.cost + rhs.cost,
         }
     }
@@ -530,6 +552,10 @@ impl AddAssign for Usage {
     fn add_assign(&mut self, rhs: Usage) {
         *self = *self + rhs;
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A fresh random id (UUID v4, hyphenated).

@@ -33,6 +33,7 @@ pub(crate) fn span<W: Format>(
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
+        gen_ai.usage.cache_creation.input_tokens = Empty,
         gen_ai.response.finish_reasons = Empty,
         error.type = Empty,
         otel.status_code = Empty,
@@ -71,6 +72,12 @@ pub(crate) fn record(
                 "gen_ai.usage.cache_read.input_tokens",
                 int(res.usage.cached_input_tokens),
             );
+            if res.usage.cache_write_input_tokens > 0 {
+                span.record(
+                    "gen_ai.usage.cache_creation.input_tokens",
+                    int(res.usage.cache_write_input_tokens),
+                );
+            }
             let reason = finish_reason_name(&res.finish_reason);
             span.record("gen_ai.response.finish_reasons", reason);
             if capture_content {

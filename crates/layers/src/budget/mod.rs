@@ -38,8 +38,9 @@
 //! (`SummarizeLayer::new`), a guardrail's classifier
 //! model. Their tokens reach the run's usage, not the budgets; put their models behind a
 //! `BudgetLayer` of their own with the same [`shared`](BudgetLayer::shared) budget to count
-//! them. Cache writes are priced as prompt tokens (Anthropic bills them at 1.25 times), so
-//! with Anthropic's prompt caching the settled cost runs somewhat low. A call dropped after it
+//! them. Cache writes are priced at the price's
+//! [`cache_write`](tower_agent_core::ModelPrice::cache_write), the prompt price when it gives
+//! none. A call dropped after it
 //! was sent (its run cancelled) releases its reservation, though the provider may bill its
 //! prompt. The session scope is one ledger per run, started from the saved total: two runs of
 //! one session at once each see the total of when they started.

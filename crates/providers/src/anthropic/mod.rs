@@ -86,13 +86,17 @@ pub enum CacheTtl {
     /// Five minutes (the API's default).
     #[default]
     FiveMinutes,
-    /// An hour: for sessions whose turns are further apart.
+    /// An hour: for sessions whose turns are further apart. The requests carry the
+    /// `anthropic-beta: extended-cache-ttl-2025-04-11` header.
     OneHour,
 }
 
 impl Provider<AnthropicWire> {
     /// The `anthropic-version` header sent.
     pub const VERSION: &'static str = "2023-06-01";
+
+    /// The `anthropic-beta` header sent with [`CacheTtl::OneHour`].
+    pub const EXTENDED_CACHE_TTL_BETA: &'static str = "extended-cache-ttl-2025-04-11";
 
     /// `max_tokens` for requests that do not set it (the API requires one). Default 4096.
     pub fn max_tokens(self, max_tokens: u32) -> Self {
@@ -144,6 +148,13 @@ impl Format for AnthropicWire {
             "anthropic-version",
             HeaderValue::from_static(Anthropic::VERSION),
         );
+        if self.cache == Some(CacheTtl::OneHour) {
+            // The hour-long cache came in behind this beta; the API still takes the header.
+            headers.insert(
+                "anthropic-beta",
+                HeaderValue::from_static(Anthropic::EXTENDED_CACHE_TTL_BETA),
+            );
+        }
         headers
     }
 

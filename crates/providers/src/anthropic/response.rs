@@ -95,7 +95,9 @@ impl WireUsage {
 impl From<WireUsage> for Usage {
     fn from(u: WireUsage) -> Usage {
         let input = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
-        Usage::new(input, u.output_tokens).with_cached(u.cache_read_input_tokens)
+        Usage::new(input, u.output_tokens)
+            .with_cached(u.cache_read_input_tokens)
+            .with_cache_writes(u.cache_creation_input_tokens)
     }
 }
 

@@ -385,3 +385,31 @@ fn a_whitespace_block_is_not_sent() {
         json!([{ "type": "text", "text": "More.", "cache_control": { "type": "ephemeral" } }])
     );
 }
+
+#[test]
+fn cache_writes_are_reported_apart_and_the_hour_long_cache_sends_its_beta() {
+    let body =
+        br#"{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],
+        "stop_reason":"end_turn","usage":{"input_tokens":12,"cache_creation_input_tokens":3000,
+        "cache_read_input_tokens":500,"output_tokens":7}}"#;
+    let res = decode(body).expect("decodes");
+    assert_eq!(
+        res.usage,
+        Usage::new(3512, 7).with_cached(500).with_cache_writes(3000)
+    );
+
+    let (mut wire, endpoint) = wire();
+    for (ttl, beta) in [
+        (None, None),
+        (Some(CacheTtl::FiveMinutes), None),
+        (
+            Some(CacheTtl::OneHour),
+            Some("extended-cache-ttl-2025-04-11"),
+        ),
+    ] {
+        wire.cache = ttl;
+        let headers = wire.headers(&endpoint);
+        let sent = headers.get("anthropic-beta").and_then(|v| v.to_str().ok());
+        assert_eq!(sent, beta, "{ttl:?}");
+    }
+}
