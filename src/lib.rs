@@ -110,12 +110,12 @@ pub mod providers {
 /// [`ApprovalLayer`](layers::ApprovalLayer),
 /// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
 /// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
-/// `ClearToolResultsLayer`, `BudgetLayer`,
+/// `ClearToolResultsLayer`, `BudgetLayer`, `ToolSelectLayer`, `ToolCacheLayer`,
 /// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `guardrail`, `approval`, `limits`,
-/// `checkpoint`, `evict`, `summarize`, `clear`, `budget`; `layers` for all, on by default). In the prelude, their
+/// `checkpoint`, `evict`, `summarize`, `clear`, `budget`, `select`, `cache`; `layers` for all but `structured` and `cache`, on by default). In the prelude, their
 /// `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`,
 /// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`,
-/// `.clear_tool_results(..)`).
+/// `.clear_tool_results(..)`, `.tool_select(..)`, `.tool_cache(..)`).
 #[cfg(any(
     feature = "patch",
     feature = "instructions",
@@ -130,7 +130,9 @@ pub mod providers {
     feature = "evict",
     feature = "summarize",
     feature = "clear",
-    feature = "budget"
+    feature = "budget",
+    feature = "select",
+    feature = "cache"
 ))]
 pub mod layers {
     pub use tower_agent_layers::*;
@@ -211,7 +213,9 @@ pub mod prelude {
         feature = "evict",
         feature = "summarize",
         feature = "clear",
-        feature = "budget"
+        feature = "budget",
+        feature = "select",
+        feature = "cache"
     ))]
     pub use tower_agent_layers::ServiceBuilderExt as _;
 
@@ -257,7 +261,12 @@ pub mod docs {
     pub mod streams {}
 
     #[doc = include_str!("../docs/cost.md")]
-    #[cfg(all(feature = "tools", feature = "clear", feature = "budget"))]
+    #[cfg(all(
+        feature = "tools",
+        feature = "clear",
+        feature = "budget",
+        feature = "select"
+    ))]
     pub mod cost {}
 
     #[doc = include_str!("../docs/telemetry.md")]

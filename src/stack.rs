@@ -12,6 +12,8 @@ use tower_agent_core::{
 };
 use tower_agent_layers::approval::ApprovalLayer;
 use tower_agent_layers::budget::BudgetLayer;
+#[cfg(feature = "cache")]
+use tower_agent_layers::cache::ToolCacheLayer;
 use tower_agent_layers::checkpoint::CheckpointLayer;
 use tower_agent_layers::clear::ClearToolResultsLayer;
 use tower_agent_layers::evict::EvictLayer;
@@ -23,6 +25,7 @@ use tower_agent_layers::memory::MemoryLayer;
 use tower_agent_layers::patch::PatchDanglingLayer;
 use tower_agent_layers::redact::RedactLayer;
 use tower_agent_layers::retry::{RetryLayer, RetryPolicy};
+use tower_agent_layers::select::ToolSelectLayer;
 #[cfg(feature = "structured")]
 use tower_agent_layers::structured::StructuredLayer;
 use tower_agent_layers::summarize::SummarizeLayer;
@@ -103,9 +106,10 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 ///
 /// ```text
 /// agent:  store → memory → patch → [agent_layer] → the loop
-/// model:  redact → guardrail → limits → memory → instructions → summarize → clear → [model_layer]
-///         → patch → structured → budget → fallback → retry → [provider_layer] → the provider
-/// tools:  evict → redact → guardrail → limits → checkpoint → approval → [tool_layer] → the tools
+/// model:  redact → guardrail → limits → memory → instructions → select → summarize → clear
+///         → [model_layer] → patch → structured → budget → fallback → retry → [provider_layer] → the provider
+/// tools:  evict → redact → guardrail → limits → checkpoint → approval → cache → [tool_layer]
+///         → the tools
 /// ```
 ///
 /// A built-in that acts at two services is one value placed on both (memory, patch, limits).
@@ -147,6 +151,7 @@ pub struct Builtins {
     patch: Option<PatchDanglingLayer>,
     limits: Option<CallLimitsLayer>,
     instructions: Option<InstructionsLayer>,
+    select: Option<ToolSelectLayer>,
     summarize: Option<SummarizeLayer>,
     clear: Option<ClearToolResultsLayer>,
     budget: Option<BudgetLayer>,
@@ -157,6 +162,8 @@ pub struct Builtins {
     redact: Option<RedactLayer>,
     guardrail: Option<GuardrailLayer>,
     approval: Option<ApprovalLayer>,
+    #[cfg(feature = "cache")]
+    cache: Option<ToolCacheLayer>,
     checkpoint: Option<CheckpointLayer>,
     evict: Option<EvictLayer>,
     agent_layers: Vec<Wrap<BoxAgent>>,
@@ -231,6 +238,14 @@ impl Builtins {
         self
     }
 
+    /// Tool selection: each model call offered the tools a closure or a cheap model chooses,
+    /// right inside the instructions, so that summarization counts only the tools offered.
+    /// The agent still routes any call to every tool.
+    pub fn tool_select(mut self, select: ToolSelectLayer) -> Self {
+        self.select = Some(select);
+        self
+    }
+
     /// Cost budgets, each model call's worst case reserved before it is sent: right inside
     /// structured output, outside the fallback and the retry (one reservation per call,
     /// however many attempts; a summary's and a repair's calls reserved too).
@@ -282,6 +297,15 @@ impl Builtins {
     /// Human approval of gated tool calls.
     pub fn approval(mut self, approval: ApprovalLayer) -> Self {
         self.approval = Some(approval);
+        self
+    }
+
+    /// A cache of read-only tools' results: right inside approval, so the calls it answers
+    /// are still counted by the call limits and asked for approval, and outside your
+    /// `tool_layer`, which runs only for the calls that reach the tools.
+    #[cfg(feature = "cache")]
+    pub fn tool_cache(mut self, cache: ToolCacheLayer) -> Self {
+        self.cache = Some(cache);
         self
     }
 
@@ -420,6 +444,10 @@ impl Builtins {
                 self.instructions.clone().map(wrap).into_iter().collect(),
             ),
             (
+                "select",
+                self.select.clone().map(wrap).into_iter().collect(),
+            ),
+            (
                 "summarize",
                 self.summarize.clone().map(wrap).into_iter().collect(),
             ),
@@ -471,6 +499,11 @@ impl Builtins {
             (
                 "approval",
                 self.approval.clone().map(wrap_tools).into_iter().collect(),
+            ),
+            #[cfg(feature = "cache")]
+            (
+                "cache",
+                self.cache.clone().map(wrap_tools).into_iter().collect(),
             ),
             ("tool_layer", self.tool_layers.clone()),
         ]
@@ -586,6 +619,11 @@ pub trait BuiltinsExt: Sized {
         self.builtins().clear_tool_results(clear)
     }
 
+    /// [`Builtins::tool_select`].
+    fn tool_select(self, select: ToolSelectLayer) -> Builtins {
+        self.builtins().tool_select(select)
+    }
+
     /// [`Builtins::budget`].
     fn budget(self, budget: BudgetLayer) -> Builtins {
         self.builtins().budget(budget)
@@ -620,6 +658,12 @@ pub trait BuiltinsExt: Sized {
     /// [`Builtins::approval`].
     fn approval(self, approval: ApprovalLayer) -> Builtins {
         self.builtins().approval(approval)
+    }
+
+    /// [`Builtins::tool_cache`].
+    #[cfg(feature = "cache")]
+    fn tool_cache(self, cache: ToolCacheLayer) -> Builtins {
+        self.builtins().tool_cache(cache)
     }
 
     /// [`Builtins::checkpoint`].

@@ -29,6 +29,9 @@ fn the_canonical_order() {
         .patch()
         .limits(CallLimitsLayer::new())
         .instructions(InstructionsLayer::new())
+        .tool_select(tower_agent::layers::select::ToolSelectLayer::by(|_| {
+            Vec::new()
+        }))
         .summarize(SummarizeLayer::new(ScriptedModel::new([])))
         .clear_tool_results(tower_agent::layers::clear::ClearToolResultsLayer::new())
         .budget(tower_agent::layers::budget::BudgetLayer::new(
@@ -49,6 +52,8 @@ fn the_canonical_order() {
         .tool_layer(tower::layer::util::Identity::new());
     #[cfg(feature = "structured")]
     let every = every.structured(tower_agent::layers::structured::StructuredLayer::new());
+    #[cfg(feature = "cache")]
+    let every = every.tool_cache(tower_agent::layers::cache::ToolCacheLayer::new());
     let [(_, agent), (_, model), (_, tools)] = every.order();
     assert_eq!(agent, ["store", "memory", "patch", "agent_layer", "loop"]);
     assert_eq!(
@@ -59,6 +64,7 @@ fn the_canonical_order() {
             "limits",
             "memory",
             "instructions",
+            "select",
             "summarize",
             "clear",
             "model_layer",
@@ -81,12 +87,14 @@ fn the_canonical_order() {
             "limits",
             "checkpoint",
             "approval",
+            #[cfg(feature = "cache")]
+            "cache",
             "tool_layer",
             "tools"
         ]
     );
     // The guide's picture is this order, with every slot (`--features full`).
-    if !cfg!(feature = "structured") {
+    if !cfg!(all(feature = "structured", feature = "cache")) {
         return;
     }
     let guide = include_str!("../docs/ordering.md");

@@ -18,6 +18,8 @@
 //! | [`summarize`] | `summarize` | model (`before_model` and around) | older messages replaced by a summary, committed to the session; summarize and retry on context overflow |
 //! | [`budget`] | `budget` | model (around, outside fallback and retry) | each call's worst cost reserved on its budgets (per run, session, tenant, shared) before it is sent, settled after; a call that does not fit stops the run |
 //! | [`clear`] | `clear` | model (`before_model`, inside summarize) | older tool results replaced by a placeholder in each request once it is large; the session keeps them whole |
+//! | [`select`] | `select` | model (`before_model`, inside instructions) | each call offered the tools a closure or a cheap model chooses (once per run and message), plus those always kept; any call still reaches every tool |
+//! | `cache` | `cache` | tool (around, inside approval) | results of read-only tools kept and reused by tool and canonical arguments, per session, shared or per key, for a time to live; identical concurrent calls run once; a write drops what its scope read |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
 //! is one value added to both stacks (`.layer(memory.clone())` on the agent and on the model);
@@ -51,6 +53,8 @@ mod ask;
 pub mod budget;
 #[cfg(any(feature = "approval", feature = "limits"))]
 mod by_name;
+#[cfg(feature = "cache")]
+pub mod cache;
 #[cfg(feature = "checkpoint")]
 pub mod checkpoint;
 #[cfg(feature = "clear")]
@@ -75,6 +79,8 @@ pub mod redact;
 pub mod retry;
 #[cfg(any(feature = "evict", feature = "summarize"))]
 mod segment;
+#[cfg(feature = "select")]
+pub mod select;
 #[cfg(feature = "structured")]
 pub mod structured;
 #[cfg(feature = "summarize")]
@@ -93,6 +99,8 @@ pub mod tokens;
 pub use approval::{Approval, ApprovalLayer};
 #[cfg(feature = "budget")]
 pub use budget::{Budget, BudgetLayer, Budgeted};
+#[cfg(feature = "cache")]
+pub use cache::{ToolCache, ToolCacheLayer};
 #[cfg(feature = "checkpoint")]
 pub use checkpoint::{Checkpoint, CheckpointLayer};
 #[cfg(feature = "clear")]
@@ -115,6 +123,8 @@ pub use patch::{PatchDangling, PatchDanglingLayer};
 pub use redact::{Redact, RedactLayer};
 #[cfg(feature = "retry")]
 pub use retry::{Retry, RetryLayer, RetryPolicy};
+#[cfg(feature = "select")]
+pub use select::{ToolSelect, ToolSelectLayer};
 #[cfg(feature = "structured")]
 pub use structured::{Structured, StructuredLayer};
 #[cfg(feature = "summarize")]
@@ -132,7 +142,9 @@ use tower::ServiceBuilder;
     feature = "checkpoint",
     feature = "evict",
     feature = "summarize",
-    feature = "clear"
+    feature = "clear",
+    feature = "cache",
+    feature = "select"
 ))]
 use tower::layer::util::Stack;
 
@@ -191,6 +203,14 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         self,
         clear: ClearToolResultsLayer,
     ) -> ServiceBuilder<Stack<ClearToolResultsLayer, L>>;
+
+    /// Add a [`ToolCacheLayer`] (on the tool stack, inside approval).
+    #[cfg(feature = "cache")]
+    fn tool_cache(self, cache: ToolCacheLayer) -> ServiceBuilder<Stack<ToolCacheLayer, L>>;
+
+    /// Add a [`ToolSelectLayer`] (on the model stack, inside the instructions).
+    #[cfg(feature = "select")]
+    fn tool_select(self, select: ToolSelectLayer) -> ServiceBuilder<Stack<ToolSelectLayer, L>>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -255,6 +275,16 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         clear: ClearToolResultsLayer,
     ) -> ServiceBuilder<Stack<ClearToolResultsLayer, L>> {
         self.layer(clear)
+    }
+
+    #[cfg(feature = "cache")]
+    fn tool_cache(self, cache: ToolCacheLayer) -> ServiceBuilder<Stack<ToolCacheLayer, L>> {
+        self.layer(cache)
+    }
+
+    #[cfg(feature = "select")]
+    fn tool_select(self, select: ToolSelectLayer) -> ServiceBuilder<Stack<ToolSelectLayer, L>> {
+        self.layer(select)
     }
 }
 
