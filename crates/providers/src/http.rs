@@ -116,6 +116,9 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     }
     let wire = &client.wire;
     let endpoint = &client.endpoint;
+    if let Some(prepare) = wire.before_send(&client.http, endpoint, &client.extra, req) {
+        prepare.await;
+    }
     let url = wire.url(endpoint, client.stream);
     let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, true)?);
     let post = || {

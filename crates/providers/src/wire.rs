@@ -6,6 +6,7 @@ use std::borrow::Cow;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Deserializer, Serialize};
+use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{ContentPart, Error, ErrorKind, Message, ModelRequest, ModelResponse};
 
 use crate::key::ApiKey;
@@ -118,6 +119,18 @@ pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
     /// (Anthropic: a thinking block cannot carry a cache marker).
     fn last_item_takes_fields(_message: &Message) -> bool {
         true
+    }
+
+    /// Work before a request is encoded and sent, when the provider has some for it (Gemini
+    /// makes its context cache); `extra` are the headers the host adds. `None` by default.
+    fn before_send<'a>(
+        &'a self,
+        _http: &'a reqwest::Client,
+        _endpoint: &'a Endpoint,
+        _extra: &'a HeaderMap,
+        _req: &'a ModelRequest,
+    ) -> Option<BoxFuture<'a, ()>> {
+        None
     }
 
     /// A whole (not streamed) response body.

@@ -427,3 +427,109 @@ async fn a_priced_provider_puts_each_calls_cost_in_its_usage() {
     let res = call(unpriced, request()).await.expect("streamed");
     assert_eq!(res.usage.cost, Cost::ZERO);
 }
+
+/// A Gemini answer whose prompt was read partly from a context cache.
+fn gemini_answer() -> Canned {
+    Canned::json(
+        200,
+        json!({
+            "candidates": [{"content": {"role": "model", "parts": [{"text": "Paris."}]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": 1500, "candidatesTokenCount": 2, "cachedContentTokenCount": 1200}
+        })
+        .to_string(),
+    )
+}
+
+#[tokio::test]
+async fn gemini_context_cache_is_made_once_and_named_after() {
+    let server = Server::start([
+        Canned::json(
+            200,
+            r#"{"name": "cachedContents/abc123", "model": "models/gemini-2.5-flash"}"#,
+        ),
+        gemini_answer(),
+        gemini_answer(),
+        // Another prompt: the API refuses to cache it, and is not asked again.
+        Canned::json(
+            400,
+            r#"{"error": {"code": 400, "message": "Cached content is too small."}}"#,
+        ),
+        gemini_answer(),
+        gemini_answer(),
+        // A short prompt: never cached.
+        gemini_answer(),
+    ])
+    .await;
+    let model = Gemini::new("gemini-2.5-flash")
+        .base_url(format!("{}/v1beta", server.url))
+        .api_key(KEY)
+        .streaming(false)
+        .context_cache(Some(Duration::from_secs(3600)));
+    let long = |text: &str| {
+        let mut req = request();
+        req.system = Some(format!("{text} {}", "Answer from the handbook. ".repeat(200)).into());
+        req
+    };
+
+    let first = call(model.clone(), long("One.")).await.expect("answered");
+    assert_eq!(first.usage, Usage::new(1500, 2).with_cached(1200));
+    call(model.clone(), long("One.")).await.expect("answered");
+    let sent = server.received();
+    let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/v1beta/cachedContents",
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+        ]
+    );
+    let made = sent[0].json();
+    assert_eq!(made["model"], "models/gemini-2.5-flash");
+    assert_eq!(made["ttl"], "3600s");
+    assert!(
+        made["systemInstruction"]["parts"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("One."))
+    );
+    assert_eq!(
+        made["tools"][0]["functionDeclarations"][0]["name"],
+        "weather"
+    );
+    assert_eq!(sent[0].header("x-goog-api-key"), Some(KEY));
+    for named in &sent[1..] {
+        let body = named.json();
+        assert_eq!(body["cachedContent"], "cachedContents/abc123");
+        assert!(body.get("systemInstruction").is_none() && body.get("tools").is_none());
+        assert_eq!(
+            body["contents"][0]["parts"][0]["text"],
+            "What is the capital of France?"
+        );
+    }
+
+    // Refused: the request goes whole, and the prefix is not offered again.
+    call(model.clone(), long("Two."))
+        .await
+        .expect("answered without the cache");
+    call(model.clone(), long("Two."))
+        .await
+        .expect("answered without the cache");
+    // Short: never offered.
+    call(model, request()).await.expect("answered");
+    let sent = server.received();
+    let paths: Vec<&str> = sent[3..].iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/v1beta/cachedContents",
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+        ]
+    );
+    for whole in &sent[4..] {
+        let body = whole.json();
+        assert!(body.get("cachedContent").is_none());
+        assert!(body["systemInstruction"]["parts"][0]["text"].is_string());
+    }
+}

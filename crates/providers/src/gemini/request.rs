@@ -9,6 +9,7 @@ use tower_agent_core::{
 use crate::wire::{self, Frame, text_of};
 
 use super::PROVIDER;
+use super::cache::{self, ContextCache, MIN_BYTES};
 
 /// The wire form of one message, written to `out` (a message's bytes are cached per run);
 /// the role it goes under, when the API groups messages by role.
@@ -28,7 +29,34 @@ pub(super) fn encode_message(
     Ok(Some(if model { "model" } else { "user" }))
 }
 
-pub(super) fn frame(req: &ModelRequest) -> Result<Frame, Error> {
+/// The body around the contents. With a context cache live for the request's prefix, the
+/// prefix (system instruction, tools, tool config) is named instead of sent.
+pub(super) fn frame(
+    req: &ModelRequest,
+    model: &str,
+    cache: Option<&ContextCache>,
+) -> Result<Frame, Error> {
+    let mut body = prefix(req);
+    if let Some(cache) = cache {
+        if let Some((key, _)) = cacheable(model, &body) {
+            if let Some(name) = cache.live(key) {
+                body = Map::new();
+                body.insert("cachedContent".into(), Value::String(name));
+            }
+        }
+    }
+    body.extend(options(req));
+    Frame::around(&Map::new(), "contents", &Value::Object(body), PROVIDER)
+}
+
+/// The key of `prefix` for `model`, when it is long enough to cache.
+pub(super) fn cacheable(model: &str, prefix: &Map<String, Value>) -> Option<(u64, usize)> {
+    let text = serde_json::to_string(prefix).ok()?;
+    (text.len() >= MIN_BYTES).then(|| (cache::key(model, &text), text.len()))
+}
+
+/// The system instruction, the tools and the tool config: what a context cache holds.
+pub(super) fn prefix(req: &ModelRequest) -> Map<String, Value> {
     // System messages of the history join the system instruction.
     let mut system = req.system.as_deref().unwrap_or_default().to_owned();
     for message in req.messages.iter().filter(|m| m.role == Role::System) {
@@ -40,11 +68,6 @@ pub(super) fn frame(req: &ModelRequest) -> Result<Frame, Error> {
             system.push_str(&text);
         }
     }
-    Frame::around(&Map::new(), "contents", &rest(req, system), PROVIDER)
-}
-
-/// The fields after the contents.
-fn rest(req: &ModelRequest, system: String) -> Value {
     let mut body = Map::new();
     if !system.is_empty() {
         body.insert(
@@ -82,6 +105,13 @@ fn rest(req: &ModelRequest, system: String) -> Value {
             json!({ "functionCallingConfig": config }),
         );
     }
+    body
+}
+
+/// The generation options.
+fn options(req: &ModelRequest) -> Map<String, Value> {
+    let options = &req.options;
+    let mut body = Map::new();
     let mut generation = Map::new();
     if let Some(t) = options.temperature {
         generation.insert("temperature".into(), json!(t));
@@ -102,7 +132,7 @@ fn rest(req: &ModelRequest, system: String) -> Value {
     if !generation.is_empty() {
         body.insert("generationConfig".into(), Value::Object(generation));
     }
-    Value::Object(body)
+    body
 }
 
 /// One part of a content, as the API reads it.
