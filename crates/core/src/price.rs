@@ -97,10 +97,22 @@ impl ModelPrice {
         )
     }
 
-    /// The most a call of `input` prompt tokens (none cached) and at most `output` completion
-    /// tokens can cost.
+    /// The most a call of `input` prompt tokens and at most `output` completion tokens can
+    /// cost: none read from the cache, and all written to it when writing costs more.
+    ///
+    /// ```
+    /// use tower_agent_core::{Cost, ModelPrice};
+    ///
+    /// let price = ModelPrice::per_million(3.0, 0.3, 15.0);
+    /// assert_eq!(price.worst_case(1_000_000, 0), Cost::from_dollars(3.0));
+    /// assert_eq!(price.with_cache_write(6.0).worst_case(1_000_000, 0), Cost::from_dollars(6.0));
+    /// ```
     pub fn worst_case(&self, input: u64, output: u64) -> Cost {
-        self.cost(&Usage::new(input, output))
+        let written = match self.cache_write {
+            Some(write) if write > self.input => input,
+            _ => 0,
+        };
+        self.cost(&Usage::new(input, output).with_cache_writes(written))
     }
 }
 

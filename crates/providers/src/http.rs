@@ -120,13 +120,13 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
         prepare.await;
     }
     let url = wire.url(endpoint, client.stream);
+    let headers = request_headers(wire, endpoint, &client.extra);
     let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, true)?);
     let post = || {
         let sent = client
             .http
             .post(&url)
-            .headers(client.extra.clone())
-            .headers(wire.headers(endpoint))
+            .headers(headers.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.clone())
             .send();
@@ -338,6 +338,41 @@ fn idle_error<W: Format>(limit: Duration, url: &str) -> Error {
 }
 
 /// `url` without a trailing `/`, and the path after its host (empty when it has none).
+/// The host's headers, then the format's: a format's header replaces the host's of the same
+/// name, but for the list-valued ones ([`Format::LIST_HEADERS`]), whose values are joined.
+pub(crate) fn request_headers<W: Format>(
+    wire: &W,
+    endpoint: &Endpoint,
+    extra: &HeaderMap,
+) -> HeaderMap {
+    let mut headers = extra.clone();
+    // `HeaderMap`'s iterator names a header once, before all its values.
+    let mut current: Option<HeaderName> = None;
+    for (name, value) in wire.headers(endpoint) {
+        match name {
+            Some(name) => {
+                let value = match headers.get(&name) {
+                    Some(host) if W::LIST_HEADERS.contains(&name.as_str()) => {
+                        let mut joined = host.as_bytes().to_vec();
+                        joined.push(b',');
+                        joined.extend_from_slice(value.as_bytes());
+                        HeaderValue::from_bytes(&joined).unwrap_or(value)
+                    }
+                    _ => value,
+                };
+                headers.insert(name.clone(), value);
+                current = Some(name);
+            }
+            None => {
+                if let Some(name) = &current {
+                    headers.append(name.clone(), value);
+                }
+            }
+        }
+    }
+    headers
+}
+
 pub(crate) fn split_base(url: &str) -> (&str, &str) {
     let url = url.trim().trim_end_matches('/');
     let host_start = url.find("://").map_or(0, |at| at + 3);

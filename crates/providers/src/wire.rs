@@ -86,6 +86,11 @@ pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
     /// The environment variable the base URL is read from.
     const BASE_URL_ENV: &'static str;
 
+    /// Headers whose value is a comma-separated list: a value the format sets is added to the
+    /// host's own (Anthropic's `anthropic-beta`), where another header of the format's
+    /// replaces the host's.
+    const LIST_HEADERS: &'static [&'static str] = &[];
+
     /// The key of a turn's item list, for providers whose messages are turns of items
     /// (`content` for Anthropic, `parts` for Gemini).
     const TURN_ITEMS: &'static str = "content";

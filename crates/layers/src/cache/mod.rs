@@ -3,33 +3,41 @@
 //! [`ToolCacheLayer`] answers a call from a result it keeps when the same tool was called with
 //! the same arguments before, in the same scope, within its time to live. It caches the tools
 //! the service inside it marks read-only ([`ToolSpec::read_only`], which an MCP tool's
-//! `readOnlyHint` sets), and the tools you name with [`tool`](ToolCacheLayer::tool); never
-//! those you [`exclude`](ToolCacheLayer::exclude).
+//! `readOnlyHint` sets), and the tools you name with [`include`](ToolCacheLayer::include);
+//! never those you [`exclude`](ToolCacheLayer::exclude).
 //!
 //! - **The key** is the scope, the tool's name and its arguments in canonical form: parsed as
 //!   JSON, object keys sorted, written without spaces. `{"b": 1, "a": 2}` and `{"a":2,"b":1}`
 //!   are one call. Arguments that are not JSON are never cached: the tool answers them.
 //! - **Scopes.** By default one per session ([`per_session`](ToolCacheLayer::per_session),
-//!   the outermost run's, so a sub-agent shares its parent's; a run with no session id is a
-//!   scope of its own). [`shared`](ToolCacheLayer::shared)
-//!   is one for every run through the layer and its clones, for tools whose answer does not
-//!   depend on who asks; [`per_key`](ToolCacheLayer::per_key) one per key a closure reads from
-//!   the run (a tenant's id).
+//!   the outermost run's; a run with no session id is a scope of its own).
+//!   [`shared`](ToolCacheLayer::shared) is one for every run through the layer and its clones,
+//!   for tools whose answer does not depend on who asks; [`per_key`](ToolCacheLayer::per_key)
+//!   one per key a closure reads from the run (a tenant's id; a run with no key is not cached).
+//!   A sub-agent (a nested run) is in its parent's scope, but its results are kept apart from
+//!   its parent's (a read-only sub-agent calling its own tool would otherwise wait for itself).
 //! - **Single flight.** Concurrent identical calls in one scope run the tool once; the others
 //!   wait for its result. A hundred at once run it once. When the call that runs it is
 //!   dropped (its run cancelled), one of the waiting calls runs it instead.
-//! - **What is kept.** A successful result that lets the run go on. An error result, an
-//!   [`Err`], a stop or a pause is returned and not kept (the calls that waited for it get it
-//!   too). A hit answers with the kept result under its own call id and no usage: the model
-//!   calls a sub-agent made are the first call's.
-//! - **Writes end what was read.** A call to a tool that is neither cached nor read-only may
-//!   change what the others read (`write_file` after `read_file`): it drops its scope's
-//!   entries, when it starts and again when it ends, so a read that overlapped it is not kept
-//!   either. [`invalidate_on_write(false)`](ToolCacheLayer::invalidate_on_write) turns that off.
+//! - **What is kept.** A successful result that lets the run go on. An error result is
+//!   returned and not kept; the calls that waited for it get it too. A stop, a pause or an
+//!   [`Err`] is the running call's own: each call that waited runs its own request. A hit
+//!   answers with the kept result under its own call id and no usage (the model calls a
+//!   sub-agent made are the first call's).
+//! - **Writes end what was read.** A call to a tool the service marks as not read-only may
+//!   change what the others read (`write_file` after `read_file`): its scope moves to a new
+//!   epoch when the call starts and again when it ends (or is dropped), so the entries kept
+//!   before are no longer found, and a read that overlapped it is not kept either. The old
+//!   entries stay, unreachable, until their time to live ends or room is needed. Only calls
+//!   through this layer (or a clone) count: give a sub-agent's tool stack the same layer for
+//!   its writes to reach its parent's scope. A call of a tool the service does not serve
+//!   changes nothing. [`invalidate_on_write(false)`](ToolCacheLayer::invalidate_on_write)
+//!   turns this off.
 //! - **Bounded.** Entries live [`ttl`](ToolCacheLayer::ttl) (5 minutes by default) and take at
 //!   most [`max_bytes`](ToolCacheLayer::max_bytes) between them (32 MiB by default, counting
 //!   their results and arguments); the least used go first.
-//! - **Not cached:** a resumed call (it carries the value the run resumed with).
+//! - **Not answered from the cache:** a resumed call (it carries the value the run resumed
+//!   with); a resumed write still moves its scope on.
 //!
 //! The cache lives in memory, in the layer and its clones (the entries are
 //! [moka](https://docs.rs/moka)'s): each process has its own, and a restart starts empty.
@@ -70,6 +78,7 @@ mod tests;
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -78,7 +87,11 @@ use tower_layer::Layer;
 
 pub use service::{ResponseFuture, ToolCache};
 
-type KeyFn = Arc<dyn Fn(&RunContext) -> String + Send + Sync>;
+type KeyFn = Arc<dyn Fn(&RunContext) -> Option<String> + Send + Sync>;
+
+/// Where every scope's epochs come from: an epoch is never given twice, so a scope whose epoch
+/// was forgotten (unread for its time to live) starts on one no entry was kept under.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// Applies [`ToolCache`]; see the [module docs](self).
 ///
@@ -108,20 +121,23 @@ enum Scope {
 
 pub(crate) struct Config {
     settings: Settings,
-    /// The kept results, by scope, epoch, tool and arguments.
+    /// The kept results, by scope, epoch, nesting, tool and arguments.
     values: moka::future::Cache<Key, Arc<tower_agent_core::ToolResponse>>,
     /// Each scope's epoch: a write moves it on, and the entries of earlier epochs are no longer
-    /// found. An epoch lives as long as it is read within the time to live; one that is not
-    /// has no entry left that could be found.
+    /// found (they stay, unreachable, until their time to live ends or room is needed). An
+    /// epoch is forgotten when it is not read for the time to live; the scope then gets a new
+    /// one.
     epochs: moka::sync::Cache<Arc<str>, u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
-    scope: Arc<str>,
-    epoch: u64,
-    tool: String,
-    arguments: String,
+    pub(crate) scope: Arc<str>,
+    pub(crate) epoch: u64,
+    /// The nested run's path (a sub-agent's), `None` for the outermost run.
+    pub(crate) path: Option<Arc<str>>,
+    pub(crate) tool: String,
+    pub(crate) arguments: String,
 }
 
 /// Longer than this and moka refuses the time to live; no one means more.
@@ -191,19 +207,23 @@ impl ToolCacheLayer {
     }
 
     /// One scope per key that `key` reads from the outermost run (a tenant's id from its
-    /// extensions or state).
-    pub fn per_key(self, key: impl Fn(&RunContext) -> String + Send + Sync + 'static) -> Self {
+    /// extensions or state). A run it gives no key is not cached (its writes drop nothing).
+    pub fn per_key(
+        self,
+        key: impl Fn(&RunContext) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
         self.with(|s| s.scope = Scope::Key(Arc::new(key)))
     }
 
     /// Cache `tool` too, though it is not marked read-only (a pure computation).
-    pub fn tool(self, tool: impl Into<String>) -> Self {
+    pub fn include(self, tool: impl Into<String>) -> Self {
         let tool = tool.into();
         self.with(|s| s.tools.push(tool))
     }
 
     /// Never cache `tool`, though it is read-only (its answer changes by itself: the time, a
-    /// queue's length). Its calls do not drop the cache either.
+    /// queue's length). Its calls neither use nor drop the cache: do not exclude a tool that
+    /// writes, or its writes leave stale results.
     pub fn exclude(self, tool: impl Into<String>) -> Self {
         let tool = tool.into();
         self.with(|s| s.exclude.push(tool))
@@ -267,24 +287,26 @@ pub(crate) enum Kind {
 }
 
 impl Config {
-    /// What to do with a call of `tool`, which the service inside marks `read_only` or not.
-    pub(crate) fn kind(&self, tool: &str, read_only: bool) -> Kind {
+    /// What to do with a call of `tool`, which the service inside marks read-only
+    /// (`Some(true)`), not (`Some(false)`), or does not serve (`None`: the call only gets an
+    /// error result).
+    pub(crate) fn kind(&self, tool: &str, read_only: Option<bool>) -> Kind {
         let settings = &self.settings;
         let named = |names: &[String]| names.iter().any(|name| name == tool);
         if named(&settings.exclude) {
             Kind::Other
-        } else if read_only || named(&settings.tools) {
+        } else if read_only == Some(true) || named(&settings.tools) {
             Kind::Cached
-        } else if settings.invalidate_on_write {
+        } else if read_only == Some(false) && settings.invalidate_on_write {
             Kind::Writes
         } else {
             Kind::Other
         }
     }
 
-    /// The scope of a call made in `ctx`.
-    pub(crate) fn scope(&self, ctx: &RunContext) -> Arc<str> {
-        match &self.settings.scope {
+    /// The scope of a call made in `ctx`; `None` when a keyed scope gives no key.
+    pub(crate) fn scope(&self, ctx: &RunContext) -> Option<Arc<str>> {
+        Some(match &self.settings.scope {
             Scope::Session => {
                 let root = ctx.root();
                 match root.session_id() {
@@ -294,20 +316,22 @@ impl Config {
                 }
             }
             Scope::Shared => Arc::from(""),
-            Scope::Key(key) => Arc::from(key(&ctx.root())),
-        }
+            Scope::Key(key) => Arc::from(key(&ctx.root())?),
+        })
     }
 
-    /// The scope's epoch now.
+    /// The scope's epoch now (a new one when it has none).
     pub(crate) fn epoch(&self, scope: &Arc<str>) -> u64 {
-        self.epochs.get(scope).unwrap_or(0)
+        self.epochs
+            .get_with_by_ref(scope, || NEXT_EPOCH.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Move the scope's epoch on: what was kept before is no longer found.
+    /// Move the scope to a new epoch: what was kept before is no longer found.
     pub(crate) fn invalidate(&self, scope: &Arc<str>) {
-        self.epochs
-            .entry_by_ref(scope)
-            .and_upsert_with(|epoch| epoch.map_or(1, |e| e.into_value().wrapping_add(1)));
+        self.epochs.insert(
+            Arc::clone(scope),
+            NEXT_EPOCH.fetch_add(1, Ordering::Relaxed),
+        );
     }
 }
 

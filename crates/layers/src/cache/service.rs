@@ -85,23 +85,30 @@ where
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
         // Asked per call: a tool service may change its tools (an MCP server's list).
-        let read_only = self
+        let spec = self
             .inner
             .tool_specs()
             .iter()
-            .any(|spec| spec.read_only && spec.name == req.call.name);
-        let kind = match req.resume {
-            Some(_) => Kind::Other,
-            None => self.config.kind(&req.call.name, read_only),
+            .find(|spec| spec.name == req.call.name)
+            .map(|spec| spec.read_only);
+        let kind = match (self.config.kind(&req.call.name, spec), &req.resume) {
+            // A resumed call carries the value the run resumed with: it is run, never
+            // answered from the cache; a write still drops what its scope read.
+            (Kind::Cached, Some(_)) => Kind::Other,
+            (kind, _) => kind,
+        };
+        let scope = match kind {
+            Kind::Other => None,
+            Kind::Cached | Kind::Writes => self.config.scope(&req.ctx),
         };
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let config = Arc::clone(&self.config);
         ResponseFuture {
-            inner: match kind {
-                Kind::Cached => Box::pin(cached(config, inner, req)),
-                Kind::Writes => Box::pin(writes(config, inner, req)),
-                Kind::Other => Box::pin(inner.call(req)),
+            inner: match (kind, scope) {
+                (Kind::Cached, Some(scope)) => Box::pin(cached(config, inner, req, scope)),
+                (Kind::Writes, Some(scope)) => Box::pin(writes(config, inner, req, scope)),
+                _ => Box::pin(inner.call(req)),
             },
         }
     }
@@ -126,10 +133,12 @@ impl Future for ResponseFuture {
     }
 }
 
-/// Why a call's response was not kept; the calls that waited for it get it too.
+/// Why a call's response was not kept.
 enum NotKept {
-    Response(ToolResponse),
-    Failed(Error),
+    /// An error result: the calls that waited for it get it too.
+    Shared(Box<ToolResponse>),
+    /// A stop, a pause or an `Err`: the call's own; a waiting call runs its own request.
+    Own,
 }
 
 /// Answer from the cache, or run the call once for every identical call waiting, and keep
@@ -138,6 +147,7 @@ async fn cached<S>(
     config: Arc<Config>,
     mut inner: S,
     req: ToolRequest,
+    scope: Arc<str>,
 ) -> Result<ToolResponse, Error>
 where
     S: Service<ToolRequest, Response = ToolResponse, Error = Error>,
@@ -145,47 +155,75 @@ where
     let Some(arguments) = canonical(&req.call.arguments) else {
         return inner.call(req).await;
     };
-    let scope = config.scope(&req.ctx);
     let epoch = config.epoch(&scope);
     let key = Key {
         scope: Arc::clone(&scope),
         epoch,
+        // A sub-agent's calls are kept apart from its parent's: a read-only sub-agent that
+        // calls its own tool with the same arguments would otherwise wait for itself.
+        path: req.ctx.path(),
         tool: req.call.name.clone(),
         arguments,
     };
     let call_id = req.call.id.clone();
-    // Set when this call is the one that runs the tool: its usage is its own.
-    let mut ran: Option<Usage> = None;
+    // Taken by the call that runs the tool; still here for a call that waited for another.
+    let mut waiting = Some(req);
+    // The running call's own response when it is not kept.
+    let mut own: Option<Result<ToolResponse, Error>> = None;
     let run = async {
-        let response = inner.call(req).await;
-        let mut response = match response {
-            Ok(response) => response,
-            Err(error) => return Err(NotKept::Failed(error)),
+        let Some(req) = waiting.take() else {
+            return Err(NotKept::Own);
         };
-        ran = Some(std::mem::take(&mut response.usage));
+        let mut response = match inner.call(req).await {
+            Ok(response) => response,
+            Err(error) => {
+                own = Some(Err(error));
+                return Err(NotKept::Own);
+            }
+        };
         let keep = !response.result.is_error
             && response.action == ToolAction::Continue
             // A write that overlapped the call: what it read may be stale.
             && config.epoch(&scope) == epoch;
         if keep {
-            Ok(Arc::new(response))
+            let usage = std::mem::take(&mut response.usage);
+            let kept = Arc::new(response.clone());
+            response.usage = usage;
+            own = Some(Ok(response));
+            Ok(kept)
+        } else if response.action == ToolAction::Continue {
+            let shared = ToolResponse {
+                usage: Usage::default(),
+                ..response.clone()
+            };
+            own = Some(Ok(response));
+            Err(NotKept::Shared(Box::new(shared)))
         } else {
-            Err(NotKept::Response(response))
+            own = Some(Ok(response));
+            Err(NotKept::Own)
         }
     };
+    // When the running call is dropped, moka runs a waiting call's `run` instead; a waiting
+    // call that sees 200 running calls dropped in a row panics (moka's bound), which the
+    // agent's tool call turns into an error result like any tool panic.
     let outcome = config.values.entry(key).or_try_insert_with(run).await;
+    if let Some(own) = own {
+        return own;
+    }
     let mut response = match outcome {
         Ok(entry) => ToolResponse::clone(&entry.into_value()),
-        Err(not_kept) => match &*not_kept {
-            NotKept::Response(response) => response.clone(),
-            NotKept::Failed(error) => return Err(error.clone()),
+        Err(not_kept) => match (&*not_kept, waiting.take()) {
+            (NotKept::Shared(response), _) => ToolResponse::clone(response),
+            // What the running call got was its own (a pause, a stop, a failure, its run
+            // cancelled): this call runs its own request.
+            (NotKept::Own, Some(req)) => return inner.call(req).await,
+            (NotKept::Own, None) => {
+                return Err(Error::other("tool cache: a call neither ran nor waited"));
+            }
         },
     };
+    tracing::debug!(tool = %response.result.name, "tool result from the cache");
     response.result.call_id = call_id;
-    match ran {
-        Some(usage) => response.usage = usage,
-        None => tracing::debug!(tool = %response.result.name, "tool result from the cache"),
-    }
     Ok(response)
 }
 
@@ -195,11 +233,11 @@ async fn writes<S>(
     config: Arc<Config>,
     mut inner: S,
     req: ToolRequest,
+    scope: Arc<str>,
 ) -> Result<ToolResponse, Error>
 where
     S: Service<ToolRequest, Response = ToolResponse, Error = Error>,
 {
-    let scope = config.scope(&req.ctx);
     config.invalidate(&scope);
     let _after = InvalidateOnDrop { config, scope };
     inner.call(req).await

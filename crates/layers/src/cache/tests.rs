@@ -12,13 +12,15 @@ use tower_agent_core::{
 
 use super::ToolCacheLayer;
 
-/// Runs of each tool, and a gate that holds every run until it is opened.
+/// Runs of each tool, and a gate that holds every run (or the runs of one tool) until it is
+/// opened.
 #[derive(Clone, Default)]
 struct Tools {
     read: Arc<AtomicUsize>,
     write: Arc<AtomicUsize>,
     pure: Arc<AtomicUsize>,
     gate: Option<Arc<Semaphore>>,
+    gated_tool: Option<&'static str>,
 }
 
 impl Tools {
@@ -27,6 +29,18 @@ impl Tools {
             gate: Some(Arc::new(Semaphore::new(0))),
             ..Self::default()
         }
+    }
+
+    /// Only `tool`'s runs wait at the gate.
+    fn gating(tool: &'static str) -> Self {
+        Self {
+            gated_tool: Some(tool),
+            ..Self::gated()
+        }
+    }
+
+    fn writes(&self) -> usize {
+        self.write.load(Ordering::SeqCst)
     }
 
     fn open(&self) {
@@ -71,7 +85,8 @@ impl Tools {
                         _ => &tools.pure,
                     };
                     let run = counter.fetch_add(1, Ordering::SeqCst) + 1;
-                    if let Some(gate) = &tools.gate {
+                    let held = tools.gated_tool.is_none_or(|t| t == req.call.name);
+                    if let (Some(gate), true) = (&tools.gate, held) {
                         let _permit = gate.acquire().await.expect("gate open");
                     }
                     if args["err"] == json!(true) {
@@ -190,7 +205,7 @@ async fn only_read_only_or_named_tools_are_cached_and_excluded_ones_never() {
 
     let tools = Tools::default();
     let service = ToolCacheLayer::new()
-        .tool("pure")
+        .include("pure")
         .exclude("clock")
         .layer(tools.service());
     for id in ["c1", "c2"] {
@@ -237,13 +252,15 @@ async fn scopes_per_session_shared_and_per_key() {
     let service = ToolCacheLayer::new().layer(tools.service());
     call(&service, "c1", "read", "{}", &a).await;
     call(&service, "c2", "read", "{}", &b).await;
-    // A sub-agent's run reads its parent's session.
-    call(&service, "c3", "read", "{}", &a.nested("helper")).await;
     assert_eq!(tools.reads(), 2);
+    // A sub-agent's results are kept apart from its parent's (but shared between its calls).
+    call(&service, "c3", "read", "{}", &a.nested("helper")).await;
+    call(&service, "c4", "read", "{}", &a.nested("helper")).await;
+    assert_eq!(tools.reads(), 3);
     // Two runs without a session are two scopes.
-    call(&service, "c4", "read", "{}", &RunContext::new()).await;
     call(&service, "c5", "read", "{}", &RunContext::new()).await;
-    assert_eq!(tools.reads(), 4);
+    call(&service, "c6", "read", "{}", &RunContext::new()).await;
+    assert_eq!(tools.reads(), 5);
 
     let tools = Tools::default();
     let service = ToolCacheLayer::new().shared().layer(tools.service());
@@ -253,7 +270,7 @@ async fn scopes_per_session_shared_and_per_key() {
 
     let tools = Tools::default();
     let service = ToolCacheLayer::new()
-        .per_key(|ctx| ctx.state::<String>("tenant").unwrap_or_default())
+        .per_key(|ctx| ctx.state::<String>("tenant"))
         .layer(tools.service());
     let tenant = |name: &str, tenant: &str| {
         let ctx = session(name);
@@ -264,6 +281,11 @@ async fn scopes_per_session_shared_and_per_key() {
     call(&service, "c2", "read", "{}", &tenant("b", "acme")).await;
     call(&service, "c3", "read", "{}", &tenant("c", "globex")).await;
     assert_eq!(tools.reads(), 2);
+    // No tenant: not cached, not even between calls of one session.
+    let anonymous = session("d");
+    call(&service, "c4", "read", "{}", &anonymous).await;
+    call(&service, "c5", "read", "{}", &anonymous).await;
+    assert_eq!(tools.reads(), 4);
 }
 
 #[tokio::test]
@@ -302,19 +324,116 @@ async fn a_write_drops_what_its_scope_read() {
 
 #[tokio::test]
 async fn a_read_that_overlaps_a_write_is_not_kept() {
-    let tools = Tools::gated();
+    // The read starts first and ends after the write.
+    let tools = Tools::gating("read");
     let service = ToolCacheLayer::new().layer(tools.service());
     let ctx = session("s1");
     let read = tokio::spawn(call_owned(service.clone(), "c1", "read", ctx.clone()));
-    let write = tokio::spawn(call_owned(service.clone(), "c2", "write", ctx.clone()));
-    while tools.reads() + tools.write.load(Ordering::SeqCst) < 2 {
+    while tools.reads() == 0 {
         tokio::task::yield_now().await;
     }
+    call(&service, "c2", "write", "{}", &ctx).await;
     tools.open();
     read.await.expect("read");
-    write.await.expect("write");
     call(&service, "c3", "read", "{}", &ctx).await;
-    assert_eq!(tools.reads(), 2, "the overlapping read was not kept");
+    assert_eq!(
+        tools.reads(),
+        2,
+        "the read that began before the write was not kept"
+    );
+
+    // The write starts first and ends after the read.
+    let tools = Tools::gating("write");
+    let service = ToolCacheLayer::new().layer(tools.service());
+    let write = tokio::spawn(call_owned(service.clone(), "c1", "write", ctx.clone()));
+    while tools.writes() == 0 {
+        tokio::task::yield_now().await;
+    }
+    call(&service, "c2", "read", "{}", &ctx).await;
+    call(&service, "c3", "read", "{}", &ctx).await;
+    assert_eq!(tools.reads(), 1, "kept while the write runs");
+    tools.open();
+    write.await.expect("write");
+    let after = call(&service, "c4", "read", "{}", &ctx).await;
+    assert_eq!(
+        tools.reads(),
+        2,
+        "the write's end drops what was read during it"
+    );
+    assert!(
+        after.result.content.starts_with("v1"),
+        "{}",
+        after.result.content
+    );
+}
+
+#[tokio::test]
+async fn a_resumed_write_drops_and_an_unknown_tool_keeps_what_was_read() {
+    let tools = Tools::default();
+    let service = ToolCacheLayer::new().layer(tools.service());
+    let ctx = session("s1");
+    call(&service, "c1", "read", "{}", &ctx).await;
+    let unknown = call(&service, "c2", "teleport", "{}", &ctx).await;
+    call(&service, "c3", "read", "{}", &ctx).await;
+    assert_eq!(
+        tools.reads(),
+        1,
+        "a call of a tool the service lacks writes nothing"
+    );
+    assert_eq!(unknown.result.call_id, "c2");
+    let mut resumed = request("c4", "write", "{}", &ctx);
+    resumed.resume = Some(json!({"type": "approve"}));
+    service.clone().oneshot(resumed).await.expect("answers");
+    call(&service, "c5", "read", "{}", &ctx).await;
+    assert_eq!(tools.reads(), 2);
+
+    // A write in a sub-agent through the same layer reaches its parent's scope.
+    call(&service, "c6", "write", "{}", &ctx.nested("helper")).await;
+    call(&service, "c7", "read", "{}", &ctx).await;
+    assert_eq!(tools.reads(), 3);
+}
+
+#[tokio::test]
+async fn a_failure_a_stop_or_a_cancellation_is_the_running_calls_own() {
+    for args in [r#"{"err": true}"#, r#"{"stop": true}"#] {
+        let tools = Tools::gated();
+        let service = ToolCacheLayer::new().layer(tools.service());
+        let ctx = session("s1");
+        let spawn = |id: &'static str| {
+            let (service, ctx) = (service.clone(), ctx.clone());
+            tokio::spawn(async move { service.oneshot(request(id, "read", args, &ctx)).await })
+        };
+        let first = spawn("c1");
+        while tools.reads() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let second = spawn("c2");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(tools.reads(), 1, "{args}: the second call waits");
+        tools.open();
+        let (first, second) = (first.await.expect("task"), second.await.expect("task"));
+        assert_eq!(
+            tools.reads(),
+            2,
+            "{args}: the waiting call ran its own request"
+        );
+        match (first, second) {
+            (Err(one), Err(two)) => {
+                assert!(one.to_string().contains("broken") && two.to_string().contains("broken"));
+            }
+            (Ok(one), Ok(two)) => {
+                let ids = |r: &ToolResponse| match &r.action {
+                    ToolAction::Stop(tower_agent_core::StopReason::Tool { call_id, .. }) => {
+                        call_id.clone()
+                    }
+                    other => panic!("a stop, not {other:?}"),
+                };
+                assert_eq!((ids(&one), ids(&two)), ("c1".into(), "c2".into()));
+                assert_eq!(two.usage, Usage::new(10, 5), "its own run's usage");
+            }
+            other => panic!("{args}: {other:?}"),
+        }
+    }
 }
 
 async fn call_owned<S>(
@@ -470,7 +589,7 @@ async fn clones_share_the_cache_and_builder_methods_make_a_new_one() {
     let fresh = layer.ttl(Duration::from_secs(60)).layer(tools.service());
     call(&fresh, "c3", "read", "{}", &ctx).await;
     assert_eq!(tools.reads(), 2);
-    let debug = format!("{:?}", ToolCacheLayer::new().shared().tool("pure"));
+    let debug = format!("{:?}", ToolCacheLayer::new().shared().include("pure"));
     assert!(
         debug.contains("shared") && debug.contains("pure"),
         "{debug}"

@@ -10,20 +10,26 @@
 //!
 //! Two selectors:
 //!
-//! - [`by`](ToolSelectLayer::by): a closure of yours reads the request and names the tools
-//!   (by a keyword, by the user's plan, by an embedding search of your own). It is asked at
-//!   every call.
+//! - [`by`](ToolSelectLayer::by): a closure of yours reads the request (its system prompt,
+//!   history, tools) and names the tools (by a keyword, by the user's plan, by an embedding
+//!   search of your own). It is asked at every call.
 //! - [`model`](ToolSelectLayer::model): a cheap model, as LangChain's `LLMToolSelector`
-//!   does. It is given the tools' names and descriptions and the user's last message, and
-//!   answers with the names, as JSON (the request asks for it with a response format whose
-//!   schema lists the names). It is asked once per run and user message: the run's later rounds
-//!   reuse its choice, so a run of ten rounds pays for one selection. Its tokens are the
-//!   response's side usage. A selector that fails, or answers with no name it knows, leaves
-//!   every tool offered (a warning is logged): a selection never ends a run.
+//!   does. It is given the tools' names, the first line of their descriptions and the user's
+//!   last message (its first 4,000 characters; not the system prompt, nor earlier turns, so a
+//!   bare "go ahead" tells it little), and answers with the names, as JSON (the request asks
+//!   for it with a response format whose schema lists the names). It is asked once per run
+//!   and user message: the run's later rounds reuse its choice, so a run of ten rounds pays
+//!   for one selection; a run resumed later asks again. Its tokens are the response's side
+//!   usage. A selector that fails, or answers with no name it knows, leaves every tool
+//!   offered for the rest of the run (a warning is logged): a selection never ends a run.
 //!
+//! A tool the request forces (`ToolChoice::Tool`) is always kept; a selection that would leave
+//! no tool at all leaves every tool (the calls in the history must stay defined).
 //! [`max_tools`](ToolSelectLayer::max_tools) caps how many selected tools are kept (the
 //! always-kept ones come on top), and a request with no more tools than that is left as it
 //! is, the selector not asked. A call on the side of the run (a summary) is left as it is.
+//! Tools that layers add are selected like the others: keep eviction's read tool with
+//! `.always(evict::READ_TOOL)` when results are evicted.
 //!
 //! **The prompt cache.** The tools come first in a provider's cached prefix: a selection that
 //! changes makes the prefix new. Within a run a model's selection does not change; a closure's

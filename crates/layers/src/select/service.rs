@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
     Error, GenerationOptions, Message, ModelRequest, ModelResponse, ResponseFormat, Role,
-    SideModel, ToolSpec, Usage,
+    SideModel, ToolChoice, ToolSpec, Usage,
 };
 use tower_service::Service;
 
@@ -79,7 +79,7 @@ where
             match &config.selector {
                 Selector::Closure(select) => {
                     let names = select(&req);
-                    req.tools = config.keep(&req.tools, &names);
+                    req.tools = config.keep(&req, &names);
                 }
                 Selector::Model(model) => {
                     let Some(asked) = last_user_text(&req) else {
@@ -88,7 +88,7 @@ where
                     match req.ctx.extension_at(&config.memo) {
                         Some(memo) if *memo.asked == *asked => {
                             if let Some(names) = &memo.names {
-                                req.tools = config.keep(&req.tools, names);
+                                req.tools = config.keep(&req, names);
                             }
                         }
                         _ => {
@@ -173,7 +173,7 @@ where
 {
     let (names, spent) = ask(&config, &model, &req, &asked).await;
     if let Some(names) = &names {
-        req.tools = config.keep(&req.tools, names);
+        req.tools = config.keep(&req, names);
     }
     req.ctx
         .insert_extension_at(&config.memo, Memo { asked, names });
@@ -212,11 +212,17 @@ async fn ask(
         names.is_empty() || names.iter().any(|n| req.tools.iter().any(|t| t.name == *n))
     });
     if names.is_none() {
-        let shown: String = text.chars().take(80).collect();
-        tracing::warn!(answer = %shown, "tool selection unreadable: every tool is offered");
+        // The answer may quote the user: only its length is logged.
+        tracing::warn!(
+            answer_bytes = text.len(),
+            "tool selection unreadable: every tool is offered"
+        );
     }
     (names.map(Into::into), spent)
 }
+
+/// The most characters of the user's message the selector is shown.
+const MAX_ASKED_CHARS: usize = 4_000;
 
 const SYSTEM: &str = "You choose the tools an assistant will be offered for a user's request. \
 Name only tools from the list, the most useful first, and no tool the request does not need.";
@@ -229,7 +235,12 @@ fn prompt(config: &Config, tools: &[ToolSpec], asked: &str) -> String {
         prompt.push_str(&format!("- {}: {description}\n", tool.name));
     }
     prompt.push_str("\nThe request:\n");
-    prompt.push_str(asked);
+    // A pasted document says little more about the tools than its start does.
+    let end = asked
+        .char_indices()
+        .nth(MAX_ASKED_CHARS)
+        .map_or(asked.len(), |(i, _)| i);
+    prompt.push_str(&asked[..end]);
     prompt.push_str("\n\nAnswer with JSON: {\"tools\": [names]}");
     if let Some(max) = config.max_tools {
         prompt.push_str(&format!(", at most {max} names"));
@@ -275,11 +286,17 @@ fn last_user_text(req: &ModelRequest) -> Option<String> {
 }
 
 impl Config {
-    /// The tools of `tools` named in `names` (the first `max_tools` of them that exist) or kept
-    /// always, in their order.
-    pub(crate) fn keep(&self, tools: &Arc<[ToolSpec]>, names: &[String]) -> Arc<[ToolSpec]> {
+    /// The request's tools named in `names` (the first `max_tools` of them that exist), kept
+    /// always or forced by the request's tool choice, in their order; every tool when that
+    /// leaves none.
+    pub(crate) fn keep(&self, req: &ModelRequest, names: &[String]) -> Arc<[ToolSpec]> {
+        let tools = &req.tools;
+        let forced = match &req.options.tool_choice {
+            Some(ToolChoice::Tool(name)) => Some(name.as_str()),
+            _ => None,
+        };
         let exists = |name: &String| tools.iter().any(|t| t.name == *name);
-        let is_always = |name: &str| self.always.iter().any(|a| a == name);
+        let is_always = |name: &str| forced == Some(name) || self.always.iter().any(|a| a == name);
         let mut chosen: Vec<&str> = Vec::new();
         for name in names.iter().filter(|n| exists(n) && !is_always(n)) {
             if !chosen.contains(&name.as_str()) {
@@ -292,7 +309,9 @@ impl Config {
             .filter(|t| is_always(&t.name) || chosen.contains(&t.name.as_str()))
             .cloned()
             .collect();
-        if kept.len() == tools.len() {
+        // No tools at all would leave the calls in the history undefined (Anthropic refuses
+        // that) and a `Required` choice unmeetable.
+        if kept.is_empty() || kept.len() == tools.len() {
             Arc::clone(tools)
         } else {
             kept.into()

@@ -64,6 +64,16 @@ async fn a_closure_chooses_and_named_tools_are_always_kept_in_their_order() {
     );
     let none = ToolSelectLayer::by(|_req: &ModelRequest| Vec::new()).always("shell");
     assert_eq!(offered_through(&none, request("hi", &ctx)).await, ["shell"]);
+    // Nothing left at all: every tool (calls in the history must stay defined).
+    let nothing = ToolSelectLayer::by(|_req: &ModelRequest| vec!["nope".to_string()]);
+    assert_eq!(offered_through(&nothing, request("hi", &ctx)).await, TOOLS);
+    // A tool the request forces is kept.
+    let mut forced = request("hi", &ctx);
+    forced.options = forced
+        .options
+        .tool_choice(tower_agent_core::ToolChoice::Tool("email".into()));
+    let math = ToolSelectLayer::by(|_req: &ModelRequest| vec!["math".to_string()]);
+    assert_eq!(offered_through(&math, forced).await, ["email", "math"]);
 }
 
 #[tokio::test]

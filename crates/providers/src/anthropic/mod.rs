@@ -130,6 +130,7 @@ impl Format for AnthropicWire {
     const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
     const KEY_ENV: &'static str = "ANTHROPIC_API_KEY";
     const BASE_URL_ENV: &'static str = "ANTHROPIC_BASE_URL";
+    const LIST_HEADERS: &'static [&'static str] = &["anthropic-beta"];
 
     fn base_url_of(url: &str) -> String {
         base_url_of(url)

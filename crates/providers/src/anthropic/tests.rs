@@ -413,3 +413,30 @@ fn cache_writes_are_reported_apart_and_the_hour_long_cache_sends_its_beta() {
         assert_eq!(sent, beta, "{ttl:?}");
     }
 }
+
+#[test]
+fn the_cache_beta_joins_the_hosts_own_betas() {
+    let (mut wire, endpoint) = wire();
+    wire.cache = Some(CacheTtl::OneHour);
+    let mut extra = HeaderMap::new();
+    extra.insert(
+        "anthropic-beta",
+        "context-1m-2025-08-07".parse().expect("a value"),
+    );
+    extra.insert("x-trace", "t1".parse().expect("a value"));
+    let headers = crate::http::request_headers(&wire, &endpoint, &extra);
+    assert_eq!(
+        headers.get("anthropic-beta").and_then(|v| v.to_str().ok()),
+        Some("context-1m-2025-08-07,extended-cache-ttl-2025-04-11")
+    );
+    assert_eq!(
+        headers.get("x-trace").and_then(|v| v.to_str().ok()),
+        Some("t1")
+    );
+    assert_eq!(
+        headers
+            .get("anthropic-version")
+            .and_then(|v| v.to_str().ok()),
+        Some(Anthropic::VERSION)
+    );
+}
