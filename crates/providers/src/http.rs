@@ -121,6 +121,8 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     }
     let url = wire.url(endpoint, client.stream);
     let headers = request_headers(wire, endpoint, &client.extra);
+    let mut again = true;
+    let response = loop {
     let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, true)?);
     let post = || {
         let sent = client
@@ -148,7 +150,10 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     }
     .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
     let status = response.status();
-    if !status.is_success() {
+    if status.is_success() {
+        break response;
+    }
+    {
         let headers = response.headers().clone();
         // An error's body is short; a server that stalls sending it gets what it sent so far
         // classified.
@@ -165,6 +170,12 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
             endpoint.key.as_ref(),
             SystemTime::now(),
         );
+        // A request that named something the server no longer has (Gemini's context
+        // cache): once more without it.
+        if again && status.is_client_error() && wire.forget(endpoint, req) {
+            again = false;
+            continue;
+        }
         if status == reqwest::StatusCode::NOT_FOUND {
             error = Error::new(
                 error.kind(),
@@ -178,6 +189,7 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
         }
         return Err(error);
     }
+    };
     if !client.stream {
         // Generated: the body follows its head at once.
         let bytes = idle::<W, _>(client.idle_timeout, &url, response.bytes())
@@ -337,9 +349,9 @@ fn idle_error<W: Format>(limit: Duration, url: &str) -> Error {
     )
 }
 
-/// `url` without a trailing `/`, and the path after its host (empty when it has none).
 /// The host's headers, then the format's: a format's header replaces the host's of the same
-/// name, but for the list-valued ones ([`Format::LIST_HEADERS`]), whose values are joined.
+/// name, but for the list-valued ones ([`Format::LIST_HEADERS`]), where the format's values
+/// are added to the host's (once each; sensitive when either is).
 pub(crate) fn request_headers<W: Format>(
     wire: &W,
     endpoint: &Endpoint,
@@ -349,30 +361,46 @@ pub(crate) fn request_headers<W: Format>(
     // `HeaderMap`'s iterator names a header once, before all its values.
     let mut current: Option<HeaderName> = None;
     for (name, value) in wire.headers(endpoint) {
-        match name {
-            Some(name) => {
-                let value = match headers.get(&name) {
-                    Some(host) if W::LIST_HEADERS.contains(&name.as_str()) => {
-                        let mut joined = host.as_bytes().to_vec();
-                        joined.push(b',');
-                        joined.extend_from_slice(value.as_bytes());
-                        HeaderValue::from_bytes(&joined).unwrap_or(value)
-                    }
-                    _ => value,
-                };
-                headers.insert(name.clone(), value);
-                current = Some(name);
-            }
-            None => {
-                if let Some(name) = &current {
+        let name = match name {
+            Some(name) => name,
+            None => match &current {
+                Some(name) => {
                     headers.append(name.clone(), value);
+                    continue;
                 }
-            }
-        }
+                None => continue,
+            },
+        };
+        let value = if W::LIST_HEADERS.contains(&name.as_str()) && headers.contains_key(&name) {
+            joined(&headers, &name, &value).unwrap_or(value)
+        } else {
+            value
+        };
+        headers.insert(name.clone(), value);
+        current = Some(name);
     }
     headers
 }
 
+/// The host's values of the list header `name`, and `value` when none of them holds it, as one
+/// comma-separated value.
+fn joined(headers: &HeaderMap, name: &HeaderName, value: &HeaderValue) -> Option<HeaderValue> {
+    let new = value.to_str().ok()?.trim();
+    let mut tokens: Vec<&str> = Vec::new();
+    let mut sensitive = value.is_sensitive();
+    for host in headers.get_all(name) {
+        sensitive |= host.is_sensitive();
+        tokens.extend(host.to_str().ok()?.split(',').map(str::trim).filter(|t| !t.is_empty()));
+    }
+    if !tokens.contains(&new) {
+        tokens.push(new);
+    }
+    let mut joined = HeaderValue::from_str(&tokens.join(",")).ok()?;
+    joined.set_sensitive(sensitive);
+    Some(joined)
+}
+
+/// `url` without a trailing `/`, and the path after its host (empty when it has none).
 pub(crate) fn split_base(url: &str) -> (&str, &str) {
     let url = url.trim().trim_end_matches('/');
     let host_start = url.find("://").map_or(0, |at| at + 3);

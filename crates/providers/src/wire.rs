@@ -138,6 +138,13 @@ pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// The server refused `req` with a client error: forget what the format named that the
+    /// server may no longer have (Gemini's context cache), and say whether sending the request
+    /// once more, encoded again, may succeed. `false` by default.
+    fn forget(&self, _endpoint: &Endpoint, _req: &ModelRequest) -> bool {
+        false
+    }
+
     /// A whole (not streamed) response body.
     ///
     /// # Errors

@@ -442,22 +442,21 @@ fn gemini_answer() -> Canned {
 
 #[tokio::test]
 async fn gemini_context_cache_is_made_once_and_named_after() {
+    let made = r#"{"name": "cachedContents/abc123", "model": "models/gemini-2.5-flash"}"#;
+    let gone = r#"{"error": {"code": 404, "message": "CachedContent not found."}}"#;
+    let small = r#"{"error": {"code": 400, "message": "Cached content is too small."}}"#;
     let server = Server::start([
-        Canned::json(
-            200,
-            r#"{"name": "cachedContents/abc123", "model": "models/gemini-2.5-flash"}"#,
-        ),
-        gemini_answer(),
-        gemini_answer(),
-        // Another prompt: the API refuses to cache it, and is not asked again.
-        Canned::json(
-            400,
-            r#"{"error": {"code": 400, "message": "Cached content is too small."}}"#,
-        ),
-        gemini_answer(),
-        gemini_answer(),
-        // A short prompt: never cached.
-        gemini_answer(),
+        gemini_answer(),           // 1: seen once, sent whole
+        Canned::json(200, made),   // 2: seen again: the cache is made...
+        gemini_answer(),           //    ...and named
+        gemini_answer(),           // 3: named
+        Canned::json(404, gone),   // 4: named, but the server lost it...
+        gemini_answer(),           //    ...so sent once more, whole
+        gemini_answer(),           // 5: another prompt, seen once
+        Canned::json(400, small),  // 6: the API refuses to cache it...
+        gemini_answer(),           //    ...and it goes whole
+        gemini_answer(),           // 7: not asked again
+        gemini_answer(),           // 8: a short prompt: never cached
     ])
     .await;
     let model = Gemini::new("gemini-2.5-flash")
@@ -470,21 +469,16 @@ async fn gemini_context_cache_is_made_once_and_named_after() {
         req.system = Some(format!("{text} {}", "Answer from the handbook. ".repeat(200)).into());
         req
     };
+    let generate = "/v1beta/models/gemini-2.5-flash:generateContent";
+    let create = "/v1beta/cachedContents";
 
-    let first = call(model.clone(), long("One.")).await.expect("answered");
-    assert_eq!(first.usage, Usage::new(1500, 2).with_cached(1200));
-    call(model.clone(), long("One.")).await.expect("answered");
+    for _ in 0..3 {
+        call(model.clone(), long("One.")).await.expect("answered");
+    }
     let sent = server.received();
     let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
-    assert_eq!(
-        paths,
-        [
-            "/v1beta/cachedContents",
-            "/v1beta/models/gemini-2.5-flash:generateContent",
-            "/v1beta/models/gemini-2.5-flash:generateContent",
-        ]
-    );
-    let made = sent[0].json();
+    assert_eq!(paths, [generate, create, generate, generate]);
+    let made = sent[1].json();
     assert_eq!(made["model"], "models/gemini-2.5-flash");
     assert_eq!(made["ttl"], "3600s");
     assert!(
@@ -492,44 +486,35 @@ async fn gemini_context_cache_is_made_once_and_named_after() {
             .as_str()
             .is_some_and(|t| t.starts_with("One."))
     );
-    assert_eq!(
-        made["tools"][0]["functionDeclarations"][0]["name"],
-        "weather"
-    );
-    assert_eq!(sent[0].header("x-goog-api-key"), Some(KEY));
-    for named in &sent[1..] {
+    assert_eq!(made["tools"][0]["functionDeclarations"][0]["name"], "weather");
+    assert_eq!(sent[1].header("x-goog-api-key"), Some(KEY));
+    let whole = |body: &serde_json::Value| {
+        body.get("cachedContent").is_none() && body["systemInstruction"]["parts"][0]["text"].is_string()
+    };
+    assert!(whole(&sent[0].json()));
+    for named in &sent[2..] {
         let body = named.json();
         assert_eq!(body["cachedContent"], "cachedContents/abc123");
         assert!(body.get("systemInstruction").is_none() && body.get("tools").is_none());
-        assert_eq!(
-            body["contents"][0]["parts"][0]["text"],
-            "What is the capital of France?"
-        );
+        assert_eq!(body["contents"][0]["parts"][0]["text"], "What is the capital of France?");
     }
 
+    // The server lost the cache: the request goes once more, whole, and succeeds.
+    let res = call(model.clone(), long("One.")).await.expect("answered the second time");
+    assert_eq!(res.message.text(), "Paris.");
     // Refused: the request goes whole, and the prefix is not offered again.
-    call(model.clone(), long("Two."))
-        .await
-        .expect("answered without the cache");
-    call(model.clone(), long("Two."))
-        .await
-        .expect("answered without the cache");
-    // Short: never offered.
+    for _ in 0..3 {
+        call(model.clone(), long("Two.")).await.expect("answered without the cache");
+    }
     call(model, request()).await.expect("answered");
     let sent = server.received();
-    let paths: Vec<&str> = sent[3..].iter().map(|r| r.path.as_str()).collect();
+    let paths: Vec<&str> = sent[4..].iter().map(|r| r.path.as_str()).collect();
     assert_eq!(
         paths,
-        [
-            "/v1beta/cachedContents",
-            "/v1beta/models/gemini-2.5-flash:generateContent",
-            "/v1beta/models/gemini-2.5-flash:generateContent",
-            "/v1beta/models/gemini-2.5-flash:generateContent",
-        ]
+        [generate, generate, generate, create, generate, generate, generate]
     );
-    for whole in &sent[4..] {
-        let body = whole.json();
-        assert!(body.get("cachedContent").is_none());
-        assert!(body["systemInstruction"]["parts"][0]["text"].is_string());
+    assert_eq!(sent[4].json()["cachedContent"], "cachedContents/abc123");
+    for body in [5, 6, 8, 9, 10].map(|i| sent[i].json()) {
+        assert!(whole(&body), "{body}");
     }
 }

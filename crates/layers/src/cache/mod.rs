@@ -19,11 +19,11 @@
 //! - **Single flight.** Concurrent identical calls in one scope run the tool once; the others
 //!   wait for its result. A hundred at once run it once. When the call that runs it is
 //!   dropped (its run cancelled), one of the waiting calls runs it instead.
-//! - **What is kept.** A successful result that lets the run go on. An error result is
-//!   returned and not kept; the calls that waited for it get it too. A stop, a pause or an
-//!   [`Err`] is the running call's own: each call that waited runs its own request. A hit
-//!   answers with the kept result under its own call id and no usage (the model calls a
-//!   sub-agent made are the first call's).
+//! - **What is kept.** A successful result that lets the run go on. A result not kept (an
+//!   error result, or one a write overlapped) goes to the calls that waited for it too. A
+//!   stop, a pause or an [`Err`] is the running call's own: each call that waited runs its own
+//!   request, at once and without single flight. A hit answers with the kept result under its
+//!   own call id and no usage (the model calls a sub-agent made are the first call's).
 //! - **Writes end what was read.** A call to a tool the service marks as not read-only may
 //!   change what the others read (`write_file` after `read_file`): its scope moves to a new
 //!   epoch when the call starts and again when it ends (or is dropped), so the entries kept

@@ -440,3 +440,19 @@ fn the_cache_beta_joins_the_hosts_own_betas() {
         Some(Anthropic::VERSION)
     );
 }
+
+#[test]
+fn a_beta_the_host_sent_already_is_not_repeated_and_every_host_value_stays() {
+    let (mut wire, endpoint) = wire();
+    wire.cache = Some(CacheTtl::OneHour);
+    let mut extra = HeaderMap::new();
+    extra.append("anthropic-beta", "a-1, extended-cache-ttl-2025-04-11".parse().expect("a value"));
+    extra.append("anthropic-beta", "b-2".parse().expect("a value"));
+    let headers = crate::http::request_headers(&wire, &endpoint, &extra);
+    let sent: Vec<&str> = headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    assert_eq!(sent, ["a-1,extended-cache-ttl-2025-04-11,b-2"]);
+}

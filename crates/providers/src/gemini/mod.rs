@@ -79,11 +79,19 @@ impl Provider<GeminiWire> {
     /// the price, and their storage by the hour). Off by default: Gemini 2.5 models cache
     /// implicitly, without a guarantee.
     ///
-    /// A prefix under about 1,024 tokens (4 KiB) is not cached. A cache is made by the first
-    /// request that needs it, before that request (which then names it); a cache the API
-    /// refuses (a prefix under the model's minimum) or fails to make is not asked for again
-    /// for ten minutes, and the requests go without it. Clones of the provider share their
-    /// caches.
+    /// - A prefix under about 1,024 tokens (4 KiB) is not cached, nor one sent only once: the
+    ///   second request with a prefix makes its cache (waiting for it, up to 30 s) and names
+    ///   it; the requests that come while it is made go whole.
+    /// - A cache the API refuses to make (a prefix under the model's minimum) or fails to make
+    ///   is not asked for again for ten minutes; the requests go whole.
+    /// - A request that named a cache the server no longer has (a client error) is sent once
+    ///   more, whole, and the cache is made anew when the prefix comes back.
+    /// - `ttl` is at least a minute; a cache is named until a quarter of it (at most 30 s)
+    ///   is left.
+    /// - The storage Gemini bills by the hour is not in [`Usage::cost`](tower_agent_core::Usage)
+    ///   nor in a budget's worst case.
+    ///
+    /// Clones of the provider share their caches (kept apart by base URL and key).
     ///
     /// ```
     /// use std::time::Duration;
@@ -145,7 +153,7 @@ impl Format for GeminiWire {
         req: &ModelRequest,
         _stream: bool,
     ) -> Result<Frame, Error> {
-        frame(req, &endpoint.model, self.cache.as_ref())
+        frame(req, endpoint, self.cache.as_ref())
     }
 
     fn before_send<'a>(
@@ -157,21 +165,28 @@ impl Format for GeminiWire {
     ) -> Option<BoxFuture<'a, ()>> {
         let cache = self.cache.as_ref()?;
         let prefix = prefix(req);
-        let (key, _) = cacheable(&endpoint.model, &prefix)?;
-        if cache.live(key).is_some() {
+        let key = cacheable(endpoint, &prefix)?;
+        if !cache.claim(key) {
             return None;
         }
         let url = format!("{}/cachedContents", endpoint.base_url);
         let mut headers = extra.clone();
         headers.extend(self.headers(endpoint));
         Some(Box::pin(cache.make(
-            http,
+            http.clone(),
             url,
             headers,
             &endpoint.model,
             key,
             prefix,
         )))
+    }
+
+    fn forget(&self, endpoint: &Endpoint, req: &ModelRequest) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        cacheable(endpoint, &prefix(req)).is_some_and(|key| cache.forget(key))
     }
 
     fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {

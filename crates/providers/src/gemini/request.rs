@@ -6,7 +6,7 @@ use tower_agent_core::{
     ContentPart, Error, Message, ModelRequest, ResponseFormat, Role, ToolChoice,
 };
 
-use crate::wire::{self, Frame, text_of};
+use crate::wire::{self, Endpoint, Frame, text_of};
 
 use super::PROVIDER;
 use super::cache::{self, ContextCache, MIN_BYTES};
@@ -33,12 +33,12 @@ pub(super) fn encode_message(
 /// prefix (system instruction, tools, tool config) is named instead of sent.
 pub(super) fn frame(
     req: &ModelRequest,
-    model: &str,
+    endpoint: &Endpoint,
     cache: Option<&ContextCache>,
 ) -> Result<Frame, Error> {
     let mut body = prefix(req);
     if let Some(cache) = cache {
-        if let Some((key, _)) = cacheable(model, &body) {
+        if let Some(key) = cacheable(endpoint, &body) {
             if let Some(name) = cache.live(key) {
                 body = Map::new();
                 body.insert("cachedContent".into(), Value::String(name));
@@ -49,10 +49,12 @@ pub(super) fn frame(
     Frame::around(&Map::new(), "contents", &Value::Object(body), PROVIDER)
 }
 
-/// The key of `prefix` for `model`, when it is long enough to cache.
-pub(super) fn cacheable(model: &str, prefix: &Map<String, Value>) -> Option<(u64, usize)> {
+/// The key of `prefix` at `endpoint`, when it is long enough to cache.
+pub(super) fn cacheable(endpoint: &Endpoint, prefix: &Map<String, Value>) -> Option<u64> {
     let text = serde_json::to_string(prefix).ok()?;
-    (text.len() >= MIN_BYTES).then(|| (cache::key(model, &text), text.len()))
+    let api_key = endpoint.key.as_ref().map(|key| key.expose());
+    (text.len() >= MIN_BYTES)
+        .then(|| cache::key(&endpoint.model, &endpoint.base_url, api_key, &text))
 }
 
 /// The system instruction, the tools and the tool config: what a context cache holds.
