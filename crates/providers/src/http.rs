@@ -123,72 +123,72 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     let headers = request_headers(wire, endpoint, &client.extra);
     let mut again = true;
     let response = loop {
-    let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, true)?);
-    let post = || {
-        let sent = client
-            .http
-            .post(&url)
-            .headers(headers.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone())
-            .send();
-        // A whole answer arrives once it is generated, however long that takes: only a
-        // streamed one is bounded while it waits for its head.
-        async {
-            if client.stream {
-                idle::<W, _>(client.idle_timeout, &url, sent).await
-            } else {
-                Ok(sent.await)
+        let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, true)?);
+        let post = || {
+            let sent = client
+                .http
+                .post(&url)
+                .headers(headers.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+                .send();
+            // A whole answer arrives once it is generated, however long that takes: only a
+            // streamed one is bounded while it waits for its head.
+            async {
+                if client.stream {
+                    idle::<W, _>(client.idle_timeout, &url, sent).await
+                } else {
+                    Ok(sent.await)
+                }
             }
+        };
+        let response = match post().await? {
+            // A kept connection the server closed while it waited in the pool (llama-server and
+            // Node servers close after 5 s): once more at once, on a new one.
+            Err(error) if closed_under_us(&error) => post().await?,
+            other => other,
         }
-    };
-    let response = match post().await? {
-        // A kept connection the server closed while it waited in the pool (llama-server and
-        // Node servers close after 5 s): once more at once, on a new one.
-        Err(error) if closed_under_us(&error) => post().await?,
-        other => other,
-    }
-    .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
-    let status = response.status();
-    if status.is_success() {
-        break response;
-    }
-    {
-        let headers = response.headers().clone();
-        // An error's body is short; a server that stalls sending it gets what it sent so far
-        // classified.
-        let body = tokio::time::timeout(client.idle_timeout, response.text())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
-        let mut error = classify(
-            W::PROVIDER,
-            status,
-            &headers,
-            &body,
-            endpoint.key.as_ref(),
-            SystemTime::now(),
-        );
-        // A request that named something the server no longer has (Gemini's context
-        // cache): once more without it.
-        if again && status.is_client_error() && wire.forget(endpoint, req) {
-            again = false;
-            continue;
+        .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
+        let status = response.status();
+        if status.is_success() {
+            break response;
         }
-        if status == reqwest::StatusCode::NOT_FOUND {
-            error = Error::new(
-                error.kind(),
-                format!(
-                    "{} (POST {}; check the base URL: {})",
-                    error.message(),
-                    safe_url(&url),
-                    W::BASE_URL_HINT
-                ),
+        {
+            let headers = response.headers().clone();
+            // An error's body is short; a server that stalls sending it gets what it sent so far
+            // classified.
+            let body = tokio::time::timeout(client.idle_timeout, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let mut error = classify(
+                W::PROVIDER,
+                status,
+                &headers,
+                &body,
+                endpoint.key.as_ref(),
+                SystemTime::now(),
             );
+            // A request that named something the server no longer has (Gemini's context
+            // cache): once more without it.
+            if again && status.is_client_error() && wire.forget(endpoint, req) {
+                again = false;
+                continue;
+            }
+            if status == reqwest::StatusCode::NOT_FOUND {
+                error = Error::new(
+                    error.kind(),
+                    format!(
+                        "{} (POST {}; check the base URL: {})",
+                        error.message(),
+                        safe_url(&url),
+                        W::BASE_URL_HINT
+                    ),
+                );
+            }
+            return Err(error);
         }
-        return Err(error);
-    }
     };
     if !client.stream {
         // Generated: the body follows its head at once.
@@ -390,7 +390,13 @@ fn joined(headers: &HeaderMap, name: &HeaderName, value: &HeaderValue) -> Option
     let mut sensitive = value.is_sensitive();
     for host in headers.get_all(name) {
         sensitive |= host.is_sensitive();
-        tokens.extend(host.to_str().ok()?.split(',').map(str::trim).filter(|t| !t.is_empty()));
+        tokens.extend(
+            host.to_str()
+                .ok()?
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty()),
+        );
     }
     if !tokens.contains(&new) {
         tokens.push(new);

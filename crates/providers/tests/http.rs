@@ -446,17 +446,17 @@ async fn gemini_context_cache_is_made_once_and_named_after() {
     let gone = r#"{"error": {"code": 404, "message": "CachedContent not found."}}"#;
     let small = r#"{"error": {"code": 400, "message": "Cached content is too small."}}"#;
     let server = Server::start([
-        gemini_answer(),           // 1: seen once, sent whole
-        Canned::json(200, made),   // 2: seen again: the cache is made...
-        gemini_answer(),           //    ...and named
-        gemini_answer(),           // 3: named
-        Canned::json(404, gone),   // 4: named, but the server lost it...
-        gemini_answer(),           //    ...so sent once more, whole
-        gemini_answer(),           // 5: another prompt, seen once
-        Canned::json(400, small),  // 6: the API refuses to cache it...
-        gemini_answer(),           //    ...and it goes whole
-        gemini_answer(),           // 7: not asked again
-        gemini_answer(),           // 8: a short prompt: never cached
+        gemini_answer(),          // 1: seen once, sent whole
+        Canned::json(200, made),  // 2: seen again: the cache is made...
+        gemini_answer(),          //    ...and named
+        gemini_answer(),          // 3: named
+        Canned::json(404, gone),  // 4: named, but the server lost it...
+        gemini_answer(),          //    ...so sent once more, whole
+        gemini_answer(),          // 5: another prompt, seen once
+        Canned::json(400, small), // 6: the API refuses to cache it...
+        gemini_answer(),          //    ...and it goes whole
+        gemini_answer(),          // 7: not asked again
+        gemini_answer(),          // 8: a short prompt: never cached
     ])
     .await;
     let model = Gemini::new("gemini-2.5-flash")
@@ -486,32 +486,45 @@ async fn gemini_context_cache_is_made_once_and_named_after() {
             .as_str()
             .is_some_and(|t| t.starts_with("One."))
     );
-    assert_eq!(made["tools"][0]["functionDeclarations"][0]["name"], "weather");
+    assert_eq!(
+        made["tools"][0]["functionDeclarations"][0]["name"],
+        "weather"
+    );
     assert_eq!(sent[1].header("x-goog-api-key"), Some(KEY));
     let whole = |body: &serde_json::Value| {
-        body.get("cachedContent").is_none() && body["systemInstruction"]["parts"][0]["text"].is_string()
+        body.get("cachedContent").is_none()
+            && body["systemInstruction"]["parts"][0]["text"].is_string()
     };
     assert!(whole(&sent[0].json()));
     for named in &sent[2..] {
         let body = named.json();
         assert_eq!(body["cachedContent"], "cachedContents/abc123");
         assert!(body.get("systemInstruction").is_none() && body.get("tools").is_none());
-        assert_eq!(body["contents"][0]["parts"][0]["text"], "What is the capital of France?");
+        assert_eq!(
+            body["contents"][0]["parts"][0]["text"],
+            "What is the capital of France?"
+        );
     }
 
     // The server lost the cache: the request goes once more, whole, and succeeds.
-    let res = call(model.clone(), long("One.")).await.expect("answered the second time");
+    let res = call(model.clone(), long("One."))
+        .await
+        .expect("answered the second time");
     assert_eq!(res.message.text(), "Paris.");
     // Refused: the request goes whole, and the prefix is not offered again.
     for _ in 0..3 {
-        call(model.clone(), long("Two.")).await.expect("answered without the cache");
+        call(model.clone(), long("Two."))
+            .await
+            .expect("answered without the cache");
     }
     call(model, request()).await.expect("answered");
     let sent = server.received();
     let paths: Vec<&str> = sent[4..].iter().map(|r| r.path.as_str()).collect();
     assert_eq!(
         paths,
-        [generate, generate, generate, create, generate, generate, generate]
+        [
+            generate, generate, generate, create, generate, generate, generate
+        ]
     );
     assert_eq!(sent[4].json()["cachedContent"], "cachedContents/abc123");
     for body in [5, 6, 8, 9, 10].map(|i| sent[i].json()) {

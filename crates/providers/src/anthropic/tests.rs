@@ -446,7 +446,12 @@ fn a_beta_the_host_sent_already_is_not_repeated_and_every_host_value_stays() {
     let (mut wire, endpoint) = wire();
     wire.cache = Some(CacheTtl::OneHour);
     let mut extra = HeaderMap::new();
-    extra.append("anthropic-beta", "a-1, extended-cache-ttl-2025-04-11".parse().expect("a value"));
+    extra.append(
+        "anthropic-beta",
+        "a-1, extended-cache-ttl-2025-04-11"
+            .parse()
+            .expect("a value"),
+    );
     extra.append("anthropic-beta", "b-2".parse().expect("a value"));
     let headers = crate::http::request_headers(&wire, &endpoint, &extra);
     let sent: Vec<&str> = headers

@@ -34,11 +34,18 @@ pub(super) struct ContextCache {
 enum Entry {
     /// Sent once: a prefix is cached the second time it is seen, so that a prompt used once
     /// is never stored (and billed by the hour).
-    Seen { at: Instant },
+    Seen {
+        at: Instant,
+    },
     /// A request is making it.
     Creating,
-    Live { name: String, expires: Instant },
-    Refused { until: Instant },
+    Live {
+        name: String,
+        expires: Instant,
+    },
+    Refused {
+        until: Instant,
+    },
 }
 
 impl Entry {
@@ -135,7 +142,10 @@ impl ContextCache {
             None => format!("models/{model}"),
         };
         body.insert("model".into(), Value::String(model));
-        body.insert("ttl".into(), Value::String(format!("{}s", self.ttl.as_secs())));
+        body.insert(
+            "ttl".into(),
+            Value::String(format!("{}s", self.ttl.as_secs())),
+        );
         let cache = self.clone();
         let task = tokio::spawn(async move {
             // The server counts the time to live from about now.
