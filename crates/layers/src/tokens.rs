@@ -135,34 +135,78 @@ impl TokenCounter for Tiktoken {
     }
 }
 
-/// The tokens of `req` as `counter` counts them: its frame ([`count_frame`]) and its messages.
-#[cfg(feature = "budget")]
-pub(crate) fn count_request(
-    counter: &dyn TokenCounter,
-    req: &tower_agent_core::ModelRequest,
-) -> usize {
-    let messages: usize = req.messages.iter().map(|m| counter.count_message(m)).sum();
-    count_frame(counter, req) + messages
+/// The tokens of a run's requests, counted by what changed since the run's previous one: a
+/// request whose history only adds messages to the last one counted is counted by the messages
+/// it adds, and a frame (system prompt, tool specs) that did not change is not counted again.
+/// A layer that counts every request (a trigger, a budget) keeps one per run, so that passing a
+/// request on costs what was added, not the length of the history.
+#[cfg(any(feature = "clear", feature = "budget"))]
+#[derive(Default)]
+pub(crate) struct RunningCount {
+    /// Where the history stood at the last count, and its messages' tokens.
+    messages: Option<(tower_agent_core::HistoryMark, usize)>,
+    /// The system prompt and tool specs last counted (the same specs: the same `Arc`), and
+    /// their tokens.
+    frame: Option<Frame>,
 }
 
-/// The tokens of what frames `req`'s messages: its system prompt and its tool specs (name,
-/// description, parameters).
 #[cfg(any(feature = "clear", feature = "budget"))]
-pub(crate) fn count_frame(
-    counter: &dyn TokenCounter,
-    req: &tower_agent_core::ModelRequest,
-) -> usize {
-    let system = req.system.as_deref().map_or(0, |s| counter.count_text(s));
-    let tools: usize = req
-        .tools
-        .iter()
-        .map(|t| {
-            counter.count_text(&t.name)
-                + counter.count_text(&t.description)
-                + counter.count_text(&t.parameters.to_string())
-        })
-        .sum();
-    system + tools
+struct Frame {
+    system: Option<std::sync::Arc<str>>,
+    tools: std::sync::Arc<[tower_agent_core::ToolSpec]>,
+    tokens: usize,
+}
+
+#[cfg(any(feature = "clear", feature = "budget"))]
+impl RunningCount {
+    /// The tokens of `req` as `counter` counts them: its system prompt, its tool specs (name,
+    /// description, parameters) and its messages.
+    pub(crate) fn count(
+        &mut self,
+        counter: &dyn TokenCounter,
+        req: &tower_agent_core::ModelRequest,
+    ) -> usize {
+        let history = &req.messages;
+        let count_all = |messages: &[tower_agent_core::Message]| -> usize {
+            messages.iter().map(|m| counter.count_message(m)).sum()
+        };
+        let messages = match self
+            .messages
+            .and_then(|(mark, tokens)| Some((history.since(&mark)?, tokens)))
+        {
+            Some((added, tokens)) => tokens + count_all(added),
+            None => count_all(history),
+        };
+        self.messages = Some((history.mark(), messages));
+        let frame = match &self.frame {
+            Some(frame)
+                if frame.system == req.system
+                    && std::sync::Arc::ptr_eq(&frame.tools, &req.tools) =>
+            {
+                frame.tokens
+            }
+            _ => {
+                let system = req.system.as_deref().map_or(0, |s| counter.count_text(s));
+                let tools: usize = req
+                    .tools
+                    .iter()
+                    .map(|t| {
+                        counter.count_text(&t.name)
+                            + counter.count_text(&t.description)
+                            + counter.count_text(&t.parameters.to_string())
+                    })
+                    .sum();
+                let tokens = system + tools;
+                self.frame = Some(Frame {
+                    system: req.system.clone(),
+                    tools: std::sync::Arc::clone(&req.tools),
+                    tokens,
+                });
+                tokens
+            }
+        };
+        messages + frame
+    }
 }
 
 /// The default estimate: `ceil(ascii / 4) + non_ascii`, counted in characters, not bytes.

@@ -96,7 +96,7 @@ use tower_layer::Layer;
 pub use ledger::Budget;
 pub use service::{Budgeted, ResponseFuture};
 
-use crate::tokens::TokenCounter;
+use crate::tokens::{RunningCount, TokenCounter};
 
 #[cfg(doc)]
 use tower_agent_core::{ModelResponse, StopReason};
@@ -137,6 +137,8 @@ pub(crate) struct Config {
     counter: Arc<dyn TokenCounter>,
     run_key: ExtensionKey<Budget>,
     session_key: ExtensionKey<Budget>,
+    /// The run's count of its requests' prompts.
+    counted: ExtensionKey<Arc<Mutex<RunningCount>>>,
 }
 
 struct Keyed {
@@ -165,6 +167,7 @@ impl BudgetLayer {
                 counter: Arc::new(bytes),
                 run_key: ExtensionKey::new(),
                 session_key: ExtensionKey::new(),
+                counted: ExtensionKey::new(),
             }),
         }
     }
@@ -229,7 +232,7 @@ impl BudgetLayer {
     /// it on the key's first call; replace it before with [`BudgetLayer::set_key`]).
     pub fn key_budget(&self, key: &str) -> Option<Budget> {
         let keyed = self.config.keyed.as_ref()?;
-        Some(keyed.budget(key.to_owned()))
+        Some(keyed.budget(key))
     }
 
     /// Use `budget` for `key` from now on (a tenant's ledger restored from a database).
@@ -245,12 +248,16 @@ impl BudgetLayer {
 }
 
 impl Keyed {
-    fn budget(&self, key: String) -> Budget {
+    fn budget(&self, key: &str) -> Budget {
         let mut budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
-        budgets
-            .entry(key)
-            .or_insert_with(|| Budget::new(self.limit))
-            .clone()
+        match budgets.get(key) {
+            Some(budget) => budget.clone(),
+            None => {
+                let budget = Budget::new(self.limit);
+                budgets.insert(key.to_owned(), budget.clone());
+                budget
+            }
+        }
     }
 }
 
@@ -272,6 +279,7 @@ impl Config {
             counter: Arc::clone(&self.counter),
             run_key: ExtensionKey::new(),
             session_key: ExtensionKey::new(),
+            counted: ExtensionKey::new(),
         }
     }
 
@@ -293,7 +301,7 @@ impl Config {
             // The outermost run's: a sub-agent's or a summary's context has no state of its own
             // to read a tenant from.
             if let Some(key) = (keyed.key)(&root) {
-                let budget = keyed.budget(key.clone());
+                let budget = keyed.budget(&key);
                 budgets.push((Scope::Key(key), budget));
             }
         }

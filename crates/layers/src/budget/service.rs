@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use super::ledger::Reservation;
 use super::{BudgetLayer, Config, STATE_KEY};
-use crate::tokens::count_request;
+use std::sync::PoisonError;
 
 /// Reserves each model call's worst case on its budgets before calling the inner service,
 /// and settles with what it cost; see the [module docs](super).
@@ -151,9 +151,16 @@ where
 }
 
 /// The most the call can cost: its prompt at the upper bound the counter gives, at the prompt
-/// price, and its `max_tokens` (or the assumed ones) at the completion price.
+/// price, and its `max_tokens` (or the assumed ones) at the completion price. The prompt is
+/// counted by what changed since the run's previous call (`tokens::RunningCount`).
 pub(super) fn worst_case(config: &Config, req: &ModelRequest) -> Cost {
-    let prompt = count_request(&*config.counter, req);
+    let counted = req
+        .ctx
+        .extension_at_or_insert_with(&config.counted, Default::default);
+    let prompt = counted
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .count(&*config.counter, req);
     let output = req.options.max_tokens.unwrap_or(config.assume_output);
     config.price.worst_case(prompt as u64, u64::from(output))
 }

@@ -323,3 +323,34 @@ fn a_builder_method_makes_a_new_layer_with_ledgers_of_its_own() {
         Some(Cost::from_dollars(1.0))
     );
 }
+
+#[test]
+fn a_runs_growing_history_is_reserved_as_a_fresh_count_would() {
+    let layer = BudgetLayer::new(PRICE);
+    let ctx = RunContext::new();
+    let mut req = request(&ctx, 100);
+    req.system = Some("Be brief.".into());
+    for round in 0..5 {
+        let fresh = {
+            let mut alone = req.clone();
+            alone.ctx = RunContext::new();
+            worst_case(&layer.config, &alone)
+        };
+        assert_eq!(worst_case(&layer.config, &req), fresh, "round {round}");
+        req.messages
+            .push(Message::assistant(format!("answer {round}")));
+        req.messages.push(Message::user(format!(
+            "question {round} {}",
+            "words ".repeat(round)
+        )));
+    }
+    // A history the run did not grow (a summary replaced it) is counted whole.
+    let mut shorter = request(&ctx, 100);
+    shorter.system = req.system.clone();
+    let mut alone = shorter.clone();
+    alone.ctx = RunContext::new();
+    assert_eq!(
+        worst_case(&layer.config, &shorter),
+        worst_case(&layer.config, &alone)
+    );
+}

@@ -91,7 +91,7 @@ use tower_agent_core::{ContentPart, ExtensionKey, History, HistoryMark, ModelReq
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::tokens::{CharEstimate, TokenCounter, count_frame};
+use crate::tokens::{CharEstimate, RunningCount, TokenCounter};
 
 type Placeholder = Arc<dyn Fn(&ToolResult) -> String + Send + Sync>;
 
@@ -293,17 +293,16 @@ where
 /// One result of a history: the message it is in and its place among the message's parts.
 type Slot = (usize, usize);
 
-/// What the layer sent last in a run: the history it edited (where it stood), the results it
-/// cleared, and the edited history (taken out for the next round, so that appending to it
-/// copies nothing once the request that held it is gone).
-/// What the layer keeps for a run: the tokens of the messages it counted last, and what it sent
-/// last.
+/// What the layer keeps for a run: the count of its requests, and what it sent last.
 #[derive(Default)]
 struct RunMemo {
-    counted: Option<(HistoryMark, usize)>,
+    counted: RunningCount,
     sent: Option<Memo>,
 }
 
+/// What the layer sent last in a run: the history it edited (where it stood), the results it
+/// cleared, and the edited history (taken out for the next round, so that appending to it
+/// copies nothing once the request that held it is gone).
 struct Memo {
     source: HistoryMark,
     cleared: Arc<[Slot]>,
@@ -321,7 +320,8 @@ fn edit(config: &Config, req: &ModelRequest) -> Option<History> {
         .ctx
         .extension_at_or_insert_with(&config.key, Default::default);
     let mut run = run.lock().unwrap_or_else(PoisonError::into_inner);
-    if config.trigger > 0 && count(config, req, &mut run.counted) < config.trigger {
+    // Counted as the request came, so that the layer does not flip between whole and cleared.
+    if config.trigger > 0 && run.counted.count(&*config.counter, req) < config.trigger {
         return None;
     }
     let cleared: Arc<[Slot]> = to_clear(config, &req.messages).into();
@@ -356,26 +356,6 @@ fn edit(config: &Config, req: &ModelRequest) -> Option<History> {
         edited: edited.clone(),
     });
     Some(edited)
-}
-
-/// The estimated tokens of the request as it came: system prompt, tool specs, messages. Within
-/// a run, the messages counted for the previous request are not counted again when this one
-/// only adds to them (`counted` remembers where the count stood).
-fn count(config: &Config, req: &ModelRequest, counted: &mut Option<(HistoryMark, usize)>) -> usize {
-    let counter = &*config.counter;
-    let messages = &req.messages;
-    let tokens = match counted.and_then(|(mark, tokens)| Some((messages.since(&mark)?, tokens))) {
-        Some((added, tokens)) => {
-            tokens
-                + added
-                    .iter()
-                    .map(|m| counter.count_message(m))
-                    .sum::<usize>()
-        }
-        None => messages.iter().map(|m| counter.count_message(m)).sum(),
-    };
-    *counted = Some((messages.mark(), tokens));
-    tokens + count_frame(counter, req)
 }
 
 /// The results to clear, in history order: the ones that qualify, but the newest `keep`,

@@ -75,10 +75,19 @@ fn the_newest_results_stay_and_older_ones_keep_their_call_id_and_flag() {
     assert!(out.validate().is_ok());
 }
 
+/// The layer's count of `req`, continuing `counted`.
+fn count(config: &Config, req: &ModelRequest, counted: &mut RunningCount) -> usize {
+    counted.count(&*config.counter, req)
+}
+
 #[test]
 fn nothing_is_cleared_under_the_trigger() {
     let req = request(rounds(&["read"; 5]));
-    let size = count(&ClearToolResultsLayer::new().config, &req, &mut None);
+    let size = count(
+        &ClearToolResultsLayer::new().config,
+        &req,
+        &mut RunningCount::default(),
+    );
     let layer = ClearToolResultsLayer::new().keep(1).batch(1);
     assert!(edit(&layer.clone().trigger(size + 1).config, &req).is_none());
     assert_eq!(cleared(&sent(&layer.trigger(size), &req)).len(), 4);
@@ -282,13 +291,13 @@ fn a_growing_history_is_counted_as_a_fresh_one() {
         CharEstimate.count_text(text)
     });
     let config = &layer.config;
-    let mut counted = None;
+    let mut counted = RunningCount::default();
     let mut session = History::from(rounds(&["read"; 2]));
     for round in 2..6 {
         let mut req = ModelRequest::new(session.clone());
         req.system = Some(format!("round {round}").into());
         let before = read.load(Ordering::Relaxed);
-        let fresh = count(config, &req, &mut None);
+        let fresh = count(config, &req, &mut RunningCount::default());
         let whole = read.load(Ordering::Relaxed) - before;
         assert_eq!(count(config, &req, &mut counted), fresh, "round {round}");
         let again = read.load(Ordering::Relaxed) - before - whole;
@@ -298,6 +307,10 @@ fn a_growing_history_is_counted_as_a_fresh_one() {
                 "round {round}: only the new messages read ({again} of {whole})"
             );
         }
+        // The same request once more: nothing is read again, the frame neither.
+        let before = read.load(Ordering::Relaxed);
+        assert_eq!(count(config, &req, &mut counted), fresh, "round {round}");
+        assert_eq!(read.load(Ordering::Relaxed), before, "round {round}");
         let next = call(&format!("c{round}"), "read");
         session.push(Message::assistant_with_calls("", [next.clone()]));
         session.push(Message::tool_result(ToolResult::success(
@@ -309,6 +322,6 @@ fn a_growing_history_is_counted_as_a_fresh_one() {
     let shorter = ModelRequest::new(rounds(&["read"]));
     assert_eq!(
         count(config, &shorter, &mut counted),
-        count(config, &shorter, &mut None)
+        count(config, &shorter, &mut RunningCount::default())
     );
 }
