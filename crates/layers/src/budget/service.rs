@@ -1,8 +1,6 @@
 //! The budget service: reserve, call, settle.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -75,30 +73,12 @@ where
     fn call(&mut self, req: ModelRequest) -> Self::Future {
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture {
-            inner: Box::pin(run(Arc::clone(&self.config), inner, req)),
-        }
+        Box::pin(run(Arc::clone(&self.config), inner, req))
     }
 }
 
 /// The response future of [`Budgeted`].
-pub struct ResponseFuture {
-    inner: BoxFuture<'static, Result<ModelResponse, Error>>,
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<ModelResponse, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
-    }
-}
+pub type ResponseFuture = BoxFuture<'static, Result<ModelResponse, Error>>;
 
 /// Reserve on every budget (all or none), call, settle.
 async fn run<S>(

@@ -1,11 +1,10 @@
 //! The cache service: look up, run once, keep.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures_util::future::Either;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
     DescribeTools, Error, ToolAction, ToolRequest, ToolResponse, ToolSpec, Usage,
@@ -77,7 +76,7 @@ where
 {
     type Response = ToolResponse;
     type Error = Error;
-    type Future = ResponseFuture;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.inner.poll_ready(cx)
@@ -101,37 +100,23 @@ where
             Kind::Other => None,
             Kind::Cached | Kind::Writes => self.config.scope(&req.ctx),
         };
+        // Passed through: the inner service's own future, nothing cloned or boxed.
+        let Some(scope) = scope else {
+            return Either::Left(self.inner.call(req));
+        };
         let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let inner = std::mem::replace(&mut self.inner, clone);
         let config = Arc::clone(&self.config);
-        ResponseFuture {
-            inner: match (kind, scope) {
-                (Kind::Cached, Some(scope)) => Box::pin(cached(config, inner, req, scope)),
-                (Kind::Writes, Some(scope)) => Box::pin(writes(config, inner, req, scope)),
-                _ => Box::pin(inner.call(req)),
-            },
-        }
+        Either::Right(match kind {
+            Kind::Cached => Box::pin(cached(config, inner, req, scope)),
+            _ => Box::pin(writes(config, inner, req, scope)),
+        })
     }
 }
 
-/// The response future of [`ToolCache`].
-pub struct ResponseFuture {
-    inner: BoxFuture<'static, Result<ToolResponse, Error>>,
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<ToolResponse, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
-    }
-}
+/// The response future of [`ToolCache`]: the inner service's for a call passed through, a
+/// boxed one for a call the cache answers, runs once or counts as a write.
+pub type ResponseFuture<F> = Either<F, BoxFuture<'static, Result<ToolResponse, Error>>>;
 
 /// Why a call's response was not kept.
 enum NotKept {

@@ -606,3 +606,90 @@ fn canonical_arguments() {
     assert_eq!(canonical("{"), None);
     assert_eq!(canonical("").as_deref(), None);
 }
+
+/// A service that counts its clones.
+struct Clones<S> {
+    inner: S,
+    clones: Arc<AtomicUsize>,
+}
+
+impl<S: Clone> Clone for Clones<S> {
+    fn clone(&self) -> Self {
+        self.clones.fetch_add(1, Ordering::SeqCst);
+        Self {
+            inner: self.inner.clone(),
+            clones: Arc::clone(&self.clones),
+        }
+    }
+}
+
+impl<S: tower_agent_core::DescribeTools> tower_agent_core::DescribeTools for Clones<S> {
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        self.inner.tool_specs()
+    }
+}
+
+impl<S: Service<ToolRequest>> Service<ToolRequest> for Clones<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: ToolRequest) -> S::Future {
+        self.inner.call(req)
+    }
+}
+
+#[tokio::test]
+async fn a_call_passed_through_clones_nothing() {
+    let tools = Tools::default();
+    let clones = Arc::new(AtomicUsize::new(0));
+    let mut service = ToolCacheLayer::new()
+        .invalidate_on_write(false)
+        .exclude("clock")
+        .layer(Clones {
+            inner: tools.service(),
+            clones: Arc::clone(&clones),
+        });
+    let ctx = session("s1");
+    for (id, tool) in [("c1", "write"), ("c2", "clock"), ("c3", "teleport")] {
+        let ready = service.ready().await.expect("ready");
+        ready
+            .call(request(id, tool, "{}", &ctx))
+            .await
+            .expect("answers");
+    }
+    assert_eq!(clones.load(Ordering::SeqCst), 0, "passed through as it is");
+    let ready = service.ready().await.expect("ready");
+    ready
+        .call(request("c4", "read", "{}", &ctx))
+        .await
+        .expect("answers");
+    assert_eq!(
+        clones.load(Ordering::SeqCst),
+        1,
+        "a cached call takes the ready service"
+    );
+}
+
+#[tokio::test]
+async fn entries_are_held_to_the_byte_bound() {
+    let big = format!(r#"{{"text": "{}"}}"#, "x".repeat(2_000));
+    for (max_bytes, runs) in [(32 << 20, 1), (1_000, 2)] {
+        let tools = Tools::default();
+        let layer = ToolCacheLayer::new().max_bytes(max_bytes);
+        let service = layer.layer(tools.service());
+        let ctx = session("s1");
+        call(&service, "c1", "read", &big, &ctx).await;
+        // moka applies its bound as it tidies up, which it does now and then: now.
+        layer.config.values.run_pending_tasks().await;
+        call(&service, "c2", "read", &big, &ctx).await;
+        assert_eq!(tools.reads(), runs, "max_bytes {max_bytes}");
+    }
+}

@@ -1,12 +1,10 @@
 //! The selection service: choose, filter, call.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use pin_project_lite::pin_project;
+use futures_util::future::Either;
 use serde_json::{Value, json};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
@@ -83,7 +81,7 @@ where
                 }
                 Selector::Model(model) => {
                     let Some(asked) = last_user_text(&req) else {
-                        return ResponseFuture::inner(self.inner.call(req));
+                        return Either::Left(self.inner.call(req));
                     };
                     match req.ctx.extension_at(&config.memo) {
                         Some(memo) if *memo.asked == *asked => {
@@ -101,64 +99,19 @@ where
                                 req,
                                 asked.into(),
                             );
-                            return ResponseFuture {
-                                kind: Kind::Selecting {
-                                    future: Box::pin(future),
-                                },
-                            };
+                            return Either::Right(Box::pin(future));
                         }
                     }
                 }
             }
         }
-        ResponseFuture::inner(self.inner.call(req))
+        Either::Left(self.inner.call(req))
     }
 }
 
-pin_project! {
-    /// The response future of [`ToolSelect`]: the inner service's, or a selection and then
-    /// the inner service's.
-    pub struct ResponseFuture<F> {
-        #[pin]
-        kind: Kind<F>,
-    }
-}
-
-pin_project! {
-    #[project = KindProj]
-    enum Kind<F> {
-        Inner { #[pin] future: F },
-        Selecting { future: BoxFuture<'static, Result<ModelResponse, Error>> },
-    }
-}
-
-impl<F> ResponseFuture<F> {
-    fn inner(future: F) -> Self {
-        Self {
-            kind: Kind::Inner { future },
-        }
-    }
-}
-
-impl<F> fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl<F> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<ModelResponse, Error>>,
-{
-    type Output = Result<ModelResponse, Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Inner { future } => future.poll(cx),
-            KindProj::Selecting { future } => future.as_mut().poll(cx),
-        }
-    }
-}
+/// The response future of [`ToolSelect`]: the inner service's, or a boxed one that selects
+/// and then calls the inner service.
+pub type ResponseFuture<F> = Either<F, BoxFuture<'static, Result<ModelResponse, Error>>>;
 
 /// Ask the model which tools, remember its choice for the run, filter, call.
 async fn select_then_call<S>(

@@ -2,8 +2,6 @@
 //! an overflow is recovered from.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -91,30 +89,12 @@ where
         // The ready service goes into the future; a clone stays for the next call.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture {
-            inner: Box::pin(run(Arc::clone(&self.config), inner, req)),
-        }
+        Box::pin(run(Arc::clone(&self.config), inner, req))
     }
 }
 
 /// The response future of [`Summarize`].
-pub struct ResponseFuture {
-    inner: BoxFuture<'static, Result<ModelResponse, Error>>,
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<ModelResponse, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
-    }
-}
+pub type ResponseFuture = BoxFuture<'static, Result<ModelResponse, Error>>;
 
 /// What the layer did during one call, for its response (or error): the history it
 /// committed and the summarizer's tokens.
