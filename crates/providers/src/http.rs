@@ -153,42 +153,14 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
         if status.is_success() {
             break response;
         }
-        {
-            let headers = response.headers().clone();
-            // An error's body is short; a server that stalls sending it gets what it sent so far
-            // classified.
-            let body = tokio::time::timeout(client.idle_timeout, response.text())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let mut error = classify(
-                W::PROVIDER,
-                status,
-                &headers,
-                &body,
-                endpoint.key.as_ref(),
-                SystemTime::now(),
-            );
-            // A request that named something the server no longer has (Gemini's context
-            // cache): once more without it.
-            if again && status.is_client_error() && wire.forget(endpoint, req) {
-                again = false;
-                continue;
-            }
-            if status == reqwest::StatusCode::NOT_FOUND {
-                error = Error::new(
-                    error.kind(),
-                    format!(
-                        "{} (POST {}; check the base URL: {})",
-                        error.message(),
-                        safe_url(&url),
-                        W::BASE_URL_HINT
-                    ),
-                );
-            }
-            return Err(error);
+        let error = refusal::<W>(client, &url, response).await;
+        // A request that named something the server no longer has (Gemini's context cache):
+        // once more without it.
+        if again && status.is_client_error() && wire.forget(endpoint, req) {
+            again = false;
+            continue;
         }
+        return Err(error);
     };
     if !client.stream {
         // Generated: the body follows its head at once.
@@ -345,6 +317,40 @@ fn idle_error<W: Format>(limit: Duration, url: &str) -> Error {
             "{}: no byte from {} for {limit:?} (the idle timeout)",
             W::PROVIDER,
             safe_url(url)
+        ),
+    )
+}
+
+/// The error a refused request gets: its status, headers and body classified; a 404 names
+/// the URL and what the base URL should be.
+async fn refusal<W: Format>(client: &Client<W>, url: &str, response: reqwest::Response) -> Error {
+    let status = response.status();
+    let headers = response.headers().clone();
+    // An error's body is short; a server that stalls sending it gets what it sent so far
+    // classified.
+    let body = tokio::time::timeout(client.idle_timeout, response.text())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let error = classify(
+        W::PROVIDER,
+        status,
+        &headers,
+        &body,
+        client.endpoint.key.as_ref(),
+        SystemTime::now(),
+    );
+    if status != reqwest::StatusCode::NOT_FOUND {
+        return error;
+    }
+    Error::new(
+        error.kind(),
+        format!(
+            "{} (POST {}; check the base URL: {})",
+            error.message(),
+            safe_url(url),
+            W::BASE_URL_HINT
         ),
     )
 }
