@@ -105,14 +105,15 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 /// ([`BuiltinsExt`]).
 ///
 /// ```text
-/// agent:  store → memory → patch → [agent_layer] → the loop
+/// agent:  store → redact → guardrail → memory → patch → [agent_layer] → the loop
 /// model:  redact → guardrail → limits → memory → instructions → select → summarize → clear
 ///         → [model_layer] → patch → structured → budget → fallback → retry → [provider_layer] → the provider
 /// tools:  evict → redact → guardrail → limits → checkpoint → approval → cache → [tool_layer]
 ///         → the tools
 /// ```
 ///
-/// A built-in that acts at two services is one value placed on both (memory, patch, limits).
+/// A built-in that acts at several services is one value placed on each (redact, guardrail,
+/// memory, patch, limits).
 /// Every service is boxed, so the agent's type is one name ([`BoxAgent`]) whatever it holds.
 ///
 /// ```
@@ -277,18 +278,22 @@ impl Builtins {
         self
     }
 
-    /// Redaction of the model's input and output and of tool results: outermost on the
-    /// model stack (every other layer, the summarizer among them, sees redacted text), and on
-    /// the tool stack inside the eviction (a result is stored redacted).
+    /// Redaction of the run's input, of the model's input and output and of tool results: on
+    /// the agent right inside the store (the input is redacted before the run saves it first,
+    /// and every other layer sees it redacted), outermost on the model stack (the summarizer
+    /// sees redacted text), and on the tool stack inside the eviction (a result is stored
+    /// redacted).
     pub fn redact(mut self, redact: RedactLayer) -> Self {
         self.redact = Some(redact);
         self
     }
 
-    /// Guardrails on the model's input and output and on tool results: inside the redaction
-    /// on both stacks, so a guardrail reads the redacted input the model reads, but the
-    /// model's output and tool results before they are redacted (a classifier model among
-    /// the guardrails sees them too); a trip ends the run.
+    /// Guardrails on the run's input, the model's output and tool results: inside the
+    /// redaction on every stack, so a guardrail reads the redacted input the model reads, but
+    /// the model's output and tool results before they are redacted (a classifier model among
+    /// the guardrails sees them too); a trip ends the run. The input is checked on the agent,
+    /// before the run saves anything (in parallel with the first model call on the model
+    /// stack with [`GuardrailLayer::parallel`]); a tripped input is not appended.
     pub fn guardrail(mut self, guardrail: GuardrailLayer) -> Self {
         self.guardrail = Some(guardrail);
         self
@@ -401,6 +406,14 @@ impl Builtins {
         vec![
             #[cfg(feature = "sessions")]
             ("store", self.store.clone().map(wrap).into_iter().collect()),
+            (
+                "redact",
+                self.redact.clone().map(wrap).into_iter().collect(),
+            ),
+            (
+                "guardrail",
+                self.guardrail.clone().map(wrap).into_iter().collect(),
+            ),
             (
                 "memory",
                 self.memory.clone().map(wrap).into_iter().collect(),

@@ -55,7 +55,18 @@ fn the_canonical_order() {
     #[cfg(feature = "cache")]
     let every = every.tool_cache(tower_agent::layers::cache::ToolCacheLayer::new());
     let [(_, agent), (_, model), (_, tools)] = every.order();
-    assert_eq!(agent, ["store", "memory", "patch", "agent_layer", "loop"]);
+    assert_eq!(
+        agent,
+        [
+            "store",
+            "redact",
+            "guardrail",
+            "memory",
+            "patch",
+            "agent_layer",
+            "loop"
+        ]
+    );
     assert_eq!(
         model,
         [

@@ -69,7 +69,9 @@ async fn a_tripped_input_costs_no_model_call_and_appends_nothing() {
         ("no_password".into(), "mentions password".into())
     );
     assert_eq!(model.request_count(), 0);
-    assert_eq!(roles(&res), [Role::User]);
+    // Nothing tripped is appended, and the run's input is withdrawn with it: the next run
+    // starts from the session as it was.
+    assert_eq!(roles(&res), []);
     // A clean input goes through.
     let model = ScriptedModel::new([ModelResponse::text("Hi!")]);
     let (res, _) = run(&guard, model, ToolSet::new(), "Hello").await;
@@ -99,7 +101,9 @@ async fn a_trip_in_parallel_mode_drops_the_call_and_no_delta_comes_after_it() {
         .expect("retracted");
     assert!(!names[retract..].contains(&"text_delta"), "{names:?}");
     assert_eq!(recorder.streamed_text(1), "");
-    assert_eq!(roles(&res), [Role::User]);
+    // Nothing tripped is appended, and the run's input is withdrawn with it: the next run
+    // starts from the session as it was.
+    assert_eq!(roles(&res), []);
     // Dropped, not left running: nothing more comes once the rest of the stream's time passed.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(recorder.names(), names);
@@ -120,7 +124,9 @@ async fn in_parallel_an_answer_waits_for_the_checks() {
         ScriptedModel::new([ModelResponse::text("Here it is")]).streaming(4, Duration::ZERO);
     let (res, recorder) = run(&guard, model, ToolSet::new(), "my password").await;
     assert_eq!(tripped(&res).0, "no_password");
-    assert_eq!(roles(&res), [Role::User]);
+    // Nothing tripped is appended, and the run's input is withdrawn with it: the next run
+    // starts from the session as it was.
+    assert_eq!(roles(&res), []);
     assert!(recorder.names().contains(&"retract"));
     assert_eq!(recorder.streamed_text(1), "");
 }
@@ -135,7 +141,9 @@ async fn a_tripped_output_is_retracted_and_never_reaches_the_session() {
         tripped(&res),
         ("no_rm -rf".into(), "mentions rm -rf".into())
     );
-    assert_eq!(roles(&res), [Role::User]);
+    // Nothing tripped is appended, and the run's input is withdrawn with it: the next run
+    // starts from the session as it was.
+    assert_eq!(roles(&res), []);
     let names = recorder.names();
     assert!(names.contains(&"text_delta"), "it streamed: {names:?}");
     assert_eq!(names[names.len() - 2..], ["retract", "run_finished"]);
@@ -157,7 +165,9 @@ async fn a_tripped_output_with_calls_leaves_no_call_unanswered_and_runs_none() {
     assert_eq!(tripped(&res).0, "no_prod");
     assert!(deploy.calls().is_empty());
     assert_valid_history(&res.session.history);
-    assert_eq!(roles(&res), [Role::User]);
+    // Nothing tripped is appended, and the run's input is withdrawn with it: the next run
+    // starts from the session as it was.
+    assert_eq!(roles(&res), []);
 }
 
 #[tokio::test(start_paused = true)]

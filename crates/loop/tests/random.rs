@@ -343,6 +343,8 @@ fn fits(session: &Session, input: &AgentInput) -> Option<bool> {
     let late = !open.is_empty() && after.into_iter().any(|m| m.role != Role::Tool);
     match input {
         AgentInput::Continue if !sound => Some(false),
+        // Nothing to continue: refused before any model call.
+        AgentInput::Continue if session.history.is_empty() && pending.is_empty() => Some(false),
         AgentInput::Resume(_) if !sound || pending.is_empty() => Some(false),
         AgentInput::Continue | AgentInput::Resume(_) if late => None,
         _ => Some(true),

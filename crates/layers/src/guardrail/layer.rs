@@ -7,8 +7,9 @@ use std::task::{Context, Poll};
 
 use futures_util::future::Either;
 use tower_agent_core::{
-    BoxError, DescribeTools, Error, Message, ModelRequest, ModelResponse, Role, StopReason,
-    ToolAction, ToolRequest, ToolResponse, ToolSpec, Usage,
+    AgentInput, AgentRequest, AgentResponse, BoxError, DescribeTools, Error, ExtensionKey, Message,
+    ModelRequest, ModelResponse, Outcome, Progress, Role, StopReason, ToolAction, ToolRequest,
+    ToolResponse, ToolSpec, Usage,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -16,15 +17,22 @@ use tower_service::Service;
 use super::ResponseFuture;
 use super::check::{Guardrail, Trip, check_all};
 
-/// Guardrails on the model's input and output and on tool results: one value for the model
-/// stack and the tool stack. See the [module docs](super).
+/// Guardrails on the model's input and output and on tool results: one value for the agent
+/// service, the model stack and the tool stack. See the [module docs](super).
 #[derive(Clone, Default)]
 pub struct GuardrailLayer {
     input: Arc<[Guardrail]>,
     output: Arc<[Guardrail]>,
     tool_results: Arc<[Guardrail]>,
     parallel: bool,
+    /// Set in a run whose input the agent side checked: the model side does not check it
+    /// again.
+    checked: ExtensionKey<InputChecked>,
 }
+
+/// The run's input passed this layer's checks on the agent service.
+#[derive(Debug, Clone, Copy)]
+struct InputChecked;
 
 impl fmt::Debug for GuardrailLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -162,7 +170,8 @@ where
     }
 
     fn call(&mut self, request: ModelRequest) -> Self::Future {
-        let input = match self.layer.input.is_empty() {
+        let checked = request.ctx.extension_at(&self.layer.checked).is_some();
+        let input = match self.layer.input.is_empty() || checked {
             true => None,
             false => new_input(&request.messages).map(|text| (text, Arc::clone(&self.layer.input))),
         };
@@ -244,6 +253,83 @@ async fn in_parallel(
                 (None, answer) => (answer, spent),
             })
         }
+    }
+}
+
+/// The text of the user messages of an input; `None` when it has none.
+fn input_text(messages: &[Message]) -> Option<String> {
+    let texts: Vec<String> = messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(Message::text)
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("\n\n"))
+}
+
+/// The input guardrails on the run's new messages, before the run starts (unless they run in
+/// parallel with the model call): a trip answers the run, stopped, with the session as it came
+/// (the input is not appended, nothing is saved); the model side does not check that input
+/// again.
+impl<S> Service<AgentRequest> for Guarded<S>
+where
+    S: Service<AgentRequest, Response = AgentResponse> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = AgentResponse;
+    type Error = Error;
+    type Future = ResponseFuture<AgentResponse>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::from_boxed(e.into()))
+    }
+
+    fn call(&mut self, request: AgentRequest) -> Self::Future {
+        let text = match &request.input {
+            AgentInput::Messages(messages)
+                if !self.layer.input.is_empty() && !self.layer.parallel =>
+            {
+                input_text(messages)
+            }
+            _ => None,
+        };
+        let Some(text) = text else {
+            let call = self.inner.call(request);
+            return Box::pin(async move { call.await.map_err(|e| Error::from_boxed(e.into())) });
+        };
+        // Checked first: the ready service goes into the future, called once the input passed.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let guardrails = Arc::clone(&self.layer.input);
+        let checked = self.layer.checked.clone();
+        Box::pin(async move {
+            let ctx = request.ctx.clone();
+            let (trip, spent) = match check_all(&guardrails, text, &ctx).await {
+                Ok(checked) => checked,
+                Err(error) => return Err(error.with_session(request.session)),
+            };
+            if let Some(trip) = trip {
+                let mut session = request.session;
+                ctx.absorb_state(std::mem::take(&mut session.state));
+                session.state = ctx.state_snapshot();
+                let outcome = Outcome::Stopped {
+                    reason: trip.reason(),
+                    progress: Progress::default(),
+                };
+                let mut response = AgentResponse::new(session, outcome);
+                response.usage = spent;
+                return Ok(response);
+            }
+            ctx.insert_extension_at(&checked, InputChecked);
+            let mut response = inner
+                .call(request)
+                .await
+                .map_err(|e| Error::from_boxed(e.into()).add_usage(spent))?;
+            response.usage += spent;
+            Ok(response)
+        })
     }
 }
 

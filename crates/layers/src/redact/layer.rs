@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower_agent_core::{
-    BoxError, ContentPart, DescribeTools, Error, ExtensionKey, HistoryMark, Message, ModelRequest,
-    ModelResponse, RunContext, ToolRequest, ToolResponse, ToolSpec,
+    AgentInput, AgentRequest, BoxError, ContentPart, DescribeTools, Error, ExtensionKey, History,
+    HistoryMark, Message, ModelRequest, ModelResponse, RunContext, ToolRequest, ToolResponse,
+    ToolSpec,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -17,9 +18,13 @@ use super::Rules;
 use super::stream::RedactFilter;
 
 /// Redaction of what the model reads and writes, and of tool results, with one set of
-/// [`Rules`]: one value on the model stack (outermost, so the summarizer and every other layer
-/// see redacted text) and on the tool stack.
+/// [`Rules`]: one value on the agent service, on the model stack (outermost, so the summarizer
+/// and every other layer see redacted text) and on the tool stack.
 ///
+/// - **The run's input** (on the agent service): the new messages and the session's history
+///   are redacted before the run starts, so what the run saves first, what a cancelled run
+///   returns and what every layer sees is redacted; nothing raw is written to a store placed
+///   outside it.
 /// - **Model input**: the text of the messages added since the last call (user messages, tool
 ///   results, the model's own) is redacted before the call, and the redacted history is
 ///   committed to the session: a secret a user typed never reaches the model, nor the session
@@ -148,8 +153,12 @@ impl RedactLayer {
     /// Redact the messages of `request` added since this layer last saw the run's history;
     /// whether any changed.
     fn redact_input(&self, request: &mut ModelRequest) -> bool {
-        let ctx: &RunContext = &request.ctx;
-        let history = &mut request.messages;
+        self.redact_since(&request.ctx, &mut request.messages)
+    }
+
+    /// Redact the messages of `history` added since the run's mark, and mark it; whether any
+    /// changed.
+    fn redact_since(&self, ctx: &RunContext, history: &mut History) -> bool {
         let from = ctx
             .extension_at(&self.redacted)
             .map_or(0, |mark| history.kept(&mark));
@@ -164,6 +173,34 @@ impl RedactLayer {
         }
         ctx.insert_extension_at(&self.redacted, history.mark());
         first.is_some()
+    }
+}
+
+/// The run's input and the session's history redacted before the run starts: see
+/// [`RedactLayer`]. The response is the inner service's.
+impl<S> Service<AgentRequest> for Redact<S>
+where
+    S: Service<AgentRequest>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: AgentRequest) -> S::Future {
+        let rules = &self.layer.rules;
+        if let AgentInput::Messages(messages) = &mut request.input {
+            for message in messages.iter_mut().filter(|m| needs(rules, m)) {
+                redact_message(rules, message);
+            }
+        }
+        // The model side of the run goes on from here: it scans only what comes after.
+        self.layer
+            .redact_since(&request.ctx, &mut request.session.history);
+        self.inner.call(request)
     }
 }
 

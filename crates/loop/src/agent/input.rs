@@ -11,6 +11,12 @@ use tower_agent_core::{AgentInput, Error, Message, Session};
 pub(super) fn check_input(session: &Session, input: &AgentInput) -> Result<bool, Error> {
     match input {
         AgentInput::Messages(_) => Ok(false),
+        AgentInput::Continue if session.history.is_empty() && session.interrupts.is_empty() => {
+            Err(Error::bad_request(format!(
+                "nothing to continue: session `{}` has no history (send it a message instead)",
+                session.id
+            )))
+        }
         AgentInput::Continue => check_interrupts(session).map(|()| false),
         AgentInput::Resume(decisions) => {
             check_interrupts(session)?;

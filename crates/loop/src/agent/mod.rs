@@ -210,7 +210,9 @@ where
             call_ids: Default::default(),
             start: 0,
             saver,
+            saved: None,
             unsaved: false,
+            before_input: None,
             deltas: Deltas::default(),
         };
         ResponseFuture {

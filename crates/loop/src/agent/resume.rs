@@ -16,7 +16,6 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::rounds::Run;
-use super::tools::execute;
 
 impl<M, T> Run<M, T>
 where
@@ -63,19 +62,8 @@ where
                 if self.saver.is_some() {
                     self.save().await?;
                 }
-                let mode = self.config.tool_execution;
-                let resume = Some(&decisions);
-                let out = execute(
-                    &mut self.tools,
-                    &self.ctx,
-                    0,
-                    mode,
-                    calls.iter(),
-                    resume,
-                    None,
-                )
-                .await;
-                self.absorb_round(out, true)?
+                let out = self.execute(0, calls, Some(&decisions), None).await;
+                self.absorb_round(out)?
             }
             AgentInput::Continue => {
                 self.session.answer_dangling_calls();
@@ -92,6 +80,8 @@ where
             }
             // The user moved on: calls that waited for a decision get a "not executed" result.
             AgentInput::Messages(messages) => {
+                let before = (self.session.history.mark(), self.session.interrupts.clone());
+                self.before_input = Some(before);
                 self.session.push_input(messages);
                 // The input itself may end with calls: nothing waits any more.
                 self.index_and_repair(true);

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
+use serde_json::{Map, Value};
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, Deltas, DescribeTools, Error, ErrorKind,
-    Event, History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache, Repair,
-    Role, RunContext, Saver, Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult,
-    Usage,
+    Event, History, HistoryMark, Interrupt, Message, ModelRequest, ModelResponse, Outcome,
+    Progress, PromptCache, Repair, Role, RunContext, Saver, Session, StopReason, ToolCall,
+    ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -15,7 +16,7 @@ use super::AgentConfig;
 use super::call::{call, ignore};
 use super::early::Early;
 use super::input::check_input;
-use super::tools::{RUN_FAILED, RoundTools, execute, not_executed};
+use super::tools::{RUN_FAILED, RoundTools, not_executed};
 
 /// One run's state.
 pub(super) struct Run<M, T> {
@@ -35,10 +36,32 @@ pub(super) struct Run<M, T> {
     pub(super) start: usize,
     /// Where the run saves its session (the context's saver, read once).
     pub(super) saver: Option<Arc<dyn Saver>>,
+    /// What the last save wrote: a save of the same session writes nothing.
+    pub(super) saved: Option<Saved>,
     /// A save failed: the run ends without saving again.
     pub(super) unsaved: bool,
+    /// Where the history stood before the run's new messages (and the interrupts it waited
+    /// on then), until the first model call: a run whose first model call a layer stops (a
+    /// guardrail, a limit, a budget) leaves the session as it found it.
+    pub(super) before_input: Option<(HistoryMark, Vec<Interrupt>)>,
     /// The way up for the model's deltas, in every round: settled after each call.
     pub(super) deltas: Deltas,
+}
+
+/// A saved session, as much as it takes to recognise it.
+pub(super) struct Saved {
+    mark: HistoryMark,
+    state: Map<String, Value>,
+    interrupts: Vec<Interrupt>,
+}
+
+impl Saved {
+    fn is(&self, history: &History, state: &Map<String, Value>, interrupts: &[Interrupt]) -> bool {
+        history.len() == self.mark.len()
+            && history.kept(&self.mark) == history.len()
+            && self.state == *state
+            && self.interrupts == interrupts
+    }
 }
 
 /// A cancelled outcome; its progress is filled in when the run ends.
@@ -185,32 +208,75 @@ where
             let [.., message] = &self.session.history[..] else {
                 unreachable!("the model's message is the last");
             };
-            let mode = self.config.tool_execution;
-            let calls = message.tool_calls();
-            let out = execute(&mut self.tools, &self.ctx, round, mode, calls, None, early).await;
-            if let Some(outcome) = self.absorb_round(out, false)? {
+            let calls = message.tool_calls().cloned().collect();
+            let out = self.execute(round, calls, None, early).await;
+            if let Some(outcome) = self.absorb_round(out)? {
                 return Ok(outcome);
             }
+            // Each result was saved as it came; what the round changed after them (the
+            // arguments calls ran with, their order) is saved now.
             if self.saver.is_some() {
                 self.save().await?;
             }
         }
     }
 
-    /// Save the session as it stands with the context's saver, if it has one.
+    /// Save the session as it stands (its history, the run's state, the interrupts it waits
+    /// on) with the run's saver, if it has one; unless the last save wrote the same.
     pub(super) async fn save(&mut self) -> Result<(), Error> {
         let Some(saver) = &self.saver else {
             return Ok(());
         };
+        let state = self.ctx.state_snapshot();
+        let (history, interrupts) = (&self.session.history, &self.session.interrupts);
+        if let Some(saved) = &self.saved {
+            if saved.is(history, &state, interrupts) {
+                return Ok(());
+            }
+        }
         let session = Session {
             id: self.session.id.clone(),
-            history: self.session.history.clone(),
-            state: self.ctx.state_snapshot(),
-            interrupts: Vec::new(),
+            history: history.clone(),
+            state,
+            interrupts: interrupts.clone(),
         };
-        let saved = saver.save(&session).await;
-        self.unsaved = saved.is_err();
-        saved
+        match saver.save(&session).await {
+            Ok(()) => {
+                self.saved = Some(Saved {
+                    mark: session.history.mark(),
+                    state: session.state,
+                    interrupts: session.interrupts,
+                });
+                Ok(())
+            }
+            Err(error) => {
+                self.unsaved = true;
+                Err(error)
+            }
+        }
+    }
+
+    /// Put the session back as it was before the run's new messages: a layer stopped the
+    /// run's first model call, so the model never answered them.
+    fn withdraw_input(&mut self) {
+        let Some((mark, interrupts)) = self.before_input.take() else {
+            return;
+        };
+        // The input and the results it gave waiting calls were appended after the mark; a
+        // history changed before it (a repair of the whole input) is left as it is.
+        let history = &mut self.session.history;
+        if history.kept(&mark) == mark.len() {
+            history.make_mut().truncate(mark.len());
+            self.session.interrupts = interrupts;
+            self.start = self.session.history.len();
+            self.call_ids = self
+                .session
+                .history
+                .iter()
+                .flat_map(Message::tool_calls)
+                .map(|call| call.id.clone())
+                .collect();
+        }
     }
 
     /// Call the model with the history, and apply what its response did: the history a layer
@@ -256,6 +322,8 @@ where
                 .settle(&self.ctx.with_round(round), kept)
                 .await?;
         }
+        // Only the run's first model call can withdraw its input.
+        let first = self.before_input.take();
         let response = match answer {
             None => return Ok(Answer::End(cancelled_outcome())),
             Some(Ok(response)) => response,
@@ -268,6 +336,11 @@ where
                 }
                 if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() {
                     return Ok(Answer::End(cancelled_outcome()));
+                }
+                // A limit that fails the run refused the input, as a stop does.
+                if error.kind() == ErrorKind::LimitReached {
+                    self.before_input = first;
+                    self.withdraw_input();
                 }
                 return Err(error);
             }
@@ -284,8 +357,11 @@ where
         if let Some(history) = history {
             self.commit(history)?;
         }
-        // A layer stopped the run at this call: its calls could not be answered.
+        // A layer stopped the run at this call: its calls could not be answered. At the first
+        // call, nothing tripped stays: the input is withdrawn.
         if let Some(reason) = stop {
+            self.before_input = first;
+            self.withdraw_input();
             return Ok(Answer::End(stopped(reason)));
         }
         message.role = Role::Assistant;
@@ -321,16 +397,10 @@ where
         id
     }
 
-    /// Append a round's results and apply what the tool responses did (arguments, usage);
-    /// the outcome if the round ends the run. `resumed`: the results answer calls that waited,
-    /// and are put back in call order.
-    pub(super) fn absorb_round(
-        &mut self,
-        out: RoundTools,
-        resumed: bool,
-    ) -> Result<Option<Outcome>, Error> {
+    /// Apply what the tool responses of a round did (arguments, usage, a stop, interrupts) and
+    /// put its results in call order; the outcome if the round ends the run.
+    pub(super) fn absorb_round(&mut self, out: RoundTools) -> Result<Option<Outcome>, Error> {
         let RoundTools {
-            results,
             mut interrupts,
             arguments,
             usage,
@@ -339,7 +409,6 @@ where
             error,
         } = out;
         self.usage += usage;
-        self.session.history.extend(results);
         // Calls that would wait for a decision cannot wait when the run ends otherwise.
         let closing = if error.is_some() {
             Some(RUN_FAILED.to_owned())
@@ -348,16 +417,15 @@ where
         } else {
             stop.as_ref().map(not_executed)
         };
-        let closed = closing.is_some() && !interrupts.is_empty();
         if let Some(content) = closing {
             for interrupt in interrupts.drain(..) {
                 let result = ToolResult::error(&interrupt.call, content.clone());
                 self.session.history.push(Message::tool_result(result));
             }
         }
-        if resumed || closed {
-            self.session.history.order_results();
-        }
+        // Results came as the calls finished (and resumed calls after the others): in call
+        // order now.
+        self.session.history.order_results();
         // Also when the run fails: the session it returns records what ran.
         if !arguments.is_empty() {
             record_arguments(&mut self.session.history, arguments);
@@ -413,10 +481,7 @@ where
                     self.session.interrupts = interrupts.clone();
                 }
                 // Saved before anyone hears the run finished.
-                let saved = match &self.saver {
-                    Some(saver) => saver.save(&self.session).await,
-                    None => Ok(()),
-                };
+                let saved = self.save().await;
                 let finished = Event::RunFinished {
                     outcome: outcome.clone(),
                 };
@@ -446,8 +511,8 @@ where
                 }
                 // What the run did is saved, unless saving is what failed (the error says
                 // why: another writer, a lost store); the error carries the session anyway.
-                if let Some(saver) = self.saver.as_ref().filter(|_| !self.unsaved) {
-                    if let Err(failed) = saver.save(&self.session).await {
+                if !self.unsaved {
+                    if let Err(failed) = self.save().await {
                         tracing::warn!(error = %failed, "the failed run's session was not saved");
                     }
                 }

@@ -2,23 +2,24 @@
 
 use futures_util::stream::{self, StreamExt};
 use tower_agent_core::{
-    BoxError, CancellationToken, Decisions, Error, ErrorKind, Event, Interrupt, Message, Pause,
-    RunContext, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    BoxError, CancellationToken, Decisions, DescribeTools, Error, ErrorKind, Event, Interrupt,
+    Message, ModelRequest, ModelResponse, Pause, RunContext, StopReason, ToolAction, ToolCall,
+    ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
 use super::ToolExecution;
 use super::call::{self, CallFailure, record_tool, tool_span};
 use super::early::{Early, EarlyRun};
+use super::rounds::Run;
 
 /// The result of a call left without one when the run failed.
 pub(super) const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
 
-/// What the tools of one round produced: everything the round's responses carried.
+/// What the tools of one round did besides their results (which go into the history as they
+/// come): everything else the round's responses carried.
 #[derive(Default)]
 pub(super) struct RoundTools {
-    /// One tool-result message per call that got a result, in call order.
-    pub(super) results: Vec<Message>,
     pub(super) interrupts: Vec<Interrupt>,
     /// Arguments calls ran with instead of the model's: `(call id, arguments)`.
     pub(super) arguments: Vec<(String, String)>,
@@ -30,25 +31,18 @@ pub(super) struct RoundTools {
 }
 
 impl RoundTools {
-    /// Add the result of a call.
-    fn answer(&mut self, result: ToolResult) {
-        self.results.push(Message::tool_result(result));
-    }
-
-    /// Answer `call` without running it when an earlier call of the round stopped the run,
-    /// failed it or saw it cancelled: whether it did.
-    fn answered_unrun(&mut self, call: &ToolCall) -> bool {
-        let result = if let Some(reason) = &self.stop {
-            ToolResult::error(call, not_executed(reason))
+    /// The result of `call` when an earlier call of the round stopped the run, failed it or
+    /// saw it cancelled: it is not run.
+    fn unrun(&self, call: &ToolCall) -> Option<ToolResult> {
+        if let Some(reason) = &self.stop {
+            Some(ToolResult::error(call, not_executed(reason)))
         } else if self.error.is_some() {
-            ToolResult::error(call, RUN_FAILED)
+            Some(ToolResult::error(call, RUN_FAILED))
         } else if self.cancelled {
-            ToolResult::cancelled(call)
+            Some(ToolResult::cancelled(call))
         } else {
-            return false;
-        };
-        self.answer(result);
-        true
+            None
+        }
     }
 }
 
@@ -63,106 +57,146 @@ fn is_error(outcome: &ToolOutcome) -> bool {
     }
 }
 
-/// Run the tool calls of one round. Never fails: every call gets a result, an interrupt, or
-/// (on cancellation, stop or error) a synthetic result. A call that started `early` is waited
-/// for instead of run again (the caller has aborted the early runs no call matches).
-pub(super) async fn execute<T>(
-    tools: &mut T,
-    ctx: &RunContext,
-    round: u32,
-    mode: ToolExecution,
-    calls: impl Iterator<Item = &ToolCall> + Send,
-    resume: Option<&Decisions>,
-    early: Option<Early>,
-) -> RoundTools
+impl<M, T> Run<M, T>
 where
-    T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    M: Service<ModelRequest, Response = ModelResponse> + Send,
+    M::Error: Into<BoxError>,
+    M::Future: Send,
+    T: Service<ToolRequest, Response = ToolResponse> + DescribeTools + Clone + Send + 'static,
     T::Error: Into<BoxError>,
     T::Future: Send,
 {
-    let mut out = RoundTools::default();
-    let token = ctx.cancellation_token();
-    match mode {
-        ToolExecution::Sequential => {
-            for call in calls {
-                if out.answered_unrun(call) {
-                    continue;
-                }
-                if let Err(error) = emit!(ctx, started(round, call)) {
-                    out.error = Some(error);
-                    out.answer(ToolResult::error(call, RUN_FAILED));
-                    continue;
-                }
-                let outcome = match early.as_ref().and_then(|early| early.adopt(call)) {
-                    Some(run) => run.finish().await,
-                    None => {
-                        let request = tool_request(call, ctx, round, resume);
-                        let span = tool_span(call);
-                        call::call(&mut *tools, request, token, span, record_tool).await
+    /// Run the tool calls of one round. Never fails: every call gets a result, an interrupt,
+    /// or (on cancellation, stop or error) a synthetic result. A call that started `early` is
+    /// waited for instead of run again (the caller has aborted the early runs no call
+    /// matches).
+    ///
+    /// Each result goes into the history as it comes (concurrent calls in the order they
+    /// finish; the caller puts them in call order), and the session is saved then: a process
+    /// that dies loses only the calls still running. A save that fails ends the round (the
+    /// calls not run yet are answered "not executed: the run failed").
+    pub(super) async fn execute(
+        &mut self,
+        round: u32,
+        calls: Vec<ToolCall>,
+        resume: Option<&Decisions>,
+        early: Option<Early>,
+    ) -> RoundTools {
+        let mut out = RoundTools::default();
+        let token = self.ctx.cancellation_token().clone();
+        match self.config.tool_execution {
+            ToolExecution::Sequential => {
+                for call in &calls {
+                    if let Some(result) = out.unrun(call) {
+                        self.answer(result);
+                        continue;
                     }
-                };
-                let is_error = absorb(&mut out, call, outcome, token);
-                if let Err(error) = emit!(ctx, finished(round, call, is_error)) {
-                    out.error.get_or_insert(error);
+                    if let Err(error) = emit!(self.ctx, started(round, call)) {
+                        out.error = Some(error);
+                        self.answer(ToolResult::error(call, RUN_FAILED));
+                        continue;
+                    }
+                    let outcome = match early.as_ref().and_then(|early| early.adopt(call)) {
+                        Some(run) => run.finish().await,
+                        None => {
+                            let request = tool_request(call, &self.ctx, round, resume);
+                            let span = tool_span(call);
+                            call::call(&mut self.tools, request, &token, span, record_tool).await
+                        }
+                    };
+                    let is_error = self.absorb(&mut out, call, outcome, &token).await;
+                    if let Err(error) = emit!(self.ctx, finished(round, call, is_error)) {
+                        out.error.get_or_insert(error);
+                    }
                 }
             }
-        }
-        ToolExecution::Concurrent { limit } => {
-            let calls: Vec<&ToolCall> = calls.collect();
-            // Each future owns what it needs (no borrows), which keeps the run future `Send`.
-            let running: Vec<_> = calls
-                .iter()
-                .enumerate()
-                .map(|(index, call)| {
-                    let request = tool_request(call, ctx, round, resume);
-                    let adopted = early.as_ref().and_then(|early| early.adopt(call));
-                    run_one(index, tools.clone(), request, adopted)
-                })
-                .collect();
-            let mut running = stream::iter(running).buffer_unordered(limit.max(1));
-            // `None`: the call did not finish (cancelled, or the round failed first).
-            let mut slots: Vec<Option<ToolOutcome>> = calls.iter().map(|_| None).collect();
-            loop {
-                let next = tokio::select! {
-                    biased;
-                    _ = token.cancelled() => break,
-                    next = running.next() => next,
-                };
-                let Some((index, outcome)) = next else { break };
-                match outcome {
-                    Ok(None) => {}
-                    Ok(Some(outcome)) => {
-                        let is_error = is_error(&outcome);
-                        slots[index] = Some(outcome);
-                        if let Err(error) = emit!(ctx, finished(round, calls[index], is_error)) {
+            ToolExecution::Concurrent { limit } => {
+                // Each future owns what it needs (no borrows), which keeps the run future `Send`.
+                let running: Vec<_> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(index, call)| {
+                        let request = tool_request(call, &self.ctx, round, resume);
+                        let adopted = early.as_ref().and_then(|early| early.adopt(call));
+                        run_one(index, self.tools.clone(), request, adopted)
+                    })
+                    .collect();
+                let mut running = stream::iter(running).buffer_unordered(limit.max(1));
+                let mut done = vec![false; calls.len()];
+                loop {
+                    let next = tokio::select! {
+                        biased;
+                        _ = token.cancelled() => break,
+                        next = running.next() => next,
+                    };
+                    let Some((index, outcome)) = next else { break };
+                    match outcome {
+                        // Cancelled before it ended: answered below.
+                        Ok(None) => {}
+                        Ok(Some(outcome)) => {
+                            let call = &calls[index];
+                            done[index] = true;
+                            let is_error = is_error(&outcome);
+                            self.absorb(&mut out, call, Some(outcome), &token).await;
+                            let told = emit!(self.ctx, finished(round, call, is_error));
+                            if let Err(error) = told {
+                                out.error.get_or_insert(error);
+                            }
+                            if out.error.is_some() {
+                                break;
+                            }
+                        }
+                        Err(error) => {
                             out.error = Some(error);
                             break;
                         }
                     }
-                    Err(error) => {
-                        out.error = Some(error);
-                        break;
-                    }
                 }
-            }
-            drop(running);
-            for (call, slot) in calls.iter().zip(slots) {
-                match slot {
-                    Some(outcome) => {
-                        absorb(&mut out, call, Some(outcome), token);
+                drop(running);
+                for (call, done) in calls.iter().zip(done) {
+                    if done {
+                        continue;
                     }
-                    None if out.error.is_some() => {
-                        out.answer(ToolResult::error(call, RUN_FAILED));
-                    }
-                    None => {
+                    if out.error.is_some() {
+                        self.answer(ToolResult::error(call, RUN_FAILED));
+                    } else {
                         out.cancelled = true;
-                        out.answer(ToolResult::cancelled(call));
+                        self.answer(ToolResult::cancelled(call));
                     }
                 }
             }
         }
+        out
     }
-    out
+
+    /// Append the result of a call to the history.
+    fn answer(&mut self, result: ToolResult) {
+        self.session.history.push(Message::tool_result(result));
+    }
+
+    /// Turn one call's outcome (`None`: cancelled while running) into a result, an interrupt
+    /// or a stop; a result goes into the history and is saved. Returns whether the model sees
+    /// an error.
+    async fn absorb(
+        &mut self,
+        out: &mut RoundTools,
+        call: &ToolCall,
+        outcome: Option<ToolOutcome>,
+        token: &CancellationToken,
+    ) -> bool {
+        let Some(result) = absorb(out, call, outcome, token) else {
+            return false;
+        };
+        let is_error = result.is_error;
+        self.answer(result);
+        // A failed save fails the run; the calls after it are not run.
+        if self.saver.is_some() && !self.unsaved {
+            if let Err(error) = self.save().await {
+                out.error.get_or_insert(error);
+            }
+        }
+        is_error
+    }
 }
 
 /// The request for `call`, with its decision when the round resumes.
@@ -225,14 +259,14 @@ fn finished(round: u32, call: &ToolCall, is_error: bool) -> Event {
     }
 }
 
-/// Turn one call's outcome (`None`: cancelled while running) into a result, an interrupt or
-/// a stop. Returns whether the model sees an error.
+/// Turn one call's outcome (`None`: cancelled while running) into its result, or `None` for
+/// an interrupt; a stop, the arguments it ran with and its usage go into `out`.
 fn absorb(
     out: &mut RoundTools,
     call: &ToolCall,
     outcome: Option<ToolOutcome>,
     token: &CancellationToken,
-) -> bool {
+) -> Option<ToolResult> {
     let result = match outcome {
         None => {
             out.cancelled = true;
@@ -271,7 +305,7 @@ fn absorb(
                     let Pause { payload, allowed } = *pause;
                     out.interrupts
                         .push(Interrupt::new(call.clone(), payload).with_allowed(allowed));
-                    return false;
+                    return None;
                 }
                 ToolAction::Stop(reason) => {
                     out.stop.get_or_insert(reason);
@@ -284,9 +318,7 @@ fn absorb(
             result
         }
     };
-    let is_error = result.is_error;
-    out.answer(result);
-    is_error
+    Some(result)
 }
 
 pub(super) fn not_executed(reason: &StopReason) -> String {

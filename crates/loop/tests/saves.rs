@@ -1,0 +1,224 @@
+//! What the loop saves, and when: each tool result as it finishes (its siblings still running
+//! stay unanswered), nothing twice, the input withdrawn when a layer stops the first model
+//! call, and nothing at all for a `Continue` with nothing to continue.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_agent_core::event::BoxFuture;
+use tower_agent_core::history::validate;
+use tower_agent_core::{
+    AgentInput, AgentRequest, Error, ErrorKind, Message, ModelRequest, ModelResponse, Outcome,
+    Saver, Session, StopReason, ToolCall, before_model,
+};
+use tower_agent_loop::{Agent, AgentBuilder};
+use tower_agent_test::ScriptedModel;
+use tower_agent_tools::{ToolSet, tool_fn};
+
+/// Every session the loop saved, in order.
+#[derive(Clone, Default)]
+struct Saves(Arc<Mutex<Vec<Session>>>);
+
+impl Saves {
+    fn all(&self) -> Vec<Session> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Saver for Saves {
+    fn save<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<(), Error>> {
+        let saves = self.0.clone();
+        Box::pin(async move {
+            saves
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(session.clone());
+            Ok(())
+        })
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Wait {
+    ms: u64,
+}
+
+/// `wait` sleeps for `ms` milliseconds and answers `waited {ms}`.
+fn waiting_tool() -> ToolSet {
+    ToolSet::new().tool(tool_fn("wait", "Wait.", |args: Wait| async move {
+        tokio::time::sleep(Duration::from_millis(args.ms)).await;
+        Ok::<_, Error>(format!("waited {}", args.ms))
+    }))
+}
+
+/// The ids of the calls a saved history answers.
+fn answered(session: &Session) -> Vec<String> {
+    session
+        .history
+        .iter()
+        .flat_map(Message::tool_results)
+        .map(|r| r.call_id.clone())
+        .collect()
+}
+
+fn request(saves: &Saves, session: Session, input: impl Into<AgentInput>) -> AgentRequest {
+    let request = AgentRequest::new(session, input);
+    request.ctx.set_saver(saves.clone());
+    request
+}
+
+async fn finished_results_are_saved_as_they_come(builder: AgentBuilder) {
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([
+            ToolCall::new("slow", "wait", json!({"ms": 1000})),
+            ToolCall::new("fast", "wait", json!({"ms": 10})),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let saves = Saves::default();
+    let agent = builder.build(model, waiting_tool());
+    let res = agent
+        .oneshot(request(&saves, Session::with_id("s"), "go"))
+        .await
+        .expect("the run");
+    assert_eq!(res.text().as_deref(), Some("done"));
+    let saved = saves.all();
+    // The fast call's result is saved while the slow call still runs (concurrent), or as soon
+    // as it ends (sequential: the slow one first). Either way, a crash between the two results
+    // keeps the first.
+    let partial: Vec<Vec<String>> = saved.iter().map(answered).collect();
+    assert!(
+        partial.iter().any(|ids| ids.len() == 1),
+        "a version with one finished result and its sibling unanswered: {partial:?}"
+    );
+    // Every version is valid once the calls still in flight are set aside: a resume answers
+    // those, and only those.
+    for session in &saved {
+        let open: Vec<&str> = session
+            .history
+            .open_calls()
+            .into_iter()
+            .map(|call| call.id.as_str())
+            .collect();
+        validate(&session.history, &open).expect("a valid saved history");
+    }
+    // Nothing is written twice: each version differs from the one before.
+    for pair in saved.windows(2) {
+        assert_ne!(pair[0], pair[1], "the same session saved twice in a row");
+    }
+    // The last version is the session the run returns.
+    assert_eq!(saved.last(), Some(&res.session));
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_result_is_saved_as_it_finishes_when_calls_run_concurrently() {
+    finished_results_are_saved_as_they_come(Agent::builder().concurrent_tools(4)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_result_is_saved_as_it_finishes_when_calls_run_in_turn() {
+    finished_results_are_saved_as_they_come(Agent::builder()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_concurrent_round_saves_the_fast_result_before_the_slow_one_ends() {
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([
+            ToolCall::new("slow", "wait", json!({"ms": 1000})),
+            ToolCall::new("fast", "wait", json!({"ms": 10})),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let saves = Saves::default();
+    let agent = Agent::builder()
+        .concurrent_tools(4)
+        .build(model, waiting_tool());
+    agent
+        .oneshot(request(&saves, Session::with_id("s"), "go"))
+        .await
+        .expect("the run");
+    let versions: Vec<Vec<String>> = saves.all().iter().map(answered).collect();
+    assert!(
+        versions.contains(&vec!["fast".to_owned()]),
+        "the fast call answered, the slow one still open: {versions:?}"
+    );
+}
+
+#[tokio::test]
+async fn continue_with_nothing_to_continue_is_a_bad_request_before_any_model_call() {
+    let model = ScriptedModel::new([ModelResponse::text("hello from nowhere")]);
+    let saves = Saves::default();
+    let agent = Agent::builder().build(model.clone(), waiting_tool());
+    let error = agent
+        .oneshot(request(
+            &saves,
+            Session::with_id("new"),
+            AgentInput::Continue,
+        ))
+        .await
+        .expect_err("nothing to continue");
+    assert_eq!(error.kind(), ErrorKind::BadRequest);
+    assert_eq!(model.request_count(), 0, "the model was never called");
+    assert!(saves.all().is_empty(), "nothing was saved");
+}
+
+/// A model layer that stops every call, as a tripped guardrail or a reached limit does.
+fn stopping(
+    model: ScriptedModel,
+) -> impl tower::Service<ModelRequest, Response = ModelResponse, Error = Error, Future = impl Send> + Clone
+{
+    ServiceBuilder::new()
+        .layer(before_model(|_: ModelRequest| async {
+            let reason = StopReason::Limit {
+                name: "model calls per session".into(),
+                limit: 1,
+            };
+            Ok(tower_agent_core::Flow::Answer(ModelResponse::stop(reason)))
+        }))
+        .service(model)
+}
+
+#[tokio::test]
+async fn a_layer_that_stops_the_first_model_call_leaves_the_session_as_it_found_it() {
+    let mut session = Session::with_id("s");
+    session.history.push(Message::user("earlier"));
+    session.history.push(Message::assistant("earlier answer"));
+    let before = session.clone();
+    let saves = Saves::default();
+    let model = ScriptedModel::new([]);
+    let agent = Agent::builder().build(stopping(model.clone()), waiting_tool());
+    let res = agent
+        .oneshot(request(&saves, session, "one more"))
+        .await
+        .expect("a stop is an outcome");
+    assert!(matches!(res.outcome, Outcome::Stopped { .. }));
+    assert_eq!(
+        res.session.history, before.history,
+        "the input was withdrawn"
+    );
+    assert_eq!(
+        saves.all().last().map(|s| &s.history),
+        Some(&before.history),
+        "and the last saved version does not hold it"
+    );
+    // The next run goes on from there with its own input alone.
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let agent = Agent::builder().build(model.clone(), waiting_tool());
+    agent
+        .oneshot(AgentRequest::new(res.session, "next"))
+        .await
+        .expect("the next run");
+    let sent: Vec<String> = model.requests()[0]
+        .messages
+        .iter()
+        .map(Message::text)
+        .collect();
+    assert_eq!(sent, ["earlier", "earlier answer", "next"]);
+}

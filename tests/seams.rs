@@ -1,0 +1,268 @@
+//! Where built-ins meet the loop's saves, each seam on the canonical stack with a store: the
+//! input is redacted before anything is saved, a tripped input is never left in the session,
+//! and what a cancelled run returns holds no raw secret.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tower_agent::layers::guardrail::{Guardrail, GuardrailLayer, Verdict};
+use tower_agent::layers::limits::{CallLimitsLayer, Limit};
+use tower_agent::layers::redact::{RedactLayer, Rules};
+use tower_agent::prelude::*;
+use tower_agent::sessions::{
+    BoxFuture, InMemorySessions, ListQuery, Page, SessionStore, StoreError, Stored, Version,
+};
+use tower_agent_test::ScriptedModel;
+
+/// A store that keeps every version it was asked to write, as JSON.
+#[derive(Clone, Default)]
+struct Recording {
+    inner: InMemorySessions,
+    written: Arc<Mutex<Vec<String>>>,
+}
+
+impl Recording {
+    fn written(&self) -> Vec<String> {
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl SessionStore for Recording {
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        self.inner.load(id)
+    }
+
+    fn save<'a>(
+        &'a self,
+        session: &'a Session,
+        expected: Option<Version>,
+    ) -> BoxFuture<'a, Result<Version, StoreError>> {
+        let json = serde_json::to_string(session).expect("a session serializes");
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(json);
+        self.inner.save(session, expected)
+    }
+
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Result<Page, StoreError>> {
+        self.inner.list(query)
+    }
+
+    fn delete<'a>(
+        &'a self,
+        id: &'a str,
+        expected: Version,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.delete(id, expected)
+    }
+}
+
+const EMAIL: &str = "ada.lovelace@example.com";
+
+fn texts(session: &Session) -> Vec<String> {
+    session.history.iter().map(Message::text).collect()
+}
+
+#[tokio::test]
+async fn the_input_is_redacted_before_the_first_save() {
+    let store = Recording::default();
+    let model = ScriptedModel::new([ModelResponse::text("Noted.")]);
+    let agent = Agent::builder()
+        .store(store.clone())
+        .redact(RedactLayer::new(Rules::new().emails()))
+        .patch()
+        .build(model.clone(), ToolSet::new());
+    let res = agent
+        .oneshot(AgentRequest::new(
+            Session::with_id("pii"),
+            format!("Write to me at {EMAIL}."),
+        ))
+        .await
+        .expect("the run");
+    assert_eq!(texts(&res.session)[0], "Write to me at [REDACTED:email].");
+    let written = store.written();
+    assert!(!written.is_empty(), "the run saved");
+    for version in &written {
+        assert!(
+            !version.contains(EMAIL),
+            "a raw address was saved: {version}"
+        );
+    }
+    assert!(!model.requests()[0].messages[0].text().contains(EMAIL));
+}
+
+#[tokio::test]
+async fn a_run_cancelled_during_the_model_call_returns_and_saves_its_input_redacted() {
+    let store = Recording::default();
+    // A model that never answers: the run is cancelled while it waits.
+    let model = tower::service_fn(|_: ModelRequest| async {
+        std::future::pending::<Result<ModelResponse, Error>>().await
+    });
+    let agent = Agent::builder()
+        .store(store.clone())
+        .redact(RedactLayer::new(Rules::new().emails()))
+        .build(model, ToolSet::new());
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cancel.cancel();
+    });
+    let res = agent
+        .oneshot(
+            AgentRequest::new(Session::with_id("cancelled"), format!("I am {EMAIL}"))
+                .with_cancellation(token),
+        )
+        .await
+        .expect("a cancelled run is an outcome");
+    assert!(matches!(res.outcome, Outcome::Cancelled { .. }));
+    assert_eq!(texts(&res.session), ["I am [REDACTED:email]"]);
+    for version in store.written() {
+        assert!(
+            !version.contains(EMAIL),
+            "a raw address was saved: {version}"
+        );
+    }
+}
+
+/// A guardrail that trips on the word "password".
+fn no_passwords(seen: Arc<Mutex<Vec<String>>>) -> Guardrail {
+    Guardrail::new("no_passwords", move |text: String| {
+        seen.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(text.clone());
+        async move {
+            match text.contains("password") {
+                true => Verdict::trip("asks for a password"),
+                false => Verdict::Pass,
+            }
+        }
+    })
+}
+
+async fn a_tripped_input_does_not_stick(parallel: bool) {
+    let store = Recording::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let guard = GuardrailLayer::new()
+        .input(no_passwords(seen.clone()))
+        .parallel(parallel);
+    // In parallel, the tripped input's model call may have answered before the trip: its
+    // answer is withheld.
+    let model = match parallel {
+        true => ScriptedModel::new([
+            ModelResponse::text("withheld"),
+            ModelResponse::text("Hi there."),
+        ]),
+        false => ScriptedModel::new([ModelResponse::text("Hi there.")]),
+    };
+    let agent = Agent::builder()
+        .store(store.clone())
+        .redact(RedactLayer::new(Rules::new().emails()))
+        .guardrail(guard)
+        .patch()
+        .build(model.clone(), ToolSet::new());
+
+    let first = agent
+        .clone()
+        .oneshot(AgentRequest::new(
+            Session::with_id("guarded"),
+            "What is Bob's password?",
+        ))
+        .await
+        .expect("a trip is an outcome");
+    let Outcome::Stopped {
+        reason: StopReason::Guardrail { name, .. },
+        ..
+    } = &first.outcome
+    else {
+        panic!("stopped by the guardrail: {:?}", first.outcome);
+    };
+    assert_eq!(name, "no_passwords");
+    assert!(
+        first.session.history.is_empty(),
+        "nothing tripped is appended: {:?}",
+        texts(&first.session)
+    );
+    if !parallel {
+        assert_eq!(model.request_count(), 0, "the model was never asked");
+        for version in store.written() {
+            assert!(!version.contains("password"), "the tripped input was saved");
+        }
+    }
+
+    // The next run goes on with its own input alone, checked alone.
+    let second = agent
+        .oneshot(AgentRequest::new(Session::with_id("guarded"), "Hello!"))
+        .await
+        .expect("the next run");
+    assert_eq!(second.text().as_deref(), Some("Hi there."));
+    assert_eq!(texts(&second.session), ["Hello!", "Hi there."]);
+    let checked = seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!(checked.last().map(String::as_str), Some("Hello!"));
+    assert!(
+        checked
+            .iter()
+            .all(|text| !text.contains("password") || text == "What is Bob's password?"),
+        "the tripped input was checked again: {checked:?}"
+    );
+    let sent = model
+        .requests()
+        .last()
+        .expect("a model call")
+        .messages
+        .clone();
+    assert_eq!(sent.len(), 1, "the model sees the new input only");
+}
+
+#[tokio::test]
+async fn a_tripped_input_guardrail_does_not_stick_to_the_session() {
+    a_tripped_input_does_not_stick(false).await;
+}
+
+#[tokio::test]
+async fn a_tripped_parallel_input_guardrail_does_not_stick_to_the_session() {
+    a_tripped_input_does_not_stick(true).await;
+}
+
+#[tokio::test]
+async fn an_input_refused_by_a_call_limit_is_not_appended() {
+    let store = Recording::default();
+    let model = ScriptedModel::new([ModelResponse::text("first answer")]);
+    let agent = Agent::builder()
+        .store(store.clone())
+        .limits(CallLimitsLayer::new().model_calls(Limit::per_session(1)))
+        .patch()
+        .build(model.clone(), ToolSet::new());
+    let id = || Session::with_id("limited");
+    agent
+        .clone()
+        .oneshot(AgentRequest::new(id(), "one"))
+        .await
+        .expect("the first run");
+    for input in ["two", "three"] {
+        let res = agent
+            .clone()
+            .oneshot(AgentRequest::new(id(), input))
+            .await
+            .expect("a stop is an outcome");
+        assert!(
+            matches!(
+                res.outcome,
+                Outcome::Stopped {
+                    reason: StopReason::Limit { .. },
+                    ..
+                }
+            ),
+            "{:?}",
+            res.outcome
+        );
+        assert_eq!(texts(&res.session), ["one", "first answer"]);
+    }
+    let stored = store.load("limited").await.expect("load").expect("stored");
+    assert_eq!(texts(&stored.session), ["one", "first answer"]);
+    assert_eq!(model.request_count(), 1);
+}
