@@ -1,6 +1,7 @@
 //! The tool service's request and response.
 
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,10 @@ pub struct ToolRequest {
     /// When this call was interrupted and the run is being resumed, the value the host
     /// resumed it with (for example a human's decision). `None` on a first execution.
     pub resume: Option<Value>,
+    /// Set when the loop started this call while the model still streamed (early tool
+    /// start): the model's final message may yet discard it. A layer that counts calls (a
+    /// limit, a checkpoint) gives back what it counted if that happens ([`Tentative`]).
+    pub early: Option<Tentative>,
 }
 
 impl ToolRequest {
@@ -33,7 +38,109 @@ impl ToolRequest {
             call,
             ctx,
             resume: None,
+            early: None,
         }
+    }
+}
+
+/// A tool call started early, that the loop keeps or discards once the model's message is in.
+///
+/// A layer that counts calls registers, with [`Tentative::on_discard`], how to give back what
+/// it counted for this call: when the loop discards the call (the final message does not have
+/// it, the stream restarted, the run ended first), every registered step runs, so a discarded
+/// call counts against nothing. When the loop keeps it, nothing runs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use tower_agent_core::Tentative;
+///
+/// let calls = Arc::new(AtomicU32::new(0));
+/// let early = Tentative::new();
+/// calls.fetch_add(1, Ordering::SeqCst);
+/// let counted = calls.clone();
+/// early.on_discard(move || { counted.fetch_sub(1, Ordering::SeqCst); });
+/// early.discard();
+/// assert_eq!(calls.load(Ordering::SeqCst), 0, "given back");
+///
+/// let kept = Tentative::new();
+/// kept.keep();
+/// let counted = calls.clone();
+/// kept.on_discard(move || { counted.fetch_sub(1, Ordering::SeqCst); });
+/// kept.discard();
+/// assert_eq!(calls.load(Ordering::SeqCst), 0, "a kept call gives nothing back");
+/// ```
+#[derive(Clone, Default)]
+pub struct Tentative(Arc<Mutex<Fate>>);
+
+/// Where a tentative call stands.
+#[derive(Default)]
+enum Fate {
+    /// Not decided, nothing to give back.
+    #[default]
+    Open,
+    /// Not decided: what to give back if it is discarded.
+    Undo(Vec<Box<dyn FnOnce() + Send>>),
+    Kept,
+    Discarded,
+}
+
+impl Tentative {
+    /// A call not decided yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Run `undo` if the call is discarded (at once when it was already); never once it is
+    /// kept.
+    pub fn on_discard(&self, undo: impl FnOnce() + Send + 'static) {
+        let mut fate = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match &mut *fate {
+            Fate::Kept => {}
+            Fate::Discarded => {
+                drop(fate);
+                undo();
+            }
+            Fate::Undo(list) => list.push(Box::new(undo)),
+            Fate::Open => *fate = Fate::Undo(vec![Box::new(undo)]),
+        }
+    }
+
+    /// The loop keeps the call: its result is the model's.
+    pub fn keep(&self) {
+        let mut fate = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !matches!(*fate, Fate::Discarded) {
+            *fate = Fate::Kept;
+        }
+    }
+
+    /// The loop discards the call: what was counted for it is given back (once).
+    pub fn discard(&self) {
+        let undo = {
+            let mut fate = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            match std::mem::replace(&mut *fate, Fate::Discarded) {
+                Fate::Undo(list) => list,
+                Fate::Kept => {
+                    *fate = Fate::Kept;
+                    Vec::new()
+                }
+                Fate::Open | Fate::Discarded => Vec::new(),
+            }
+        };
+        for step in undo {
+            step();
+        }
+    }
+}
+
+impl fmt::Debug for Tentative {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fate = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        f.write_str(match &*fate {
+            Fate::Open | Fate::Undo(_) => "Tentative(open)",
+            Fate::Kept => "Tentative(kept)",
+            Fate::Discarded => "Tentative(discarded)",
+        })
     }
 }
 

@@ -337,7 +337,9 @@ where
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
-        let ToolRequest { call, ctx, resume } = req;
+        let ToolRequest {
+            call, ctx, resume, ..
+        } = req;
         let args = match parse_object::<H::Args>(&call) {
             Ok(args) => args,
             Err(error) => {

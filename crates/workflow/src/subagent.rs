@@ -149,7 +149,9 @@ async fn run(
 ) -> Result<ToolResponse, Error> {
     use tower::ServiceExt;
 
-    let ToolRequest { call, ctx, resume } = req;
+    let ToolRequest {
+        call, ctx, resume, ..
+    } = req;
     // Each kept session read alone: one that cannot be read does not spoil the others.
     let saved = ctx
         .get(&SUBAGENT_STATE_KEY)

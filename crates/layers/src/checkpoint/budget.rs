@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tower_agent_core::{Progress, RunContext, ToolResponse};
+use tower_agent_core::{ExtensionKey, Progress, RunContext, ToolResponse};
 
 use super::STATE_KEY;
 use crate::ask::After;
@@ -33,8 +33,23 @@ pub(super) struct Counts {
 }
 
 impl Budget {
-    pub(super) fn of(ctx: &RunContext) -> Self {
-        ctx.extension_or_insert_with(Budget::default)
+    /// The run's budget of the layer whose key is `key`.
+    pub(super) fn of(ctx: &RunContext, key: &ExtensionKey<Budget>) -> Self {
+        ctx.extension_at_or_insert_with(key, Budget::default)
+    }
+
+    /// Give back a call taken from the budget of generation `generation` (an early call the
+    /// loop discarded); nothing when a fresh budget was given since.
+    pub(super) fn give_back(&self, generation: u64) {
+        let counts = self.counts();
+        if counts.generation == generation {
+            let _ = self
+                .0
+                .calls
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |calls| {
+                    calls.checked_sub(1)
+                });
+        }
     }
 
     pub(super) fn counts(&self) -> MutexGuard<'_, Counts> {

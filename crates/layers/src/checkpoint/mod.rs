@@ -68,7 +68,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tower_agent_core::{BoxError, Interrupt, Progress, RunContext, StateKey};
+use tower_agent_core::{BoxError, ExtensionKey, Interrupt, Progress, RunContext, StateKey};
 use tower_layer::Layer;
 
 pub use crate::ask::DEFAULT_TIMEOUT;
@@ -163,6 +163,8 @@ struct Config {
     every: u32,
     timeout: Duration,
     mode: Mode,
+    /// Where this layer keeps the run's budget in the run's extensions.
+    budget: ExtensionKey<budget::Budget>,
 }
 
 /// The tool-budget checkpoint; see the [module docs](self).
@@ -188,6 +190,7 @@ impl CheckpointLayer {
                 every: DEFAULT_EVERY,
                 timeout: DEFAULT_TIMEOUT,
                 mode,
+                budget: ExtensionKey::new(),
             }),
         }
     }

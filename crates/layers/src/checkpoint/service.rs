@@ -55,7 +55,7 @@ where
 {
     fn decide(&mut self, mut req: ToolRequest) -> Asked<S> {
         let every = self.config.every;
-        let budget = Budget::of(&req.ctx);
+        let budget = Budget::of(&req.ctx, &self.config.budget);
         if req.resume.is_some() {
             if !take_waiting(&req.ctx, &req.call.id) {
                 // Another layer's interrupt: counted when it first came through.
@@ -71,6 +71,11 @@ where
             };
         }
         if budget.take(every) {
+            // An early call the loop discards counts against nothing.
+            if let Some(early) = &req.early {
+                let (taken, generation) = (budget.clone(), budget.counts().generation);
+                early.on_discard(move || taken.give_back(generation));
+            }
             return ask::ResponseFuture::inner(self.inner.call(req), budget);
         }
         let question = CheckpointRequest {
@@ -81,6 +86,12 @@ where
         match &self.config.mode {
             Mode::Interrupt => {
                 add_waiting(&req.ctx, &req.call.id);
+                if let Some(early) = &req.early {
+                    let (ctx, id) = (req.ctx.clone(), req.call.id.clone());
+                    early.on_discard(move || {
+                        take_waiting(&ctx, &id);
+                    });
+                }
                 let payload = serde_json::json!({
                     "checkpoint": question,
                     "question": format!(

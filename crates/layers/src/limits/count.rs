@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::collections::BTreeMap;
 
-use tower_agent_core::{Error, ErrorKind, ExtensionKey, ModelResponse, RunContext, StopReason};
+use tower_agent_core::{
+    Error, ErrorKind, ExtensionKey, ModelResponse, RunContext, StopReason, Tentative,
+};
 
 use super::{Exit, Limit, STATE_KEY};
 
@@ -69,35 +71,62 @@ pub(super) struct Config {
     pub(super) slots: usize,
 }
 
-/// One layer's run counts, one per scope slot, in the run context.
+/// One layer's run counts, one per scope slot, in the run context, and the calls it counted
+/// that started early (the loop may yet discard them).
 #[derive(Debug, Clone, Default)]
-pub(super) struct RunCounts(Arc<Mutex<Vec<u32>>>);
+pub(super) struct RunCounts(Arc<Mutex<Counts>>);
+
+#[derive(Debug, Default)]
+pub(super) struct Counts {
+    slots: Vec<u32>,
+    early: Vec<String>,
+}
+
+/// What [`Config::admit`] is asked.
+pub(super) enum Ask<'c> {
+    /// One call, counted in each scope when none blocks; with its id and its [`Tentative`]
+    /// when it started early (given back if the loop discards it).
+    Call(Option<(&'c str, &'c Tentative)>),
+    /// The calls of a model's message, by id and the index of each scope they count in: only
+    /// checked (the model side's check against limits that fail the run). A call that
+    /// started early is counted already.
+    Check(&'c [(&'c str, usize)]),
+}
 
 impl Config {
     /// Check the scopes and, when none blocks, count the call in each (one step, so
-    /// concurrent calls cannot both take the last one). `extra`: calls asked for at once (the
-    /// model side's check of a message's calls), only checked.
+    /// concurrent calls cannot both take the last one).
     pub(super) fn admit<'a>(
         &'a self,
         ctx: &RunContext,
         scopes: &[&'a Scope],
-        extra: Option<&[u32]>,
+        ask: Ask<'_>,
     ) -> Result<(), Blocked<'a>> {
         if scopes.is_empty() {
             return Ok(());
         }
         let runs = ctx.extension_at_or_insert_with(&self.runs, RunCounts::default);
         let mut counts = runs.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if counts.len() < self.slots {
-            counts.resize(self.slots, 0);
+        if counts.slots.len() < self.slots {
+            counts.slots.resize(self.slots, 0);
         }
+        let mut asked = vec![1; scopes.len()];
+        if let Ask::Check(calls) = &ask {
+            asked.fill(0);
+            for (id, scope) in calls.iter() {
+                if !counts.early.iter().any(|early| early == id) {
+                    asked[*scope] += 1;
+                }
+            }
+        }
+        let counting = matches!(ask, Ask::Call(_));
         let check = |saved: Option<&BTreeMap<String, u32>>| {
             for (index, scope) in scopes.iter().enumerate() {
-                let asked = extra.map_or(1, |extra| extra[index]);
+                let asked = asked[index];
                 let per_run = scope
                     .limit
                     .run
-                    .map(|limit| (limit, counts[scope.slot], "run"));
+                    .map(|limit| (limit, counts.slots[scope.slot], "run"));
                 let per_session = scope.limit.session.zip(saved).map(|(limit, saved)| {
                     let count = saved.get(&scope.key).copied().unwrap_or(0);
                     (limit, count, "session")
@@ -117,7 +146,7 @@ impl Config {
             // Counts that cannot be read (a host wrote something else there) start again.
             ctx.update_or_reset(&STATE_KEY, |saved| {
                 check(Some(saved))?;
-                if extra.is_none() {
+                if counting {
                     for scope in scopes.iter().filter(|s| s.limit.session.is_some()) {
                         *saved.entry(scope.key.clone()).or_default() += 1;
                     }
@@ -125,10 +154,21 @@ impl Config {
                 Ok(())
             })?;
         }
-        if extra.is_none() {
+        if counting {
             for scope in scopes {
-                counts[scope.slot] += 1;
+                counts.slots[scope.slot] += 1;
             }
+        }
+        if let Ask::Call(Some((id, tentative))) = ask {
+            counts.early.push(id.to_owned());
+            let slots: Vec<usize> = scopes.iter().map(|s| s.slot).collect();
+            let keys: Vec<String> = scopes
+                .iter()
+                .filter(|s| s.limit.session.is_some())
+                .map(|s| s.key.clone())
+                .collect();
+            let (runs, ctx, id) = (runs.clone(), ctx.clone(), id.to_owned());
+            tentative.on_discard(move || give_back(&runs, &ctx, &slots, &keys, &id));
         }
         Ok(())
     }
@@ -147,22 +187,42 @@ pub(super) fn check_calls(
     response: &ModelResponse,
 ) -> Result<(), Error> {
     let mut scopes: Vec<&Scope> = Vec::new();
-    let mut asked: Vec<u32> = Vec::new();
+    let mut calls: Vec<(&str, usize)> = Vec::new();
     for call in response.message.tool_calls() {
         for scope in config.tool_scopes(&call.name).into_iter().flatten() {
             if scope.limit.exit != Exit::Error {
                 continue;
             }
-            match scopes.iter().position(|s| std::ptr::eq(*s, scope)) {
-                Some(index) => asked[index] += 1,
+            let index = match scopes.iter().position(|s| std::ptr::eq(*s, scope)) {
+                Some(index) => index,
                 None => {
                     scopes.push(scope);
-                    asked.push(1);
+                    scopes.len() - 1
                 }
-            }
+            };
+            calls.push((&call.id, index));
         }
     }
     config
-        .admit(ctx, &scopes, Some(&asked))
+        .admit(ctx, &scopes, Ask::Check(&calls))
         .map_err(|blocked| blocked.error())
+}
+
+/// Give back what was counted for an early call the loop discarded.
+fn give_back(runs: &RunCounts, ctx: &RunContext, slots: &[usize], keys: &[String], id: &str) {
+    let mut counts = runs.0.lock().unwrap_or_else(PoisonError::into_inner);
+    for slot in slots {
+        counts.slots[*slot] = counts.slots[*slot].saturating_sub(1);
+    }
+    counts.early.retain(|early| early != id);
+    drop(counts);
+    if !keys.is_empty() {
+        ctx.update_or_reset(&STATE_KEY, |saved| {
+            for key in keys {
+                if let Some(count) = saved.get_mut(key) {
+                    *count = count.saturating_sub(1);
+                }
+            }
+        });
+    }
 }

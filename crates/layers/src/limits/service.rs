@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 use tower_agent_core::{Error, ModelRequest, ModelResponse, ToolAction, ToolRequest, ToolResponse};
 use tower_service::Service;
 
+use super::count::Ask;
 use super::future::ResponseFuture;
 use super::{CallLimits, Exit};
 
@@ -32,7 +33,7 @@ where
     fn call(&mut self, req: ModelRequest) -> Self::Future {
         let config = &self.config;
         if let Some(scope) = &config.model {
-            if let Err(blocked) = config.admit(&req.ctx, &[scope], None) {
+            if let Err(blocked) = config.admit(&req.ctx, &[scope], Ask::Call(None)) {
                 return match blocked.scope.limit.exit {
                     Exit::Error => ResponseFuture::ready(Err(blocked.error().into())),
                     _ => ResponseFuture::ready(Ok(ModelResponse::stop(blocked.reason()))),
@@ -65,10 +66,18 @@ where
             return ResponseFuture::inner(self.inner.call(req), None);
         }
         let config = &self.config;
+        // An early call is given back if the loop discards it.
+        let ask = || {
+            Ask::Call(
+                req.early
+                    .as_ref()
+                    .map(|early| (req.call.id.as_str(), early)),
+            )
+        };
         let admitted = match config.tool_scopes(&req.call.name) {
             [None, None] => Ok(()),
-            [Some(one), None] | [None, Some(one)] => config.admit(&req.ctx, &[one], None),
-            [Some(global), Some(own)] => config.admit(&req.ctx, &[global, own], None),
+            [Some(one), None] | [None, Some(one)] => config.admit(&req.ctx, &[one], ask()),
+            [Some(global), Some(own)] => config.admit(&req.ctx, &[global, own], ask()),
         };
         {
             if let Err(blocked) = admitted {

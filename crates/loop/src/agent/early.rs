@@ -9,13 +9,17 @@
 //! run is aborted: at once when the message is in, every run when the stream restarts (a
 //! retry, a fallback, a repair), and every run when [`Early`] is dropped (the call failed,
 //! the run ended).
+//!
+//! Each early run's request carries a [`Tentative`]: the loop keeps it when the round adopts
+//! the run, and discards it when the run is aborted, so the layers that counted the call (call
+//! limits, the checkpoint) give it back. A discarded early run counts against nothing.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_util::task::AbortOnDropHandle;
 use tower_agent_core::stream::{Delta, StreamFilter};
 use tower_agent_core::{
-    BoxError, Error, RunContext, ToolCall, ToolRequest, ToolResponse, ToolSpec,
+    BoxError, Error, RunContext, Tentative, ToolCall, ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_service::Service;
 
@@ -24,13 +28,25 @@ use super::call::{self, CallFailure, record_tool, tool_span};
 /// How an early run ended: as [`call::call`] says.
 type EarlyOutcome = Option<Result<ToolResponse, CallFailure>>;
 
-/// An early run; aborted when dropped.
-pub(super) struct EarlyRun(AbortOnDropHandle<EarlyOutcome>);
+/// An early run; aborted, and discarded, when dropped before the round adopts it.
+pub(super) struct EarlyRun {
+    task: AbortOnDropHandle<EarlyOutcome>,
+    tentative: Tentative,
+}
+
+impl Drop for EarlyRun {
+    fn drop(&mut self) {
+        // Nothing once the round kept it.
+        self.tentative.discard();
+    }
+}
 
 impl EarlyRun {
-    /// Wait for the run: its outcome, a panic as one, an abort as a cancellation.
-    pub(super) async fn finish(self) -> EarlyOutcome {
-        match self.0.await {
+    /// Adopt the run and wait for it: its outcome, a panic as one, an abort as a
+    /// cancellation.
+    pub(super) async fn finish(mut self) -> EarlyOutcome {
+        self.tentative.keep();
+        match (&mut self.task).await {
             Ok(outcome) => outcome,
             Err(error) if error.is_panic() => Some(Err(CallFailure::Panicked(
                 "the early run of the tool panicked".to_owned(),
@@ -143,17 +159,22 @@ where
             let mut shared = lock(&self.shared);
             if self.starts(&shared, call) {
                 let mut tools = self.tools.clone();
+                let tentative = Tentative::new();
                 let request = ToolRequest {
                     call: call.clone(),
                     ctx: self.ctx.clone(),
                     resume: None,
+                    early: Some(tentative.clone()),
                 };
                 let token = self.ctx.cancellation_token().clone();
                 let run = tokio::spawn(async move {
                     let span = tool_span(&request.call);
                     call::call(&mut tools, request, &token, span, record_tool).await
                 });
-                let run = EarlyRun(AbortOnDropHandle::new(run));
+                let run = EarlyRun {
+                    task: AbortOnDropHandle::new(run),
+                    tentative,
+                };
                 shared.runs.push((call.clone(), run));
             }
         }

@@ -213,6 +213,7 @@ fn tool_request(
             Some(decisions) => decisions.get(&call.id).cloned(),
             None => None,
         },
+        early: None,
     }
 }
 

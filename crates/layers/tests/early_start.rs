@@ -1,0 +1,151 @@
+//! Early tool starts and the layers that count calls: a call started while the model streamed
+//! and then discarded (the stream restarted) counts against no limit and no checkpoint; a call
+//! started early and kept counts once.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tower::{Layer, ServiceBuilder, ServiceExt};
+use tower_agent_core::{
+    AgentRequest, AgentResponse, Error, Message, ModelRequest, ModelResponse, Outcome, Session,
+    ToolCall, around_model,
+};
+use tower_agent_layers::checkpoint::CheckpointLayer;
+use tower_agent_layers::limits::{CallLimitsLayer, Exit, Limit};
+use tower_agent_loop::AgentBuilder;
+use tower_agent_test::ScriptedModel;
+use tower_agent_tools::{ToolSet, tool_fn};
+
+#[derive(Deserialize, JsonSchema)]
+struct Query {
+    q: String,
+}
+
+/// A read-only lookup.
+fn docs() -> ToolSet {
+    let tool = tool_fn("docs", "Look something up.", |args: Query| async move {
+        Ok::<_, Error>(format!("found {}", args.q))
+    });
+    ToolSet::new().tool(tool.read_only())
+}
+
+/// A model whose first stream closes a call to `docs` and is then thrown away (as a retry
+/// does), the second asking for another call, then a final answer.
+fn restarting()
+-> impl tower::Service<ModelRequest, Response = ModelResponse, Error = Error, Future = impl Send>
++ Clone
++ Send
++ 'static {
+    let again = around_model(|req: ModelRequest, mut next| async move {
+        let first = next.run(req.clone()).await?;
+        if first.message.tool_calls().any(|c| c.id == "c1") {
+            // A retry's pause: the early run of `c1` has started (and ended) meanwhile.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            req.restart_stream().await?;
+            return next.run(req).await;
+        }
+        Ok(first)
+    });
+    let scripted = ScriptedModel::new([
+        ModelResponse::new(Message::assistant_with_calls(
+            "Looking.",
+            [ToolCall::new("c1", "docs", json!({"q": "first"}))],
+        )),
+        ModelResponse::tool_calls([ToolCall::new("c2", "docs", json!({"q": "second"}))]),
+        ModelResponse::text("Done."),
+    ])
+    .streaming(4, Duration::from_millis(50));
+    ServiceBuilder::new().layer(again).service(scripted)
+}
+
+fn results(res: &AgentResponse) -> Vec<(String, String)> {
+    res.session
+        .history
+        .iter()
+        .flat_map(Message::tool_results)
+        .map(|r| (r.call_id.clone(), r.content.clone()))
+        .collect()
+}
+
+async fn run_with<L>(layer: L) -> Result<AgentResponse, Error>
+where
+    L: Layer<ToolSet> + Clone,
+    L::Service: tower::Service<
+            tower_agent_core::ToolRequest,
+            Response = tower_agent_core::ToolResponse,
+            Error = Error,
+        > + tower_agent_core::DescribeTools
+        + Clone
+        + Send
+        + 'static,
+    <L::Service as tower::Service<tower_agent_core::ToolRequest>>::Future: Send,
+{
+    let agent = AgentBuilder::new()
+        .early_tool_start(true)
+        .build(restarting(), layer.layer(docs()));
+    agent
+        .oneshot(AgentRequest::new(Session::new(), "Find it."))
+        .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_discarded_early_call_uses_up_no_call_limit() {
+    for exit in [Exit::Continue, Exit::End, Exit::Error] {
+        let limits = CallLimitsLayer::new().tool_calls(Limit::per_run(1).exit(exit));
+        // On both stacks: the model side checks the calls of a message against a limit that
+        // fails the run.
+        let agent = AgentBuilder::new()
+            .early_tool_start(true)
+            .build(limits.layer(restarting()), limits.layer(docs()));
+        let res = agent
+            .oneshot(AgentRequest::new(Session::new(), "Find it."))
+            .await
+            .expect("the run");
+        assert_eq!(
+            results(&res),
+            [("c2".to_owned(), "found second".to_owned())],
+            "{exit:?}: the only call the model made ran"
+        );
+        assert_eq!(res.text().as_deref(), Some("Done."), "{exit:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_discarded_early_call_uses_up_no_checkpoint_budget() {
+    let checkpoint = CheckpointLayer::interrupting().every(1);
+    let res = run_with(checkpoint).await.expect("the run");
+    assert!(
+        matches!(res.outcome, Outcome::Completed { .. }),
+        "the one call the model made fits a budget of one: {:?}",
+        res.outcome
+    );
+    assert_eq!(
+        results(&res),
+        [("c2".to_owned(), "found second".to_owned())]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn early_calls_kept_count_once_against_a_limit_that_fails_the_run() {
+    // Two calls, both started early and kept: a limit of two allows them.
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([
+            ToolCall::new("c1", "docs", json!({"q": "a"})),
+            ToolCall::new("c2", "docs", json!({"q": "b"})),
+        ]),
+        ModelResponse::text("Done."),
+    ])
+    .streaming(4, Duration::from_millis(50));
+    let limits = CallLimitsLayer::new().tool_calls(Limit::per_run(2).exit(Exit::Error));
+    let agent = AgentBuilder::new()
+        .early_tool_start(true)
+        .build(limits.layer(model), limits.layer(docs()));
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "Find both."))
+        .await
+        .expect("two calls fit a limit of two");
+    assert_eq!(results(&res).len(), 2);
+    assert_eq!(res.text().as_deref(), Some("Done."));
+}
