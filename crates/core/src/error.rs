@@ -88,6 +88,11 @@ pub enum ErrorKind {
     Tool,
     /// A storage backend failed.
     Backend,
+    /// Another writer changed what this call was writing since it was read (a stored session
+    /// saved by another process since the run loaded it): nothing was overwritten. Load it
+    /// again and start over from what is stored. Not transient: the same request conflicts
+    /// again; a retry starts from a fresh load.
+    Conflict,
     /// An event observer failed; the run stops and returns this error.
     Observer,
     /// A call limit was reached and configured to fail the run (see the call limits of
@@ -146,6 +151,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Tool => "tool",
             ErrorKind::Backend => "backend",
+            ErrorKind::Conflict => "conflict",
             ErrorKind::Observer => "observer",
             ErrorKind::LimitReached => "limit_reached",
             ErrorKind::Other => "other",
@@ -167,6 +173,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Tool => "tool failure",
             ErrorKind::Backend => "backend failure",
+            ErrorKind::Conflict => "conflict",
             ErrorKind::Observer => "observer failed",
             ErrorKind::LimitReached => "limit reached",
             ErrorKind::Other => "error",
@@ -440,6 +447,7 @@ mod tests {
             ErrorKind::Cancelled,
             ErrorKind::Tool,
             ErrorKind::Backend,
+            ErrorKind::Conflict,
             ErrorKind::Observer,
             ErrorKind::LimitReached,
             ErrorKind::Other,

@@ -7,7 +7,8 @@ use std::task::{Context, Poll};
 use serde_json::{Map, Value};
 use tower_agent_core::event::BoxFuture as CoreFuture;
 use tower_agent_core::{
-    AgentRequest, AgentResponse, Error, ErrorKind, HistoryMark, Interrupt, Saver, Session,
+    AgentInput, AgentRequest, AgentResponse, Error, ErrorKind, HistoryMark, Interrupt, Saver,
+    Session,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -15,10 +16,23 @@ use tower_service::Service;
 use crate::{BoxFuture, SessionStore, StoreError, Version};
 
 impl From<StoreError> for Error {
-    /// A store's failure as a run's error: [`ErrorKind::Backend`], the [`StoreError`] as its
-    /// source (downcast it to tell a conflict from a lost store).
+    /// A store's failure as a run's error, of the kind a host acts on, with the [`StoreError`]
+    /// as its source:
+    ///
+    /// | store error | kind | the host |
+    /// |---|---|---|
+    /// | [`StoreError::Conflict`] | [`ErrorKind::Conflict`] | loads the session again |
+    /// | [`StoreError::InvalidId`] | [`ErrorKind::BadRequest`] | fixes the caller's id |
+    /// | [`StoreError::Corrupt`], [`StoreError::Schema`], [`StoreError::Backend`] | [`ErrorKind::Backend`] | looks at the store |
     fn from(error: StoreError) -> Self {
-        Error::new(ErrorKind::Backend, error.to_string()).with_source(error)
+        let kind = match &error {
+            StoreError::Conflict { .. } => ErrorKind::Conflict,
+            StoreError::InvalidId { .. } => ErrorKind::BadRequest,
+            StoreError::Corrupt { .. } | StoreError::Schema { .. } | StoreError::Backend(_) => {
+                ErrorKind::Backend
+            }
+        };
+        Error::new(kind, error.to_string()).with_source(error)
     }
 }
 
@@ -43,6 +57,21 @@ impl From<StoreError> for Error {
 /// in flight (they are not run again). Each save names the version the run loaded: when
 /// another writer saved the session meanwhile, the run fails with [`StoreError::Conflict`]
 /// and overwrites nothing.
+///
+/// # Errors
+///
+/// Before the inner service is called, nothing saved:
+///
+/// - [`ErrorKind::BadRequest`]: the session id is not one ([`StoreError::InvalidId`] as the
+///   source); a session of the request's own over a stored one (see above); or
+///   [`AgentInput::Continue`] or [`AgentInput::Resume`] on a blank session with nothing
+///   stored under its id (there is nothing to continue).
+/// - [`ErrorKind::Backend`]: the store failed to load the session.
+///
+/// During the run, a failed save stops it (its error carries the run's session):
+/// [`ErrorKind::Conflict`] when another writer saved the session since the run loaded it (load
+/// it again and start over from what is stored), [`ErrorKind::Backend`] when the store failed.
+/// (The mapping of every [`StoreError`] is on `impl From<StoreError> for Error`.)
 ///
 /// Place it outermost among the agent's layers, so that the session every layer sees is the
 /// stored one, and everything they did is saved (the agent builder of `tower-agent` does).
@@ -161,6 +190,14 @@ where
                         found: Some(stored.version),
                     };
                     return Err(Error::bad_request(message).with_source(conflict));
+                }
+                None if is_blank(&request.session)
+                    && matches!(request.input, AgentInput::Continue | AgentInput::Resume(_)) =>
+                {
+                    return Err(Error::bad_request(format!(
+                        "session `{id}` is not stored: nothing to continue (start it with \
+                         messages)"
+                    )));
                 }
                 None => None,
             };

@@ -71,7 +71,14 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The longest session id a store takes, in bytes.
 pub const MAX_ID_LEN: usize = 512;
 
-/// The version of a stored session: it grows by one with every save.
+/// The version of a stored session: every save gives it a new one, above the one it replaces.
+///
+/// A version never repeats for an id, even after the session was deleted and made again: the
+/// stores of this crate number every save with one counter of the whole store (so the versions
+/// of one session grow with gaps, where other sessions were saved). A writer that holds a
+/// version of a deleted session is therefore refused by the session made again under its id
+/// ([`StoreError::Conflict`]), and cannot overwrite or delete it. Compare two versions of one
+/// id, never of two ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Version(pub u64);
 
@@ -240,6 +247,10 @@ pub fn check_id(id: &str) -> Result<(), StoreError> {
 /// A save names the version it replaces (`None` for a new session) and returns the new one;
 /// when the store holds another, nothing is written and the save fails with
 /// [`StoreError::Conflict`]. Each save is all or nothing.
+///
+/// A store never gives an id a version it gave that id before, even when the session was
+/// deleted in between (see [`Version`]): a store-wide counter does it without remembering the
+/// deleted ids.
 pub trait SessionStore: Send + Sync + 'static {
     /// The session stored under `id`, with its version; `None` when there is none.
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>>;

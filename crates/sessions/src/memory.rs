@@ -10,9 +10,20 @@ use crate::{BoxFuture, ListQuery, Page, SessionStore, StoreError, Stored, Versio
 
 /// Sessions in memory, shared by clones: for tests and short-lived hosts. A session's
 /// history is shared with the caller copy-on-write, so a save copies no message.
+///
+/// Versions are numbered by one counter for the whole store, so a session deleted and made
+/// again never gets a version of the one before (see [`Version`]), and nothing is kept of a
+/// deleted session.
 #[derive(Debug, Clone, Default)]
 pub struct InMemorySessions {
-    sessions: Arc<RwLock<BTreeMap<String, Stored>>>,
+    sessions: Arc<RwLock<Sessions>>,
+}
+
+/// The sessions, and the last version the store gave.
+#[derive(Debug, Default)]
+struct Sessions {
+    by_id: BTreeMap<String, Stored>,
+    last: u64,
 }
 
 impl InMemorySessions {
@@ -27,7 +38,7 @@ impl SessionStore for InMemorySessions {
         Box::pin(async move {
             check_id(id)?;
             let sessions = self.sessions.read().unwrap_or_else(PoisonError::into_inner);
-            Ok(sessions.get(id).cloned())
+            Ok(sessions.by_id.get(id).cloned())
         })
     }
 
@@ -42,7 +53,7 @@ impl SessionStore for InMemorySessions {
                 .sessions
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            let found = sessions.get(&session.id).map(|stored| stored.version);
+            let found = sessions.by_id.get(&session.id).map(|stored| stored.version);
             if found != expected {
                 return Err(StoreError::Conflict {
                     id: session.id.clone(),
@@ -50,12 +61,13 @@ impl SessionStore for InMemorySessions {
                     found,
                 });
             }
-            let version = Version(found.map_or(1, |v| v.0 + 1));
+            sessions.last += 1;
+            let version = Version(sessions.last);
             let stored = Stored {
                 session: session.clone(),
                 version,
             };
-            sessions.insert(session.id.clone(), stored);
+            sessions.by_id.insert(session.id.clone(), stored);
             Ok(version)
         })
     }
@@ -71,6 +83,7 @@ impl SessionStore for InMemorySessions {
             };
             let limit = query.page_size();
             let matching = sessions
+                .by_id
                 .range::<str, _>((start, Bound::Unbounded))
                 .take_while(|(id, _)| id.starts_with(&query.prefix))
                 .map(|(id, stored)| (id.clone(), stored.version));
@@ -90,10 +103,10 @@ impl SessionStore for InMemorySessions {
                 .sessions
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            match sessions.get(id).map(|stored| stored.version) {
+            match sessions.by_id.get(id).map(|stored| stored.version) {
                 None => Ok(false),
                 Some(found) if found == expected => {
-                    sessions.remove(id);
+                    sessions.by_id.remove(id);
                     Ok(true)
                 }
                 found => Err(StoreError::Conflict {

@@ -29,6 +29,11 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL,
         PRIMARY KEY (session_id, seq)
     );",
+    // 2: one sequence numbers every save, so a session deleted and made again never gets a
+    // version it had before; it starts above every version stored.
+    "CREATE SEQUENCE tower_agent_versions;
+    SELECT setval('tower_agent_versions',
+        (SELECT coalesce(max(version), 0) + 1 FROM tower_agent_sessions), false);",
 ];
 
 /// Sessions in Postgres, for processes on many machines: two tables (`tower_agent_sessions`,
@@ -37,7 +42,9 @@ const MIGRATIONS: &[&str] = &[
 ///
 /// Each save is one transaction that locks the session's row, checks its version, appends
 /// the messages added since this store last saved or loaded the session in one statement and
-/// rewrites the small row; a lost connection rolls it back whole. Messages and state are
+/// rewrites the small row; a lost connection rolls it back whole. Versions are numbered by one
+/// sequence (`tower_agent_versions`) for all sessions, so a session deleted and made again
+/// never gets a version of the one before (see [`Version`]). Messages and state are
 /// stored as JSON text (`TEXT`, not `JSONB`: a text with a NUL character is stored as it is).
 ///
 /// ```no_run
@@ -348,41 +355,46 @@ impl PostgresSessions {
         if found.as_ref().map(|(v, _)| *v) != expected {
             return Err(conflict(found.map(|(v, _)| v)));
         }
+        // The row is locked (or, for a new session, the insert waits on a racing one): the
+        // next number of the sequence is above every version the session had.
         let (next, incarnation, kept) = match found {
             Some((version, incarnation)) => {
                 let kept = self.known.stored(session, version, &incarnation);
-                let next = Version(version.0 + 1);
-                tx.execute(
-                    &prepared(
-                        &tx,
-                        "UPDATE tower_agent_sessions
-                     SET version = $2, len = $3, state = $4, interrupts = $5 WHERE id = $1",
+                let row = tx
+                    .query_one(
+                        &prepared(
+                            &tx,
+                            "UPDATE tower_agent_sessions
+                     SET version = nextval('tower_agent_versions'), len = $2, state = $3,
+                         interrupts = $4
+                     WHERE id = $1 RETURNING version",
+                        )
+                        .await?,
+                        &[&id, &len, &state, &interrupts],
                     )
-                    .await?,
-                    &[&id, &(next.0 as i64), &len, &state, &interrupts],
-                )
-                .await
-                .map_err(backend)?;
-                (next, incarnation, kept)
+                    .await
+                    .map_err(backend)?;
+                (column::<i64>(id, &row, 0)?, incarnation, kept)
             }
             None => {
                 let incarnation = new_id();
                 // Two writers creating one session: the second waits for the first, and
                 // inserts nothing.
                 let made = tx
-                    .execute(
+                    .query_opt(
                         &prepared(
                             &tx,
                             "INSERT INTO tower_agent_sessions
                              (id, version, incarnation, len, state, interrupts)
-                         VALUES ($1, 1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
+                         VALUES ($1, nextval('tower_agent_versions'), $2, $3, $4, $5)
+                         ON CONFLICT (id) DO NOTHING RETURNING version",
                         )
                         .await?,
                         &[&id, &incarnation, &len, &state, &interrupts],
                     )
                     .await
                     .map_err(backend)?;
-                if made == 0 {
+                let Some(made) = made else {
                     // Read the winner's version on this connection: another one from the pool
                     // could wait for ever when every connection is in such a race.
                     drop(tx);
@@ -396,10 +408,11 @@ impl PostgresSessions {
                     let now = now.map(|row| column(id, &row, 0)).transpose()?;
                     let now = now.map(|v| version(id, v)).transpose()?;
                     return Err(conflict(now));
-                }
-                (Version(1), incarnation, 0)
+                };
+                (column::<i64>(id, &made, 0)?, incarnation, 0)
             }
         };
+        let next = version(id, next)?;
         tx.execute(
             &prepared(
                 &tx,

@@ -27,6 +27,10 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;",
+    // 2: one counter numbers every save of the file, so a session deleted and made again never
+    // gets a version it had before; it starts above every version stored.
+    "CREATE TABLE last_version (version INTEGER NOT NULL);
+    INSERT INTO last_version (version) SELECT coalesce(max(version), 0) FROM sessions;",
 ];
 
 /// Sessions in one SQLite file: the embedded default. SQLite is compiled in (no system
@@ -42,6 +46,31 @@ const MIGRATIONS: &[&str] = &[
 /// a killed process loses nothing committed; a power cut may lose the last commits (never
 /// half of one). [`from_connection`](SqliteSessions::from_connection) takes a connection the
 /// host set up (another `synchronous`, an in-memory database, a size limit).
+///
+/// Versions are numbered by one counter for the whole file (a table of one row, written in
+/// each save's transaction), so a session deleted and made again never gets a version of the
+/// one before (see [`Version`]).
+///
+/// # What reaches the disk
+///
+/// A commit writes every page it changed to the write-ahead log (`<file>-wal`) first; a
+/// checkpoint copies the log's pages into the database file. SQLite checkpoints by itself when
+/// the log passes 1,000 pages, and when the last connection to the file closes (it then
+/// removes the log).
+///
+/// - **The database file**: the store turns on `secure_delete`, so the text of a message that
+///   was deleted or rewritten (an edited or redacted history, a deleted session) is
+///   overwritten with zeros in the page that held it, and a page freed whole is zeroed. The
+///   file holds none of it once the change is checkpointed into it.
+/// - **The write-ahead log**: until then, and after it, the log holds the pages as each
+///   commit wrote them, the old text among them: a checkpoint does not shorten the log, later
+///   commits write over it from its start. To erase a deleted text now, run
+///   `PRAGMA wal_checkpoint(TRUNCATE)` on a connection to the file (it copies the log into
+///   the file and truncates the log to zero bytes), as `tests/sqlite.rs` does.
+/// - **Not in SQLite's reach**: copies of the file (backups, snapshots), and what the file
+///   system or the drive keep of blocks they remapped; `secure_delete` zeroes bytes in the
+///   file, not the medium. A connection that does not turn `secure_delete` on (a program of
+///   its own writing the same file) leaves what it deletes in the file.
 ///
 /// ```
 /// use tower_agent_core::{Message, Session};
@@ -101,8 +130,9 @@ impl SqliteSessions {
     }
 
     /// A store over a connection the host opened and set up; its schema is brought to this
-    /// version. Foreign keys are turned on and a busy timeout of 5 s set (several processes
-    /// may write one file).
+    /// version. Foreign keys are turned on, deleted content is zeroed (`secure_delete`, see
+    /// [`SqliteSessions`]) and a busy timeout of 5 s set (several processes may write one
+    /// file).
     ///
     /// # Errors
     ///
@@ -112,6 +142,9 @@ impl SqliteSessions {
             let mut connection = connection;
             connection
                 .pragma_update(None, "foreign_keys", true)
+                .map_err(backend)?;
+            connection
+                .pragma_update(None, "secure_delete", true)
                 .map_err(backend)?;
             connection
                 .busy_timeout(std::time::Duration::from_secs(5))
@@ -268,29 +301,36 @@ impl SessionStore for SqliteSessions {
                 let state = json(&session.state)?;
                 let interrupts = json(&session.interrupts)?;
                 let len = session.history.len() as i64;
-                let (version, incarnation, kept) = match found {
+                let next: i64 = tx
+                    .query_row(
+                        "UPDATE last_version SET version = version + 1 RETURNING version",
+                        [],
+                        |row| row.get(0),
+                    )
+                    .map_err(backend)?;
+                let (incarnation, kept) = match found {
                     Some((version, incarnation)) => {
                         let kept = known.stored(&session, version, &incarnation);
-                        let next = Version(version.0 + 1);
                         tx.execute(
                             "UPDATE sessions SET version = ?2, len = ?3, state = ?4, interrupts = ?5
                              WHERE id = ?1",
-                            params![session.id, next.0 as i64, len, state, interrupts],
+                            params![session.id, next, len, state, interrupts],
                         )
                         .map_err(backend)?;
-                        (next, incarnation, kept)
+                        (incarnation, kept)
                     }
                     None => {
                         let incarnation = new_id();
                         tx.execute(
                             "INSERT INTO sessions (id, version, incarnation, len, state, interrupts)
-                             VALUES (?1, 1, ?2, ?3, ?4, ?5)",
-                            params![session.id, incarnation, len, state, interrupts],
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                            params![session.id, next, incarnation, len, state, interrupts],
                         )
                         .map_err(backend)?;
-                        (Version(1), incarnation, 0)
+                        (incarnation, 0)
                     }
                 };
+                let version = version(&session.id, next)?;
                 tx.execute(
                     "DELETE FROM messages WHERE session_id = ?1 AND seq >= ?2",
                     params![session.id, kept as i64],

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::NoTls;
 use tower_agent_core::{Message, Session};
-use tower_agent_sessions::{PostgresSessions, SessionStore, StoreError};
+use tower_agent_sessions::{PostgresSessions, SessionStore, StoreError, Version};
 
 /// The server's URL, or `None` (outside CI) when there is none.
 fn server() -> Option<String> {
@@ -235,4 +235,32 @@ async fn the_password_shows_nowhere() {
         .expect_err("refused");
     let shown = format!("{refused} {refused:?}");
     assert!(!shown.contains("wrong-secret-42"), "{shown}");
+}
+
+#[tokio::test]
+async fn tables_of_the_first_schema_number_their_saves_above_every_stored_version() {
+    let Some(url) = server() else { return };
+    let url = database(&url).await;
+    let store = PostgresSessions::connect(&url).await.expect("connects");
+    store.save(&session("s", 1), None).await.expect("saved");
+    drop(store);
+    // What the first schema made: versions counted per session, no sequence.
+    admin(&url)
+        .await
+        .batch_execute(
+            "DROP SEQUENCE tower_agent_versions;
+             UPDATE tower_agent_sessions SET version = 7;
+             UPDATE tower_agent_schema SET version = 1;",
+        )
+        .await
+        .expect("made first-schema tables");
+    let store = PostgresSessions::connect(&url).await.expect("migrates");
+    let stored = store.load("s").await.expect("loads").expect("stored");
+    assert_eq!(stored.version, Version(7));
+    let saved = store
+        .save(&stored.session, Some(stored.version))
+        .await
+        .expect("saved");
+    let made = store.save(&session("t", 1), None).await.expect("saved");
+    assert_eq!((saved, made), (Version(8), Version(9)));
 }

@@ -183,7 +183,9 @@ async fn another_writer_stops_the_run_and_nothing_is_overwritten() {
         .oneshot(AgentRequest::new(Session::with_id("s"), "go"))
         .await;
     let mut error = failed.expect_err("the run stops");
-    assert_eq!(error.kind(), ErrorKind::Backend);
+    // A conflict, not an outage: the host loads the session again, it pages nobody.
+    assert_eq!(error.kind(), ErrorKind::Conflict);
+    assert!(!error.is_transient(), "the same save would conflict again");
     let source = std::error::Error::source(&error).expect("a source");
     assert!(
         matches!(source.downcast_ref(), Some(StoreError::Conflict { .. })),
@@ -318,4 +320,139 @@ async fn an_approval_pause_is_resumed_by_another_process_from_the_id_alone() {
     let stored = store.load("ops/7").await.expect("loads").expect("stored");
     assert!(stored.session.interrupts.is_empty());
     assert_eq!(stored.session, done.session);
+}
+
+/// A store whose every operation fails as an outage.
+struct Down;
+
+impl Down {
+    fn error() -> StoreError {
+        StoreError::Backend("the disk is gone".into())
+    }
+}
+
+impl SessionStore for Down {
+    fn load<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        Box::pin(async { Err(Down::error()) })
+    }
+    fn save<'a>(
+        &'a self,
+        _: &'a Session,
+        _: Option<Version>,
+    ) -> BoxFuture<'a, Result<Version, StoreError>> {
+        Box::pin(async { Err(Down::error()) })
+    }
+    fn list<'a>(&'a self, _: &'a ListQuery) -> BoxFuture<'a, Result<Page, StoreError>> {
+        Box::pin(async { Err(Down::error()) })
+    }
+    fn delete<'a>(&'a self, _: &'a str, _: Version) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Err(Down::error()) })
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_session_id_is_a_bad_request_and_the_model_is_never_called() {
+    let store = Recording::default();
+    let model = ScriptedModel::new([ModelResponse::text("unreachable")]);
+    let agent = StoreLayer::new(store.clone()).layer(Agent::new(model.clone(), ToolSet::new()));
+    for id in ["", "a\u{7}b", "line\nbreak"] {
+        let failed = agent
+            .clone()
+            .oneshot(AgentRequest::new(Session::with_id(id), "hi"))
+            .await;
+        let error = failed.expect_err("refused");
+        assert_eq!(error.kind(), ErrorKind::BadRequest, "{id:?}: {error}");
+        let source = std::error::Error::source(&error).expect("a source");
+        assert!(
+            matches!(source.downcast_ref(), Some(StoreError::InvalidId { .. })),
+            "{source}"
+        );
+    }
+    assert_eq!(model.request_count(), 0);
+    assert!(store.saves().is_empty(), "nothing saved");
+}
+
+#[tokio::test]
+async fn a_store_that_is_down_fails_the_run_as_a_backend_failure() {
+    let model = ScriptedModel::new([ModelResponse::text("unreachable")]);
+    let agent = StoreLayer::new(Down).layer(Agent::new(model.clone(), ToolSet::new()));
+    let error = agent
+        .oneshot(AgentRequest::new(Session::with_id("s"), "hi"))
+        .await
+        .expect_err("fails");
+    assert_eq!(error.kind(), ErrorKind::Backend, "{error}");
+    let source = std::error::Error::source(&error).expect("a source");
+    assert!(
+        matches!(source.downcast_ref(), Some(StoreError::Backend(_))),
+        "{source}"
+    );
+    assert_eq!(model.request_count(), 0);
+}
+
+#[test]
+fn each_store_error_is_a_kind_a_host_can_act_on() {
+    let conflict = StoreError::Conflict {
+        id: "s".into(),
+        expected: Some(Version(1)),
+        found: Some(Version(2)),
+    };
+    let invalid = tower_agent_sessions::check_id("").expect_err("invalid");
+    let corrupt = StoreError::Corrupt {
+        id: "s".into(),
+        source: "message 1: not JSON".into(),
+    };
+    let schema = StoreError::Schema {
+        found: 9,
+        supported: 1,
+    };
+    for (error, kind) in [
+        (conflict, ErrorKind::Conflict),
+        (invalid, ErrorKind::BadRequest),
+        (corrupt, ErrorKind::Backend),
+        (schema, ErrorKind::Backend),
+        (Down::error(), ErrorKind::Backend),
+    ] {
+        let shown = error.to_string();
+        let error = Error::from(error);
+        assert_eq!(error.kind(), kind, "{shown}");
+        assert_eq!(error.message(), shown);
+        let source = std::error::Error::source(&error).expect("a source");
+        assert!(source.downcast_ref::<StoreError>().is_some(), "{source}");
+    }
+}
+
+#[tokio::test]
+async fn continuing_a_session_that_was_never_stored_is_a_bad_request() {
+    use tower_agent_core::{AgentInput, Decisions};
+    let store = Recording::default();
+    let model = ScriptedModel::new([ModelResponse::text("from nothing")]);
+    let agent = StoreLayer::new(store.clone()).layer(Agent::new(model.clone(), ToolSet::new()));
+    for input in [AgentInput::Continue, AgentInput::Resume(Decisions::new())] {
+        let failed = agent
+            .clone()
+            .oneshot(AgentRequest::new(Session::with_id("never"), input))
+            .await;
+        let error = failed.expect_err("refused");
+        assert_eq!(error.kind(), ErrorKind::BadRequest, "{error}");
+        assert!(
+            error
+                .message()
+                .contains("session `never` is not stored: nothing to continue"),
+            "{error}"
+        );
+    }
+    assert_eq!(model.request_count(), 0, "the model is never called");
+    assert!(store.saves().is_empty(), "nothing saved");
+    assert!(store.load("never").await.expect("loads").is_none());
+
+    // A session of its own is continued as it is, and stored.
+    let mut own = Session::with_id("own");
+    own.history.push(Message::user("hi"));
+    let res = agent
+        .oneshot(AgentRequest::new(own, AgentInput::Continue))
+        .await
+        .expect("runs");
+    assert_eq!(res.text().as_deref(), Some("from nothing"));
+    let stored = store.load("own").await.expect("loads").expect("stored");
+    assert_eq!(stored.session, res.session);
 }

@@ -169,3 +169,81 @@ async fn a_full_disk_fails_the_save_and_keeps_the_previous_version() {
         .await
         .expect("a small save fits");
 }
+
+/// Whether `marker` is in the database file at `path` or in its write-ahead log, after a
+/// checkpoint from another connection copied the log into the file and truncated it.
+fn on_disk(path: &std::path::Path, marker: &str) -> bool {
+    let side = Connection::open(path).expect("opens");
+    let (busy, _, _): (i64, i64, i64) = side
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .expect("checkpoints");
+    assert_eq!(busy, 0, "the checkpoint ran to its end");
+    drop(side);
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    [path.as_os_str().to_owned(), wal].iter().any(|file| {
+        let bytes = std::fs::read(file).unwrap_or_default();
+        bytes
+            .windows(marker.len())
+            .any(|window| window == marker.as_bytes())
+    })
+}
+
+#[tokio::test]
+async fn redacted_and_deleted_text_is_not_left_on_disk() {
+    let marker = "ada-secret@example.com";
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("secret.db");
+    let store = SqliteSessions::open(&path).await.expect("opens");
+    let secret = |id: &str| {
+        let mut s = session(id, 2);
+        s.history.push(Message::user(format!(
+            "{marker} asked to be called back about the March invoice: it went to the old \
+             address, and the second reminder was sent there too; please fix both"
+        )));
+        s
+    };
+    // Rewritten: the history redacted in place (shorter than it was).
+    let mut s = secret("redacted");
+    let v1 = store.save(&s, None).await.expect("saved");
+    assert!(on_disk(&path, marker), "the test can see what is on disk");
+    s.history.make_mut()[2] = Message::user("[email] asked to be called back");
+    store.save(&s, Some(v1)).await.expect("redacted");
+    assert!(!on_disk(&path, marker), "the redacted text is gone");
+    // Deleted: the whole session.
+    let t = secret("deleted");
+    let v1 = store.save(&t, None).await.expect("saved");
+    assert!(on_disk(&path, marker));
+    assert!(store.delete("deleted", v1).await.expect("deleted"));
+    assert!(!on_disk(&path, marker), "the deleted text is gone");
+}
+
+#[tokio::test]
+async fn a_file_of_the_first_schema_numbers_its_saves_above_every_stored_version() {
+    use tower_agent_sessions::Version;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("first.db");
+    let store = SqliteSessions::open(&path).await.expect("opens");
+    store.save(&session("s", 1), None).await.expect("saved");
+    drop(store);
+    // What the first schema made: versions counted per session, no counter of the file.
+    Connection::open(&path)
+        .and_then(|c| {
+            c.execute_batch(
+                "DROP TABLE last_version; UPDATE sessions SET version = 7;
+                 PRAGMA user_version = 1;",
+            )
+        })
+        .expect("made a first-schema file");
+    let store = SqliteSessions::open(&path).await.expect("migrates");
+    let stored = store.load("s").await.expect("loads").expect("stored");
+    assert_eq!(stored.version, Version(7));
+    let saved = store
+        .save(&stored.session, Some(stored.version))
+        .await
+        .expect("saved");
+    let made = store.save(&session("t", 1), None).await.expect("saved");
+    assert_eq!((saved, made), (Version(8), Version(9)));
+}

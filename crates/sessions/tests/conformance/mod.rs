@@ -179,25 +179,80 @@ async fn histories_round_trip(store: &dyn SessionStore, other: &dyn SessionStore
     ours.session.history.push(Message::assistant("and back"));
     let x = store.save(&ours.session, Some(w)).await.expect("saved");
 
-    // Deleted, then made again elsewhere up to the same version: a save naming that version
-    // is taken (versions are per incarnation), and what it stored is exactly what it saved.
+    // Deleted, then made again elsewhere: a save naming the old incarnation's version is
+    // refused; this handle loads the new one, goes on from it, and what it stores is exactly
+    // what it saved (no message of the old incarnation mixed in).
     assert!(other.delete("h", x).await.expect("deleted"));
     let mut fresh = session("h");
     let mut y = other.save(&fresh, None).await.expect("made again");
-    while y < x {
+    for _ in 0..3 {
         fresh.history.push(Message::user("again"));
         y = other.save(&fresh, Some(y)).await.expect("saved");
     }
     ours.session.history.push(Message::user("after the delete"));
+    assert!(matches!(
+        store.save(&ours.session, Some(x)).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let mut again = store.load("h").await.expect("loads").expect("stored");
+    assert_eq!((&again.session, again.version), (&fresh, y));
+    again
+        .session
+        .history
+        .push(Message::user("after the delete"));
     store
-        .save(&ours.session, Some(x))
+        .save(&again.session, Some(y))
         .await
-        .expect("saved over it");
+        .expect("saved on the new incarnation");
     let back = other.load("h").await.expect("loads").expect("stored");
     assert_eq!(
-        back.session, ours.session,
+        back.session, again.session,
         "no message of the other incarnation mixed in"
     );
+}
+
+/// A version never repeats for an id, even across a delete and a re-create: a writer that
+/// holds a version of the deleted session can neither save over the new one nor delete it.
+async fn deleted_and_made_again(store: &dyn SessionStore, other: &dyn SessionStore) {
+    let mut old = session("again");
+    let v1 = store.save(&old, None).await.expect("created");
+    old.history.push(Message::assistant("old"));
+    let v2 = store.save(&old, Some(v1)).await.expect("saved");
+    // A writer loads the session at its second version...
+    let mut stale = store.load("again").await.expect("loads").expect("stored");
+    assert_eq!(stale.version, v2);
+    stale
+        .session
+        .history
+        .push(Message::user("the stale writer"));
+    // ...meanwhile another deletes it and makes it again, saving it a few times.
+    assert!(other.delete("again", v2).await.expect("deleted"));
+    let mut fresh = session("again");
+    fresh.history.push(Message::assistant("new"));
+    let mut seen = vec![v1, v2];
+    let mut version = None;
+    for n in 0..4 {
+        fresh.history.push(Message::user(format!("new {n}")));
+        let saved = other.save(&fresh, version).await.expect("saved");
+        version = Some(saved);
+        // At every version of the new session, the stale writer is refused...
+        let save = store.save(&stale.session, Some(stale.version)).await;
+        assert!(
+            matches!(&save, Err(StoreError::Conflict { expected: Some(e), found: Some(f), .. }) if *e == v2 && *f == saved),
+            "{save:?}"
+        );
+        let delete = store.delete("again", stale.version).await;
+        assert!(
+            matches!(&delete, Err(StoreError::Conflict { expected: Some(e), found: Some(f), .. }) if *e == v2 && *f == saved),
+            "{delete:?}"
+        );
+        // ...and overwrites nothing.
+        let kept = other.load("again").await.expect("loads").expect("stored");
+        assert_eq!((&kept.session, kept.version), (&fresh, saved));
+        // No version of the old session comes back; each save's version is above the last.
+        assert!(seen.iter().all(|v| *v < saved), "{saved} after {seen:?}");
+        seen.push(saved);
+    }
 }
 
 /// Every check, on `store` and `other`, a second handle on the same sessions.
@@ -207,4 +262,5 @@ pub(crate) async fn conformance(store: Arc<dyn SessionStore>, other: Arc<dyn Ses
     listing_and_deleting(store.as_ref()).await;
     bad_ids(store.as_ref()).await;
     histories_round_trip(store.as_ref(), other.as_ref()).await;
+    deleted_and_made_again(store.as_ref(), other.as_ref()).await;
 }
