@@ -266,3 +266,67 @@ async fn an_input_refused_by_a_call_limit_is_not_appended() {
     assert_eq!(texts(&stored.session), ["one", "first answer"]);
     assert_eq!(model.request_count(), 1);
 }
+
+/// A model that never answers: the process "dies" while it waits (the run is dropped).
+fn hanging() -> impl tower::Service<
+    ModelRequest,
+    Response = ModelResponse,
+    Error = Error,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(|_: ModelRequest| async {
+        std::future::pending::<Result<ModelResponse, Error>>().await
+    })
+}
+
+#[tokio::test]
+async fn a_workflow_killed_in_its_second_step_keeps_the_first_and_resumes_there() {
+    use tower_agent::workflow::Sequential;
+    let store = Recording::default();
+    let first = ScriptedModel::new([ModelResponse::text("Plan: two steps.")]);
+    let flow = |second: tower_agent::BoxModel| {
+        Sequential::new("flow")
+            .step("plan", Agent::new(first.clone(), ToolSet::new()))
+            .step_with_input("build", Agent::new(second, ToolSet::new()), "Now build it.")
+    };
+    let store_layer = tower_agent::sessions::StoreLayer::new(store.clone());
+    let killed = store_layer.layer(flow(tower_agent::BoxModel::new(hanging())));
+    // The process dies while the second step waits for its model: the run is dropped.
+    let run = killed.oneshot(AgentRequest::new(Session::with_id("wf"), "Make a thing."));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), run)
+            .await
+            .is_err(),
+        "the second step hangs"
+    );
+    let stored = store.load("wf").await.expect("load").expect("stored");
+    assert_eq!(
+        texts(&stored.session),
+        ["Make a thing.", "Plan: two steps.", "Now build it."],
+        "the first step's work and the second step's input were saved as they happened"
+    );
+
+    // Resumed in a "new process": the first step is not run again.
+    let second = ScriptedModel::new([ModelResponse::text("Built.")]);
+    let resumed = store_layer.layer(flow(tower_agent::BoxModel::new(second.clone())));
+    let res = resumed
+        .oneshot(AgentRequest::new(
+            Session::with_id("wf"),
+            AgentInput::Continue,
+        ))
+        .await
+        .expect("the resumed run");
+    assert_eq!(res.text().as_deref(), Some("Built."));
+    assert_eq!(first.request_count(), 1, "the first step ran once");
+    assert_eq!(
+        texts(&res.session),
+        [
+            "Make a thing.",
+            "Plan: two steps.",
+            "Now build it.",
+            "Built."
+        ]
+    );
+}

@@ -1,5 +1,8 @@
 //! The agent service's request and response: sessions, inputs and outcomes.
 
+use std::fmt;
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
 use crate::context::RunContext;
@@ -7,6 +10,7 @@ use crate::decision::Decisions;
 use crate::event::{EventStream, Observer};
 use crate::history::Repair;
 use crate::message::{Message, ToolCall, ToolResult};
+use crate::saver::Saver;
 pub use crate::session::{Outcome, Session, StopReason, Usage};
 
 /// What the run starts from.
@@ -60,8 +64,9 @@ impl From<Vec<Message>> for AgentInput {
     }
 }
 
-/// What the agent service receives: the session, the new input and the run context.
-#[derive(Debug, Clone)]
+/// What the agent service receives: the session, the new input, the run context, and where
+/// the run saves its session as it goes.
+#[derive(Clone)]
 pub struct AgentRequest {
     /// The session to run.
     pub session: Session,
@@ -69,6 +74,22 @@ pub struct AgentRequest {
     pub input: AgentInput,
     /// The run's context; its session id is the session's.
     pub ctx: RunContext,
+    /// Where the agent service that runs this request saves the session at each step
+    /// ([`Saver`]); `None`: nowhere. A session store's layer sets it; a workflow gives each
+    /// agent it runs one that saves into the workflow's session. A layer that makes a new
+    /// request for the service below passes it on (or decides where that run saves).
+    pub saver: Option<Arc<dyn Saver>>,
+}
+
+impl fmt::Debug for AgentRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentRequest")
+            .field("session", &self.session)
+            .field("input", &self.input)
+            .field("ctx", &self.ctx)
+            .field("saver", &self.saver.as_ref().map(|_| ".."))
+            .finish()
+    }
 }
 
 impl AgentRequest {
@@ -92,7 +113,14 @@ impl AgentRequest {
             session,
             input: input.into(),
             ctx,
+            saver: None,
         }
+    }
+
+    /// Save the run's session with `saver` as it goes (see [`Saver`]).
+    pub fn with_saver(mut self, saver: impl Saver) -> Self {
+        self.saver = Some(Arc::new(saver));
+        self
     }
 
     /// Answer the run here, without running the loop: for a `before_agent` callback. New
@@ -114,6 +142,7 @@ impl AgentRequest {
             mut session,
             input,
             ctx,
+            ..
         } = self;
         match input {
             AgentInput::Messages(messages) => session.push_input(messages),

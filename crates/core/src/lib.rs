@@ -60,8 +60,9 @@ pub mod history;
 pub mod message;
 pub mod model;
 pub mod price;
-pub mod session;
 #[cfg(feature = "tower")]
+mod saver;
+pub mod session;
 mod side;
 mod state;
 pub mod stream;
@@ -75,7 +76,7 @@ pub use callback::{
     BoxNext, Flow, ModelNext, Next, NextFuture, ObserveLayer, ToolNext, after_agent, after_model,
     after_tool, around_agent, around_model, around_tool, before_agent, before_model, before_tool,
 };
-pub use context::{ExtensionKey, RunContext, Saver, new_id};
+pub use context::{ExtensionKey, RunContext, new_id};
 pub use cost::Cost;
 pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
@@ -89,6 +90,7 @@ pub use model::{
     ToolChoice, ToolSpec, Usage,
 };
 pub use price::{ModelPrice, PriceTable};
+pub use saver::Saver;
 pub use session::{Progress, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;

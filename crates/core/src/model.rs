@@ -480,6 +480,11 @@ pub struct ModelResponse {
     /// appended (its calls could not be answered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<StopReason>,
+    /// The request was refused before the model answered it ([`ModelResponse::refuse`]: a
+    /// guardrail on the input, a call limit, a budget): at a run's first model call, the run's
+    /// input is not appended, and the session stays as it was.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
     /// Tokens used by calls a layer made for this one (a summarizer's), added to the run's
     /// usage.
     #[serde(default, skip_serializing_if = "Usage::is_zero")]
@@ -500,6 +505,7 @@ impl ModelResponse {
             finish_reason,
             history: None,
             stop: None,
+            refused: false,
             side_usage: Usage::default(),
         }
     }
@@ -510,6 +516,24 @@ impl ModelResponse {
     pub fn stop(reason: StopReason) -> Self {
         let mut response = Self::text("");
         response.stop = Some(reason);
+        response
+    }
+
+    /// A request a layer refused before the model answered it (a guardrail on the input, a
+    /// call limit, a budget): the run ends here with `reason`, as with
+    /// [`ModelResponse::stop`], and when this was the run's first model call, the run's input
+    /// is withdrawn: nothing refused stays in the session, and the next run goes on from the
+    /// next input alone.
+    ///
+    /// ```
+    /// use tower_agent_core::{ModelResponse, StopReason};
+    ///
+    /// let res = ModelResponse::refuse(StopReason::Limit { name: "model calls per run".into(), limit: 3 });
+    /// assert!(res.refused && res.stop.is_some());
+    /// ```
+    pub fn refuse(reason: StopReason) -> Self {
+        let mut response = Self::stop(reason);
+        response.refused = true;
         response
     }
 

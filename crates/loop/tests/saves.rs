@@ -69,9 +69,7 @@ fn answered(session: &Session) -> Vec<String> {
 }
 
 fn request(saves: &Saves, session: Session, input: impl Into<AgentInput>) -> AgentRequest {
-    let request = AgentRequest::new(session, input);
-    request.ctx.set_saver(saves.clone());
-    request
+    AgentRequest::new(session, input).with_saver(saves.clone())
 }
 
 async fn finished_results_are_saved_as_they_come(builder: AgentBuilder) {
@@ -169,31 +167,36 @@ async fn continue_with_nothing_to_continue_is_a_bad_request_before_any_model_cal
     assert!(saves.all().is_empty(), "nothing was saved");
 }
 
-/// A model layer that stops every call, as a tripped guardrail or a reached limit does.
+/// A model layer that refuses every call (`refused`), as a tripped input guardrail or a reached
+/// limit does, or stops it after an answer (an output guardrail).
 fn stopping(
     model: ScriptedModel,
+    refused: bool,
 ) -> impl tower::Service<ModelRequest, Response = ModelResponse, Error = Error, Future = impl Send> + Clone
 {
     ServiceBuilder::new()
-        .layer(before_model(|_: ModelRequest| async {
+        .layer(before_model(move |_: ModelRequest| async move {
             let reason = StopReason::Limit {
                 name: "model calls per session".into(),
                 limit: 1,
             };
-            Ok(tower_agent_core::Flow::Answer(ModelResponse::stop(reason)))
+            Ok(tower_agent_core::Flow::Answer(match refused {
+                true => ModelResponse::refuse(reason),
+                false => ModelResponse::stop(reason),
+            }))
         }))
         .service(model)
 }
 
 #[tokio::test]
-async fn a_layer_that_stops_the_first_model_call_leaves_the_session_as_it_found_it() {
+async fn a_layer_that_refuses_the_first_model_call_leaves_the_session_as_it_found_it() {
     let mut session = Session::with_id("s");
     session.history.push(Message::user("earlier"));
     session.history.push(Message::assistant("earlier answer"));
     let before = session.clone();
     let saves = Saves::default();
     let model = ScriptedModel::new([]);
-    let agent = Agent::builder().build(stopping(model.clone()), waiting_tool());
+    let agent = Agent::builder().build(stopping(model.clone(), true), waiting_tool());
     let res = agent
         .oneshot(request(&saves, session, "one more"))
         .await
@@ -221,4 +224,18 @@ async fn a_layer_that_stops_the_first_model_call_leaves_the_session_as_it_found_
         .map(Message::text)
         .collect();
     assert_eq!(sent, ["earlier", "earlier answer", "next"]);
+}
+
+#[tokio::test]
+async fn a_first_model_call_stopped_but_not_refused_keeps_the_input() {
+    let saves = Saves::default();
+    let model = stopping(ScriptedModel::new([]), false);
+    let agent = Agent::builder().build(model, waiting_tool());
+    let res = agent
+        .oneshot(request(&saves, Session::with_id("s"), "hello"))
+        .await
+        .expect("a stop is an outcome");
+    assert!(matches!(res.outcome, Outcome::Stopped { .. }));
+    let kept: Vec<String> = res.session.history.iter().map(Message::text).collect();
+    assert_eq!(kept, ["hello"], "an answer withheld leaves the question");
 }

@@ -205,13 +205,20 @@ impl DurableAgent {
         request: Json<RunRequest>,
     ) -> Result<Json<RunResult>, HandlerError> {
         let key = ctx.key().to_owned();
-        let session = match ctx.get::<Json<Session>>(SESSION).await? {
-            Some(Json(session)) => session,
-            None => Session::with_id(key),
-        };
+        let stored = ctx.get::<Json<Session>>(SESSION).await?;
         let input = match request.into_inner().message {
             Some(message) => AgentInput::from(message),
             None => AgentInput::Continue,
+        };
+        let session = match stored {
+            Some(Json(session)) => session,
+            // `{}` on a fresh key: nothing to continue, and nothing is stored.
+            None if matches!(input, AgentInput::Continue) => {
+                let message =
+                    format!("session `{key}` is not stored: nothing to continue (send a message)");
+                return Err(TerminalError::new_with_code(400, message).into());
+            }
+            None => Session::with_id(key),
         };
         let mut request = AgentRequest::new(session, input);
         let mut rounds = 0;

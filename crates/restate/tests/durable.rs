@@ -564,7 +564,23 @@ fn parent() {
         percentile(&local, 0.99),
     );
 
-    // 5. Many runs at once on one service process.
+    // 5. `{}` on a fresh key: nothing to continue, refused before any model call, nothing
+    // stored.
+    let (status, answer) = http.send(
+        reqwest::Method::POST,
+        &format!("{}/Agent/fresh-1/run", server.ingress()),
+        Some(json!({})),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let (_, stored) = http.send(
+        reqwest::Method::POST,
+        &format!("{}/Agent/fresh-1/session", server.ingress()),
+        None,
+    );
+    assert!(stored.is_null(), "nothing stored: {stored}");
+    println!("continue on a fresh key: refused with {status}, nothing stored");
+
+    // 6. Many runs at once on one service process.
     let concurrent = std::env::var("DURABLE_CONCURRENT")
         .ok()
         .and_then(|n| n.parse().ok())

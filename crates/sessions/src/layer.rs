@@ -48,15 +48,17 @@ impl From<StoreError> for Error {
 ///   [`StoreError::Conflict`]): change a stored session with [`SessionStore::save`], then
 ///   run it by id.
 ///
-/// The run saves the session at every step ([`Saver`]): the input before the first model
-/// call, the model's message before its tool calls run, their results, and the session the
-/// run ends with (its pending interrupts among it; also a failed run's). A service that saves
-/// nothing as it goes (a workflow: its nested agents save nothing of their own) is saved when
-/// its run ends; so is a session a layer changed after the loop's last save. A process that dies
-/// loses at most the step in flight; the next run of the session answers the calls that were
-/// in flight (they are not run again). Each save names the version the run loaded: when
-/// another writer saved the session meanwhile, the run fails with [`StoreError::Conflict`]
-/// and overwrites nothing.
+/// The layer gives the request a [`Saver`] ([`AgentRequest::saver`]), and the run saves through
+/// it at every step: the input (after the layers inside this one made of it what they do:
+/// redaction, input guardrails, patching) before the first model call, the model's message
+/// before its tool calls run, each result as its call finishes, and the session the run ends
+/// with (its pending interrupts among it; also a failed run's). A workflow saves through the
+/// agents it runs, into its own session. A service that saves nothing as it goes (a hand-made
+/// one) is saved when its run ends; so is a session a layer changed after the loop's last save.
+/// A process that dies loses at most the calls in flight; the next run of the session answers
+/// them (they are not run again). Each save names the version the one before wrote: when
+/// another writer saved the session meanwhile, the run fails with [`ErrorKind::Conflict`] and
+/// overwrites nothing.
 ///
 /// # Errors
 ///
@@ -201,18 +203,20 @@ where
                 }
                 None => None,
             };
+            // What is stored already is not written again (a run a layer answered without
+            // changing the session).
+            let saved = version.map(|_| Saved::of(&request.session));
             let saves = Arc::new(Saves {
                 store,
                 last: Mutex::new(Last {
                     version,
-                    saved: None,
+                    saved,
                     failed: false,
                 }),
             });
-            request.ctx.set_saver(Arc::clone(&saves));
-            // The loop saves as it goes; a service that does not (a workflow, whose nested
-            // agents save nothing of their own) or a layer that changed the session after the
-            // loop's last save is saved here.
+            request.saver = Some(Arc::clone(&saves) as Arc<dyn Saver>);
+            // The loop saves as it goes; a service that does not, or a layer that changed the
+            // session after the loop's last save, is saved here.
             match inner.call(request).await {
                 Ok(response) => {
                     saves.finish(&response.session).await?;
@@ -253,6 +257,14 @@ struct Saved {
 }
 
 impl Saved {
+    fn of(session: &Session) -> Self {
+        Saved {
+            mark: session.history.mark(),
+            state: session.state.clone(),
+            interrupts: session.interrupts.clone(),
+        }
+    }
+
     fn is(&self, session: &Session) -> bool {
         let history = &session.history;
         history.len() == self.mark.len()
@@ -268,11 +280,15 @@ impl Saves {
     }
 
     /// Save the session the run ended with, unless the run saved it already (the loop does,
-    /// at its end) or a save failed (the run's error says why).
+    /// at its end), a save failed (the run's error says why), or it is a new session the run
+    /// left empty (an input a guardrail refused: nothing is stored).
     async fn finish(&self, session: &Session) -> Result<(), Error> {
         let done = {
             let last = self.last();
-            last.failed || last.saved.as_ref().is_some_and(|saved| saved.is(session))
+            let saved = last.saved.as_ref();
+            last.failed
+                || saved.is_some_and(|saved| saved.is(session))
+                || (last.version.is_none() && is_blank(session))
         };
         if done {
             return Ok(());
@@ -290,11 +306,7 @@ impl Saver for Saves {
             match saved {
                 Ok(version) => {
                     last.version = Some(version);
-                    last.saved = Some(Saved {
-                        mark: session.history.mark(),
-                        state: session.state.clone(),
-                        interrupts: session.interrupts.clone(),
-                    });
+                    last.saved = Some(Saved::of(session));
                     Ok(())
                 }
                 Err(error) => {

@@ -93,7 +93,7 @@ async fn every_step_is_saved_and_the_next_run_goes_on_from_the_store() {
 }
 
 #[tokio::test]
-async fn a_workflow_is_saved_when_its_run_ends() {
+async fn a_workflow_is_saved_at_each_step_of_its_agents() {
     use tower_agent_workflow::Sequential;
     let store = Recording::default();
     let model = ScriptedModel::new([ModelResponse::text("one"), ModelResponse::text("two")]);
@@ -105,11 +105,10 @@ async fn a_workflow_is_saved_when_its_run_ends() {
         .oneshot(AgentRequest::new(Session::with_id("w"), "first"))
         .await
         .expect("runs");
-    assert_eq!(
-        store.saves(),
-        [(2, 0)],
-        "the nested agent saves nothing; the layer does"
-    );
+    // The step saves into the workflow's session as it goes (the input, the answer, each with
+    // the workflow standing at that step), and the workflow's end is saved (its position
+    // cleared).
+    assert_eq!(store.saves(), [(1, 0), (2, 0), (2, 0)]);
     let res = agent
         .oneshot(AgentRequest::new(Session::with_id("w"), "second"))
         .await

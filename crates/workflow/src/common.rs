@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tower::ServiceExt;
 use tower::util::BoxCloneService;
+use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, Error, Event, Outcome, Progress, RunContext, Session,
-    StateKey, Usage,
+    AgentInput, AgentRequest, AgentResponse, Error, Event, Outcome, Progress, RunContext, Saver,
+    Session, StateKey, Usage,
 };
 use tower_service::Service;
 
@@ -162,14 +163,57 @@ pub(crate) fn cancelled() -> Outcome {
     }
 }
 
+/// Saves the session of an agent a workflow runs as the workflow's session: `into` makes the
+/// workflow's session (with its position) from the agent's, and the workflow's saver saves it.
+struct Nested<F> {
+    parent: Arc<dyn Saver>,
+    into: F,
+}
+
+impl<F> Saver for Nested<F>
+where
+    F: Fn(&Session) -> Session + Send + Sync + 'static,
+{
+    fn save<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<(), Error>> {
+        let outer = (self.into)(session);
+        Box::pin(async move { self.parent.save(&outer).await })
+    }
+}
+
+/// Where an agent the workflow runs saves: into the workflow's session, made by `into`, when
+/// the workflow saves at all.
+pub(crate) fn nested_saver<F>(parent: Option<&Arc<dyn Saver>>, into: F) -> Option<Arc<dyn Saver>>
+where
+    F: Fn(&Session) -> Session + Send + Sync + 'static,
+{
+    let parent = Arc::clone(parent?);
+    Some(Arc::new(Nested { parent, into }))
+}
+
+/// Where an agent run on the workflow's own session saves: that session, with the workflow at
+/// `path` standing at `position` (so that a run that dies there resumes there).
+pub(crate) fn saver_at(
+    parent: Option<&Arc<dyn Saver>>,
+    path: &Arc<str>,
+    position: Value,
+) -> Option<Arc<dyn Saver>> {
+    let path = Arc::clone(path);
+    nested_saver(parent, move |session| {
+        let mut session = session.clone();
+        set_position(&mut session, &path, position.clone());
+        session
+    })
+}
+
 /// Run `agent` on `session` with `input` in the context `ctx` of the child at `path`, between
-/// `AgentStarted` and `AgentEnded` / `AgentFailed` emitted to `parent`.
+/// `AgentStarted` and `AgentEnded` / `AgentFailed` emitted to `parent`; it saves with `saver`.
 pub(crate) async fn run_agent(
     mut agent: BoxAgent,
     parent: &RunContext,
     (path, ctx): (Arc<str>, RunContext),
     session: Session,
     input: tower_agent_core::AgentInput,
+    saver: Option<Arc<dyn Saver>>,
 ) -> Result<AgentResponse, Error> {
     let emitted = emit(parent, || Event::AgentStarted {
         path: Arc::clone(&path),
@@ -185,6 +229,7 @@ pub(crate) async fn run_agent(
                     session,
                     input,
                     ctx,
+                    saver,
                 })
                 .await
         }

@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use crate::common::{
     Scope, SharedAgent, Totals, WorkflowFuture, absorb_state, boxed, cancelled, clear_position,
-    emit, keep_input, run_agent, saved_start, set_position, with_position,
+    emit, keep_input, run_agent, saved_start, saver_at, set_position, with_position,
 };
 use crate::judge::{Judge, JudgeRequest, Verdict};
 
@@ -144,6 +144,7 @@ impl Loop {
             mut session,
             input,
             ctx,
+            saver,
         } = req;
         absorb_state(&ctx, &mut session);
         let scope = Scope::of(&ctx, &self.name);
@@ -169,12 +170,15 @@ impl Loop {
                 return Err(error.with_session(session));
             }
             let name = iteration.to_string();
+            // The iteration saves the workflow's session, standing at this iteration.
+            let saves = saver_at(saver.as_ref(), &scope.path, here());
             let res = run_agent(
                 self.inner.get(),
                 &ctx,
                 scope.child(&ctx, &name),
                 session,
                 input,
+                saves,
             )
             .await
             .map_err(|error| with_position(error, &scope.path, here()))?;

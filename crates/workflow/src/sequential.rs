@@ -10,7 +10,8 @@ use tower_service::Service;
 
 use crate::common::{
     Scope, SharedAgent, Totals, WorkflowFuture, absorb_state, boxed, cancelled, clear_position,
-    keep_input, position, run_agent, saved_start, set_position, with_position,
+    keep_input, nested_saver, position, run_agent, saved_start, saver_at, set_position,
+    with_position,
 };
 
 #[derive(Clone)]
@@ -178,6 +179,7 @@ impl Sequential {
             mut session,
             input,
             ctx,
+            saver,
         } = req;
         absorb_state(&ctx, &mut session);
         let scope = Scope::of(&ctx, &self.name);
@@ -197,12 +199,15 @@ impl Sequential {
                 set_position(&mut session, &scope.path, here());
                 return Ok(totals.response(session, cancelled()));
             }
+            // The step saves the workflow's session, standing at this step.
+            let saves = saver_at(saver.as_ref(), &scope.path, here());
             let res = run_agent(
                 step.agent.get(),
                 &ctx,
                 scope.child(&ctx, &step.name),
                 session,
                 input,
+                saves,
             )
             .await
             .map_err(|error| with_position(error, &scope.path, here()))?;
@@ -230,6 +235,7 @@ impl Sequential {
             mut session,
             input,
             ctx,
+            saver,
         } = req;
         absorb_state(&ctx, &mut session);
         let scope = Scope::of(&ctx, &self.name);
@@ -266,12 +272,22 @@ impl Sequential {
                 set_position(&mut session, &scope.path, here);
                 return Ok(totals.response(session, cancelled()));
             }
+            // The step saves its own session into the workflow's, kept with its position.
+            let saves = {
+                let (outer, path) = (session.clone(), Arc::clone(&scope.path));
+                nested_saver(saver.as_ref(), move |sub| {
+                    let mut outer = outer.clone();
+                    set_position(&mut outer, &path, json!({ "step": index, "session": sub }));
+                    outer
+                })
+            };
             let result = run_agent(
                 step.agent.get(),
                 &ctx,
                 scope.child(&ctx, &step.name),
                 sub,
                 input,
+                saves,
             )
             .await;
             let res = match result {

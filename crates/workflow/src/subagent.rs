@@ -200,6 +200,8 @@ async fn run(
                     session,
                     input,
                     ctx: nested,
+                    // Its result goes into the parent's session as the call's result.
+                    saver: None,
                 })
                 .await
         }

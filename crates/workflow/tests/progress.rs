@@ -410,6 +410,7 @@ async fn the_digest_names_the_tools_and_the_nested_path() {
             session: req.session,
             input: req.input,
             ctx: req.ctx.nested("coder"),
+            saver: req.saver,
         };
         inner.oneshot(nested)
     });

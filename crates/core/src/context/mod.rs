@@ -16,9 +16,6 @@ pub use crate::session::new_id;
 use crate::state::StateKey;
 
 mod nested;
-mod saver;
-
-pub use saver::Saver;
 
 use nested::Nesting;
 
@@ -61,8 +58,6 @@ struct Shared {
     events: EventSink,
     state: Mutex<Map<String, Value>>,
     extensions: Mutex<Extensions>,
-    /// Where the run saves its session ([`RunContext::set_saver`]).
-    saver: Mutex<saver::Slot>,
     /// Where a nested run belongs ([`RunContext::nested`]).
     nesting: Option<Nesting>,
     /// The outermost run a side call was made for ([`RunContext::side_call`]).
@@ -79,7 +74,6 @@ impl Clone for Shared {
             events: self.events.clone(),
             state: Mutex::new(lock(&self.state).clone()),
             extensions: Mutex::new(lock(&self.extensions).clone()),
-            saver: Mutex::new(lock(&self.saver).clone()),
             nesting: self.nesting.clone(),
             side_of: self.side_of.clone(),
         }
@@ -110,7 +104,6 @@ impl RunContext {
             events: EventSink::default(),
             state: Mutex::new(Map::new()),
             extensions: Mutex::new(Extensions::default()),
-            saver: Mutex::default(),
             nesting: None,
             side_of: None,
         })

@@ -134,7 +134,6 @@ impl RunContext {
             events,
             state: Mutex::new(Map::new()),
             extensions: Mutex::new(Extensions::default()),
-            saver: Mutex::default(),
             nesting: Some(Nesting { root, path }),
             side_of: None,
         })

@@ -98,7 +98,7 @@ where
             // The reservations taken so far are released as they drop.
             Err((spent, limit)) => {
                 tracing::info!(%scope, %limit, %spent, %asked, "budget spent: call not sent");
-                return Ok(ModelResponse::stop(StopReason::Budget {
+                return Ok(ModelResponse::refuse(StopReason::Budget {
                     scope: scope.to_string(),
                     limit,
                     spent,

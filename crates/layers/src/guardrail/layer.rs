@@ -146,10 +146,12 @@ fn output_text(message: &Message) -> String {
 }
 
 /// `response` stopped by `trip`: its message dropped, what it did kept (usage, a committed
-/// history).
-fn tripped(mut response: ModelResponse, trip: Trip) -> ModelResponse {
+/// history). `input`: the trip was the input's (the request refused, the input withdrawn),
+/// not the answer's.
+fn tripped(mut response: ModelResponse, trip: Trip, input: bool) -> ModelResponse {
     response.message = Message::assistant("");
     response.stop = Some(trip.reason());
+    response.refused = input;
     response
 }
 
@@ -195,7 +197,7 @@ where
                 Some((text, guardrails)) if !parallel => {
                     match check_all(&guardrails, text, &ctx).await? {
                         // The call was never made.
-                        (Some(trip), spent) => (Ok(ModelResponse::stop(trip.reason())), spent),
+                        (Some(trip), spent) => (Ok(ModelResponse::refuse(trip.reason())), spent),
                         (None, spent) => (call.await, spent),
                     }
                 }
@@ -213,7 +215,7 @@ where
                 .map_err(|e| e.add_usage(spent + own))?;
             spent += used;
             let response = match trip {
-                Some(trip) => tripped(response, trip),
+                Some(trip) => tripped(response, trip, false),
                 None => response,
             };
             Ok(response.with_side_usage(spent))
@@ -234,7 +236,7 @@ async fn in_parallel(
             let (trip, spent) = checked?;
             Ok(match trip {
                 // The call is dropped here: its stream stops.
-                Some(trip) => (Ok(ModelResponse::stop(trip.reason())), spent),
+                Some(trip) => (Ok(ModelResponse::refuse(trip.reason())), spent),
                 None => (call.await, spent),
             })
         }
@@ -245,10 +247,10 @@ async fn in_parallel(
             };
             let (trip, spent) = checks.await.map_err(|e| e.add_usage(own))?;
             Ok(match (trip, answer) {
-                (Some(trip), Ok(response)) => (Ok(tripped(response, trip)), spent),
+                (Some(trip), Ok(response)) => (Ok(tripped(response, trip, true)), spent),
                 // A trip wins over the call's failure (whose tokens still count).
                 (Some(trip), Err(error)) => {
-                    (Ok(ModelResponse::stop(trip.reason())), spent + error.usage())
+                    (Ok(ModelResponse::refuse(trip.reason())), spent + error.usage())
                 }
                 (None, answer) => (answer, spent),
             })

@@ -36,7 +36,7 @@ where
             if let Err(blocked) = config.admit(&req.ctx, &[scope], Ask::Call(None)) {
                 return match blocked.scope.limit.exit {
                     Exit::Error => ResponseFuture::ready(Err(blocked.error().into())),
-                    _ => ResponseFuture::ready(Ok(ModelResponse::stop(blocked.reason()))),
+                    _ => ResponseFuture::ready(Ok(ModelResponse::refuse(blocked.reason()))),
                 };
             }
         }

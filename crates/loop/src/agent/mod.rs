@@ -187,6 +187,7 @@ where
             session,
             input,
             ctx,
+            saver,
         } = request;
         let span = tracing::info_span!(
             "invoke_agent",
@@ -198,7 +199,6 @@ where
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        let saver = ctx.saver();
         let run = Run {
             model: self.model.clone(),
             tools: self.tools.clone(),

@@ -34,15 +34,15 @@ pub(super) struct Run<M, T> {
     /// Where this run's work starts in the history, for the progress of a stopped or
     /// cancelled run.
     pub(super) start: usize,
-    /// Where the run saves its session (the context's saver, read once).
+    /// Where the run saves its session (the request's saver).
     pub(super) saver: Option<Arc<dyn Saver>>,
     /// What the last save wrote: a save of the same session writes nothing.
     pub(super) saved: Option<Saved>,
     /// A save failed: the run ends without saving again.
     pub(super) unsaved: bool,
     /// Where the history stood before the run's new messages (and the interrupts it waited
-    /// on then), until the first model call: a run whose first model call a layer stops (a
-    /// guardrail, a limit, a budget) leaves the session as it found it.
+    /// on then), until the first model call: a run whose first model call a layer refuses (a
+    /// guardrail on the input, a limit, a budget) leaves the session as it found it.
     pub(super) before_input: Option<(HistoryMark, Vec<Interrupt>)>,
     /// The way up for the model's deltas, in every round: settled after each call.
     pub(super) deltas: Deltas,
@@ -256,7 +256,7 @@ where
         }
     }
 
-    /// Put the session back as it was before the run's new messages: a layer stopped the
+    /// Put the session back as it was before the run's new messages: a layer refused the
     /// run's first model call, so the model never answered them.
     fn withdraw_input(&mut self) {
         let Some((mark, interrupts)) = self.before_input.take() else {
@@ -337,11 +337,6 @@ where
                 if error.kind() == ErrorKind::Cancelled && self.ctx.is_cancelled() {
                     return Ok(Answer::End(cancelled_outcome()));
                 }
-                // A limit that fails the run refused the input, as a stop does.
-                if error.kind() == ErrorKind::LimitReached {
-                    self.before_input = first;
-                    self.withdraw_input();
-                }
                 return Err(error);
             }
         };
@@ -350,6 +345,7 @@ where
             usage,
             history,
             stop,
+            refused,
             side_usage,
             ..
         } = response;
@@ -357,11 +353,13 @@ where
         if let Some(history) = history {
             self.commit(history)?;
         }
-        // A layer stopped the run at this call: its calls could not be answered. At the first
-        // call, nothing tripped stays: the input is withdrawn.
+        // A layer stopped the run at this call: its calls could not be answered. A first call
+        // refused leaves nothing refused in the session: the input is withdrawn.
         if let Some(reason) = stop {
-            self.before_input = first;
-            self.withdraw_input();
+            if refused {
+                self.before_input = first;
+                self.withdraw_input();
+            }
             return Ok(Answer::End(stopped(reason)));
         }
         message.role = Role::Assistant;
