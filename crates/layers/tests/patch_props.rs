@@ -1,7 +1,8 @@
 //! Property test of the patching: random histories with interruptions, reused and empty ids,
 //! parallel calls, late and orphan results, results inside user messages, text inside tool
 //! messages. After the repair the history is valid, and nothing that was not synthetic is lost
-//! or reordered.
+//! or reordered. Calls waiting for a decision (the agent side's repair) are never dropped nor
+//! answered.
 //!
 //! 10,000 cases by default; `PROPTEST_CASES=n` changes it.
 
@@ -9,7 +10,7 @@
 
 use proptest::prelude::*;
 use serde_json::json;
-use tower_agent_core::{ContentPart, History, Message, Role, ToolCall, ToolResult};
+use tower_agent_core::{ContentPart, History, Message, Repair, Role, ToolCall, ToolResult};
 use tower_agent_layers::patch::{MALFORMED, UNANSWERED, Unanswered, repair_history};
 use tower_agent_test::{assert_valid_history, dump};
 
@@ -279,6 +280,89 @@ fn check(steps: &[Step], unanswered: Unanswered) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// The agent side's repair of a session whose calls named by `waiting` wait for a decision:
+/// none of them is dropped or answered, the last message holding them ends the history (its
+/// calls open there), and the rest is valid and kept.
+fn check_waiting(
+    steps: &[Step],
+    pick: usize,
+    mask: &[bool],
+    unanswered: Unanswered,
+) -> Result<(), TestCaseError> {
+    let input = build(steps);
+    let blocks: Vec<&Message> = input.iter().filter(|m| m.has_tool_calls()).collect();
+    let Some(block) = blocks.get(pick % blocks.len().max(1)) else {
+        return Ok(());
+    };
+    // Calls are told apart by name (`t{i}_{k}`): ids repeat, and a reused one is renamed.
+    let waiting: Vec<String> = block
+        .tool_calls()
+        .enumerate()
+        .filter(|(k, _)| mask[k % mask.len()])
+        .map(|(_, c)| c.name.clone())
+        .collect();
+    let wait = |c: &ToolCall| waiting.contains(&c.name);
+    let how = Repair::new()
+        .unanswered(unanswered)
+        .keep_frontier()
+        .wait(&wait)
+        .keep_waiting();
+    let mut history = History::from(input.clone());
+    let report = history.repair(&how);
+    let show = |h: &History| format!("input:\n{}output:\n{}", dump(&input), dump(h));
+
+    for name in &waiting {
+        let call = history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .find(|c| &c.name == name);
+        prop_assert!(call.is_some(), "{name} was dropped\n{}", show(&history));
+        let id = call.map(|c| c.id.clone()).unwrap_or_default();
+        let made_up = history
+            .iter()
+            .flat_map(Message::tool_results)
+            .any(|r| r.call_id == id && is_synthetic(r));
+        prop_assert!(!made_up, "{name} was answered\n{}", show(&history));
+    }
+    // What is left open waits at the end; everything else is valid.
+    let open: Vec<&str> = history.open_calls().iter().map(|c| c.id.as_str()).collect();
+    prop_assert!(
+        tower_agent_core::history::validate(&history, &open).is_ok(),
+        "{}",
+        show(&history)
+    );
+    let answered: Vec<&str> = history
+        .iter()
+        .flat_map(Message::tool_results)
+        .map(|r| r.call_id.as_str())
+        .collect();
+    let at_end = history
+        .iter()
+        .flat_map(Message::tool_calls)
+        .filter(|c| wait(c) && !answered.contains(&c.id.as_str()))
+        .all(|c| open.contains(&c.id.as_str()));
+    prop_assert!(
+        at_end,
+        "a waiting call is not at the end\n{}",
+        show(&history)
+    );
+    // Texts are kept (the waiting message's moved to the end).
+    let (mut before, mut after) = (texts(&input), texts(&history));
+    before.sort();
+    after.sort();
+    prop_assert_eq!(after, before, "{}", show(&history));
+    // Idempotent.
+    let once = history.clone();
+    prop_assert!(
+        history.repair(&how).is_empty(),
+        "{:?}\n{}",
+        report,
+        show(&once)
+    );
+    prop_assert_eq!(&history, &once);
+    Ok(())
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -297,5 +381,16 @@ proptest! {
     #[test]
     fn dropping_unanswered_calls_keeps_the_rest(steps in prop::collection::vec(step(), 0..14)) {
         check(&steps, Unanswered::Drop)?;
+    }
+
+    #[test]
+    fn calls_waiting_for_a_decision_are_never_dropped_nor_answered(
+        steps in prop::collection::vec(step(), 0..14),
+        pick in 0..8usize,
+        mask in prop::collection::vec(prop::bool::weighted(0.6), 1..4),
+        drop in any::<bool>(),
+    ) {
+        let unanswered = if drop { Unanswered::Drop } else { Unanswered::Answer };
+        check_waiting(&steps, pick, &mask, unanswered)?;
     }
 }

@@ -378,24 +378,49 @@ async fn a_trailing_call_that_a_layer_inside_answers_does_not_stop_a_summary() {
     assert_eq!(summarizer.request_count(), 1);
     assert_eq!(model.requests()[0].messages.len(), 2);
 
-    // A kept part that is broken in the middle: nothing is summarized, and an event says why.
+    // A kept part that would be broken in the middle (a call never answered, then more talk):
+    // the cut moves past the call, which is summarized with the messages before it.
+    let ls = |id: &str| tower_agent_core::ToolCall::new(id, "ls", serde_json::json!({}));
     let mut messages = talk(4);
-    messages.push(Message::assistant_with_calls(
-        "",
-        [tower_agent_core::ToolCall::new(
-            "c1",
-            "ls",
-            serde_json::json!({}),
-        )],
-    ));
+    messages.push(Message::assistant_with_calls("", [ls("c1")]));
     messages.push(Message::user("and?"));
     messages.push(Message::assistant("well"));
     let (req, _, recorder) = request(messages);
     let layer = SummarizeLayer::new(summarizer.clone())
         .trigger(Trigger::messages(7))
         .keep(Keep::messages(3));
+    let res = call(layer, &model_ok(), req).await.expect("ok");
+    assert_eq!(summarizer.request_count(), 2, "summarized past the call");
+    let committed = res.history.expect("committed");
+    assert_eq!(committed.len(), 3, "the summary, `and?` and `well`");
+    assert_eq!(committed[1].text(), "and?");
+    assert_eq!(committed.validate(), Ok(()));
+    assert!(
+        recorder
+            .events()
+            .iter()
+            .all(|e| !matches!(e, Event::Warning { .. }))
+    );
+
+    // The newest messages broken themselves (a result after a later message): no cut leaves
+    // a valid kept part, nothing is summarized, and an event says why.
+    let mut messages = talk(4);
+    messages.push(Message::assistant_with_calls("", [ls("c1"), ls("c2")]));
+    messages.push(Message::tool_result(tower_agent_core::ToolResult::success(
+        &ls("c1"),
+        "a.txt",
+    )));
+    messages.push(Message::assistant("well"));
+    messages.push(Message::tool_result(tower_agent_core::ToolResult::success(
+        &ls("c2"),
+        "b.txt",
+    )));
+    let (req, _, recorder) = request(messages);
+    let layer = SummarizeLayer::new(summarizer.clone())
+        .trigger(Trigger::messages(7))
+        .keep(Keep::messages(3));
     call(layer, &model_ok(), req).await.expect("ok");
-    assert_eq!(summarizer.request_count(), 1, "no second summary");
+    assert_eq!(summarizer.request_count(), 2, "no third summary");
     let said = recorder.events().into_iter().any(|e| matches!(
         e,
         Event::Warning { source: "summarize", message } if message.contains("not a valid history on their own")

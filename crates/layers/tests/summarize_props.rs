@@ -329,3 +329,180 @@ proptest! {
         converge(history(&blocks, summary_first), window, keep, summary)?;
     }
 }
+
+/// How one batch of a valid history is broken: some of its results never came, or its last
+/// result came after the next message.
+#[cfg(feature = "patch")]
+#[derive(Debug, Clone)]
+enum Break {
+    Missing(Vec<bool>),
+    Apart,
+}
+
+/// `messages` with the batch `pick` (modulo their number) broken as `how` says; `None` when
+/// there is no batch.
+#[cfg(feature = "patch")]
+fn broken(mut messages: Vec<Message>, pick: usize, how: &Break) -> Option<Vec<Message>> {
+    let batches: Vec<usize> = (0..messages.len())
+        .filter(|&i| messages[i].has_tool_calls())
+        .collect();
+    let at = *batches.get(pick % batches.len().max(1))?;
+    let results = messages[at + 1..]
+        .iter()
+        .take_while(|m| m.role == Role::Tool)
+        .count();
+    match how {
+        Break::Missing(mask) => {
+            let mut k = 0;
+            messages.retain(|_| {
+                k += 1;
+                let i = k - 1;
+                !(i > at && i <= at + results && !mask[(i - at - 1) % mask.len()])
+            });
+        }
+        Break::Apart => {
+            let last = messages.remove(at + results);
+            let next = at + results;
+            if next < messages.len() {
+                messages.insert(next + 1, last);
+            }
+        }
+    }
+    Some(messages)
+}
+
+/// Every batch of `input` (its message and its results, wherever they stand) that has a
+/// message in `kept` has them all there.
+#[cfg(feature = "patch")]
+fn batches_whole(input: &[Message], kept: &[Message]) -> bool {
+    let ids_of = |m: &Message| -> Vec<String> {
+        m.tool_calls()
+            .map(|c| c.id.clone())
+            .chain(m.tool_results().map(|r| r.call_id.clone()))
+            .collect()
+    };
+    input.iter().filter(|m| m.has_tool_calls()).all(|calls| {
+        let ids: Vec<String> = calls.tool_calls().map(|c| c.id.clone()).collect();
+        let of = |m: &&Message| ids_of(m).iter().any(|id| ids.contains(id));
+        let (all, held) = (
+            input.iter().filter(of).count(),
+            kept.iter().filter(of).count(),
+        );
+        held == 0 || held == all
+    })
+}
+
+/// A history with one batch broken, summarized by the layer alone and with the patch inside:
+/// what it commits is a summary and a valid suffix holding each batch whole or not at all; no
+/// warning tells to reorder the layers; with the patch inside, the model gets a valid history.
+#[cfg(feature = "patch")]
+fn check_broken(
+    messages: Vec<Message>,
+    trigger: Trigger,
+    keep: Keep,
+    patch: bool,
+) -> Result<(), TestCaseError> {
+    use tower_agent_layers::ServiceBuilderExt;
+    use tower_agent_test::EventRecorder;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    runtime.block_on(async move {
+        let model = ScriptedModel::from_fn(|_| Ok(ModelResponse::text("ok")));
+        let summarizer = ScriptedModel::from_fn(|_| Ok(ModelResponse::text("a summary")));
+        let layer = SummarizeLayer::new(summarizer).trigger(trigger).keep(keep);
+        let recorder = EventRecorder::new();
+        let mut req = ModelRequest::new(messages.clone());
+        req.ctx = RunContext::new().with_observer(recorder.clone());
+        let result = if patch {
+            ServiceBuilder::new()
+                .layer(layer)
+                .patch_dangling()
+                .service(model.clone())
+                .oneshot(req)
+                .await
+        } else {
+            ServiceBuilder::new()
+                .layer(layer)
+                .service(model.clone())
+                .oneshot(req)
+                .await
+        };
+        let response = result.map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if let Some(committed) = &response.history {
+            prop_assert!(
+                committed
+                    .first()
+                    .is_some_and(|m| summary_text(m) == Some("a summary")),
+                "{}",
+                dump(committed)
+            );
+            let kept = &committed[1..];
+            prop_assert_eq!(kept, &messages[messages.len() - kept.len()..]);
+            let pending: Vec<&str> = match kept.iter().rev().find(|m| m.role != Role::Tool) {
+                Some(last) if last.role == Role::Assistant => {
+                    last.tool_calls().map(|c| c.id.as_str()).collect()
+                }
+                _ => Vec::new(),
+            };
+            prop_assert!(
+                validate(kept, &pending).is_ok(),
+                "an invalid kept part:\n{}",
+                dump(committed)
+            );
+            prop_assert!(
+                batches_whole(&messages, kept),
+                "a batch cut apart:\ninput:\n{}committed:\n{}",
+                dump(&messages),
+                dump(committed)
+            );
+        }
+        for event in recorder.events() {
+            if let tower_agent_core::Event::Warning { message, .. } = event {
+                prop_assert!(!message.contains("patch layer"), "{}", message);
+            }
+        }
+        if patch {
+            for seen in model.requests() {
+                prop_assert!(
+                    validate(&seen.messages, &[]).is_ok(),
+                    "invalid history sent:\n{}",
+                    dump(&seen.messages)
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(feature = "patch")]
+fn break_how() -> impl Strategy<Value = Break> {
+    prop_oneof![
+        prop::collection::vec(any::<bool>(), 1..4).prop_map(Break::Missing),
+        Just(Break::Apart),
+    ]
+}
+
+#[cfg(feature = "patch")]
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(1_000),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn a_partly_answered_batch_is_summarized_or_kept_whole(
+        blocks in prop::collection::vec(block(), 1..25),
+        summary_first in prop::bool::weighted(0.2),
+        pick in 0..10usize,
+        how in break_how(),
+        trigger in (1..40usize).prop_map(Trigger::messages),
+        keep in (0..30usize).prop_map(Keep::messages),
+        patch in any::<bool>(),
+    ) {
+        if let Some(messages) = broken(history(&blocks, summary_first), pick, &how) {
+            check_broken(messages, trigger, keep, patch)?;
+        }
+    }
+}

@@ -34,7 +34,10 @@
 //!   is committed repaired. The live frontier, the last assistant message when only tool
 //!   messages follow it, is left alone, and so are calls waiting for a human decision
 //!   (pending interrupts): the agent decides about them from the run's input (resume runs
-//!   them, new input answers them).
+//!   them, new input answers them as not decided). Those are never answered nor dropped,
+//!   whatever [`Unanswered`] says: when a host added messages after them, their assistant
+//!   message moves to the end with its results ([`Repair::keep_waiting`]), so that a resume
+//!   finds them there, and the messages added stand before it.
 //! - **model** (`before_model`, innermost): the guarantee at the model boundary. It checks only
 //!   the messages added since the previous round of the run (it keeps a [`HistoryMark`] of
 //!   how far the history was valid in the run's context), so a 1,000-message history is not
@@ -188,7 +191,8 @@ where
         let how = Repair::new()
             .unanswered(self.unanswered)
             .keep_frontier()
-            .wait(&wait);
+            .wait(&wait)
+            .keep_waiting();
         let history = &req.session.history;
         let frontier = frontier(history);
         let mut ids = HashSet::new();

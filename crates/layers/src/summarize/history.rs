@@ -1,5 +1,5 @@
-//! What summarization does to a history, without any service: where it may cut, how the
-//! summarizer sees the messages, the summary message, argument truncation, the running count.
+//! What summarization does to a history, without any service: how the summarizer sees the
+//! messages, the summary message, argument truncation, the running count.
 
 use std::fmt::Write as _;
 
@@ -54,26 +54,6 @@ pub fn summary_text(message: &Message) -> Option<&str> {
     text.strip_prefix(SUMMARY_OPEN)?
         .strip_suffix(SUMMARY_CLOSE)
         .map(str::trim)
-}
-
-/// Where the kept part of `messages` may start: the latest index at or before `want` whose
-/// message carries no tool result (so every call before it has its results before it, and
-/// every message stays whole, its reasoning with it), and after at least one message that is
-/// not a previous summary. `None` when no such index exists: nothing is summarized.
-pub(crate) fn safe_cut(messages: &[Message], want: usize) -> Option<usize> {
-    let first = usize::from(messages.first().is_some_and(is_summary));
-    let want = want.min(messages.len());
-    (first + 1..=want)
-        .rev()
-        .find(|&cut| cut == messages.len() || !carries_result(&messages[cut]))
-}
-
-fn carries_result(message: &Message) -> bool {
-    message.role == Role::Tool
-        || message
-            .content
-            .iter()
-            .any(|part| matches!(part, ContentPart::ToolResult(_)))
 }
 
 /// How many of the last messages to keep so that they hold at most `tokens` (at least one).
@@ -450,41 +430,7 @@ mod tests {
     use super::*;
     use crate::tokens::CharEstimate;
     use serde_json::json;
-    use tower_agent_core::{ToolCall, ToolResult};
-
-    fn call(id: &str) -> ToolCall {
-        ToolCall::new(id, "t", json!({}))
-    }
-
-    fn batch(ids: &[&str]) -> Vec<Message> {
-        let mut out = vec![Message::assistant_with_calls(
-            "",
-            ids.iter().map(|id| call(id)),
-        )];
-        out.extend(
-            ids.iter()
-                .map(|id| Message::tool_result(ToolResult::success(&call(id), "ok"))),
-        );
-        out
-    }
-
-    #[test]
-    fn cuts_never_fall_inside_a_batch() {
-        let mut messages = vec![Message::user("go")];
-        messages.extend(batch(&["a", "b", "c"]));
-        messages.push(Message::assistant("done"));
-        // [U, A(a,b,c), T, T, T, A]: cuts at 1 (before the batch) or 5 (after it).
-        assert_eq!(safe_cut(&messages, 5), Some(5));
-        for want in 2..=4 {
-            assert_eq!(safe_cut(&messages, want), Some(1), "want {want}");
-        }
-        assert_eq!(safe_cut(&messages, 0), None);
-        // A previous summary alone is not worth summarizing again.
-        messages[0] = summary_message("earlier");
-        assert_eq!(safe_cut(&messages, 1), None);
-        assert_eq!(safe_cut(&messages, 3), None);
-        assert_eq!(safe_cut(&messages, 5), Some(5));
-    }
+    use tower_agent_core::ToolCall;
 
     #[test]
     fn truncation_keeps_json_and_marks_the_cut() {

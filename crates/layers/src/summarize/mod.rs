@@ -8,13 +8,19 @@
 //!
 //! 1. With [`SummarizeLayer::truncate_arguments`], long string values in the tool-call
 //!    arguments of the older messages (a file written in full) are cut, with a marker. If
-//!    that alone brings the request under every trigger, that is all.
+//!    that alone brings the request under every trigger, that is all (unless the history is
+//!    not valid: it is then summarized, which folds the broken part).
 //! 2. The older messages (all but those [`Keep`] keeps) go to the summarizer, the previous
 //!    summary first (clipped to the summary bound), and are replaced by one
 //!    [`summary_message`]. The cut never separates an assistant message from the results of
 //!    its calls (a batch of ten parallel calls is kept or summarized whole) and never splits a
-//!    message, so reasoning stays with its message. When no cut is safe, nothing is
-//!    summarized. Under [`SummarizeLayer::max_input_tokens`], messages that do not fit one
+//!    message, so reasoning stays with its message. A batch only partly answered (a result
+//!    never came, or came after another message) is summarized whole, with what came of it:
+//!    the cut moves past it, and the kept part is always a valid history on its own (its last
+//!    calls aside, which may still wait for a decision or a tool still running; a batch that
+//!    ends the history is kept whole). When there is nothing to summarize, nothing is; when no
+//!    cut leaves a valid kept part (the newest messages are broken themselves), an
+//!    [`Event::Warning`] says so and nothing is summarized. Under [`SummarizeLayer::max_input_tokens`], messages that do not fit one
 //!    summarizer call are summarized in turn, each call folding the next ones into the summary
 //!    so far; a summarizer that answers "context too long" gets its input in halves.
 //! 3. The summarizer's answer is bounded: its request carries `max_tokens`
@@ -157,6 +163,7 @@
 //! [`Event::Warning`]: tower_agent_core::Event::Warning
 //! [`ErrorKind::ContextTooLong`]: tower_agent_core::ErrorKind::ContextTooLong
 
+mod cut;
 mod history;
 mod service;
 mod shorten;

@@ -7,15 +7,16 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tower_agent_core::history::validate;
 use tower_agent_core::{
-    Error, ErrorKind, Event, History, Message, ModelRequest, Role, RunContext, SideModel, StateKey,
+    Error, ErrorKind, Event, History, Message, ModelRequest, RunContext, SideModel, StateKey,
     ToolChoice, Usage,
 };
 use tower_agent_storage::StoragePath;
 
 use super::Config;
+use super::cut::{Cut, choose_cut, trailing_calls};
 use super::history::{
-    RENDER_CLIP, Tally, clip_to_tokens, render, render_markdown, safe_cut, summary_message,
-    summary_text, truncate_arguments,
+    RENDER_CLIP, Tally, clip_to_tokens, render, render_markdown, summary_message, summary_text,
+    truncate_arguments,
 };
 
 /// Where the layer keeps its [`Record`] in the session's state.
@@ -73,8 +74,8 @@ const WORTH: f64 = 0.1;
 pub(super) enum Shortened {
     /// The new history, committed.
     Cut(History),
-    /// Nothing was cut: no safe cut, nothing worth a summary, a kept part that is not a valid
-    /// history, or a summary that is not smaller than what it replaces.
+    /// Nothing was cut: nothing to summarize, nothing worth a summary, no cut that leaves a
+    /// valid kept part, or a summary that is not smaller than what it replaces.
     Uncut,
     /// The summarizer failed (said in an event; the history is kept and the triggers rest).
     Failed(Error),
@@ -92,8 +93,9 @@ pub(super) enum Summarizer {
 const IN_STACK: &str = "Do not call any tool now. Write the summary of the conversation above, \
 as the instructions below say, and answer with the summary only.";
 
-/// Shorten the history of `req`, keeping its last `keep` messages (or more, for a safe cut):
-/// truncate old arguments (unless `forced`), then summarize, and commit the new history.
+/// Shorten the history of `req`, keeping its last `keep` messages (or more, for a safe cut;
+/// or fewer, past a batch only partly answered, see [`choose_cut`]): truncate old arguments
+/// (unless `forced`), then summarize, and commit the new history.
 ///
 /// # Errors
 ///
@@ -111,8 +113,21 @@ pub(super) async fn shorten(
     let ctx = &req.ctx;
     let messages = req.messages.as_slice();
     let counter = &*config.counter;
-    let Some(cut) = safe_cut(messages, messages.len().saturating_sub(keep)) else {
-        return Ok(Shortened::Uncut);
+    let cut = match choose_cut(messages, messages.len().saturating_sub(keep)) {
+        Cut::At(cut) => cut,
+        Cut::Nothing => return Ok(Shortened::Uncut),
+        Cut::Broken(error) => {
+            rest(ctx, tokens_before);
+            warn(
+                ctx,
+                format!(
+                    "nothing was summarized: wherever the cut falls, the newest messages are not \
+                     a valid history on their own ({error}); the history is kept as it is"
+                ),
+            )
+            .await?;
+            return Ok(Shortened::Uncut);
+        }
     };
     let kept = &messages[cut..];
     let replaced: usize = messages[..cut]
@@ -134,27 +149,28 @@ pub(super) async fn shorten(
             let tokens = tokens_before.saturating_sub(replaced) + older_tokens;
             let len = messages.len();
             if !config.triggers.iter().any(|t| t.fires(tokens, len)) {
-                older.extend_from_slice(kept);
-                let history = History::from(older);
-                if validate(&history, &trailing_calls(&history)).is_err() {
-                    return Ok(Shortened::Uncut);
+                let mut whole = older.clone();
+                whole.extend_from_slice(kept);
+                // Committed only as a valid history: a broken older part is summarized instead.
+                if validate(&whole, &trailing_calls(&whole)).is_ok() {
+                    let history = History::from(whole);
+                    Tally::store(
+                        ctx,
+                        &config.slots,
+                        &history,
+                        older_tokens + kept_tokens,
+                        tools,
+                    );
+                    ctx.emit(Event::Warning {
+                        source: "summarize",
+                        message: format!(
+                            "truncated long arguments of {truncated} older tool calls \
+                             ({tokens_before} -> {tokens} estimated tokens); no summary needed"
+                        ),
+                    })
+                    .await?;
+                    return Ok(Shortened::Cut(history));
                 }
-                Tally::store(
-                    ctx,
-                    &config.slots,
-                    &history,
-                    older_tokens + kept_tokens,
-                    tools,
-                );
-                ctx.emit(Event::Warning {
-                    source: "summarize",
-                    message: format!(
-                        "truncated long arguments of {truncated} older tool calls \
-                         ({tokens_before} -> {tokens} estimated tokens); no summary needed"
-                    ),
-                })
-                .await?;
-                return Ok(Shortened::Cut(history));
             }
         }
     }
@@ -163,24 +179,11 @@ pub(super) async fn shorten(
         return Ok(Shortened::Uncut);
     }
 
-    // The kept part must stand on its own after a summary; calls of its last message that
-    // wait for results (a layer inside answers them) are fine.
+    // The kept part stands on its own after a summary (`choose_cut`); calls of its last
+    // message may still wait for results (a layer inside answers them).
     let mut shortened = Vec::with_capacity(1 + kept.len());
     shortened.push(Message::user(String::new()));
     shortened.extend_from_slice(kept);
-    if let Err(error) = validate(&shortened, &trailing_calls(&shortened)) {
-        rest(ctx, tokens_before);
-        warn(
-            ctx,
-            format!(
-                "nothing was summarized: the {} newest messages are not a valid history on their \
-                 own ({error}); put the patch layer outside the summarization layer",
-                kept.len()
-            ),
-        )
-        .await?;
-        return Ok(Shortened::Uncut);
-    }
 
     let bound = config.summary_bound(replaced).min(room);
     let previous = older.first().and_then(summary_text);
@@ -265,18 +268,6 @@ fn rest(ctx: &RunContext, tokens: usize) {
     let mut record = Record::load(ctx);
     record.wait_until_tokens = Some(grown(tokens));
     record.save(ctx);
-}
-
-/// The ids of the calls of the last assistant message, when only its results follow it: they
-/// may still wait for theirs (a decision, a tool still running), whether some of the batch
-/// came in already or none did.
-fn trailing_calls(messages: &[Message]) -> Vec<&str> {
-    match messages.iter().rev().find(|m| m.role != Role::Tool) {
-        Some(last) if last.role == Role::Assistant => {
-            last.tool_calls().map(|call| call.id.as_str()).collect()
-        }
-        _ => Vec::new(),
-    }
 }
 
 async fn warn(ctx: &RunContext, message: String) -> Result<(), Error> {

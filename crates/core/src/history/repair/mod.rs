@@ -40,6 +40,9 @@ pub struct RepairReport {
     pub renamed: usize,
     /// Messages left empty by the repair and removed.
     pub removed_messages: usize,
+    /// Assistant messages whose calls wait for a decision moved to the end of the history,
+    /// with their results, after the messages added since ([`Repair::keep_waiting`]).
+    pub moved_to_end: usize,
 }
 
 /// What was repaired, the counts that are not zero: `1 call answered, 2 orphan results
@@ -57,6 +60,12 @@ impl fmt::Display for RepairReport {
                 "empty message",
                 "empty messages",
                 "removed",
+            ),
+            (
+                self.moved_to_end,
+                "batch waiting for a decision",
+                "batches waiting for a decision",
+                "moved to the end",
             ),
         ];
         let mut first = true;
@@ -130,6 +139,7 @@ impl RepairReport {
 pub struct Repair<'a> {
     unanswered: Unanswered,
     keep_frontier: bool,
+    keep_waiting: bool,
     last_only: bool,
     wait: Option<&'a dyn Fn(&ToolCall) -> bool>,
     answer: Option<&'a dyn Fn(&ToolCall) -> ToolResult>,
@@ -140,6 +150,7 @@ impl fmt::Debug for Repair<'_> {
         f.debug_struct("Repair")
             .field("unanswered", &self.unanswered)
             .field("keep_frontier", &self.keep_frontier)
+            .field("keep_waiting", &self.keep_waiting)
             .field("last_only", &self.last_only)
             .field("wait", &self.wait.is_some())
             .field("answer", &self.answer.is_some())
@@ -167,9 +178,41 @@ impl<'a> Repair<'a> {
     }
 
     /// Leave open the calls of the frontier for which `wait` says yes: they wait for a human
-    /// decision (a call anywhere else cannot wait: a message follows its results).
+    /// decision (a call anywhere else cannot wait: a message follows its results; unless
+    /// [`Repair::keep_waiting`] moves it to the end).
     pub fn wait(mut self, wait: &'a dyn Fn(&ToolCall) -> bool) -> Self {
         self.wait = Some(wait);
+        self
+    }
+
+    /// Never answer nor drop a call for which [`Repair::wait`] says yes, wherever it stands,
+    /// and let the calls that wait stay open at the end: the last assistant message holding
+    /// one moves to the end of the history with its results, and the messages that followed it
+    /// (added while it waited, by a host) now stand before it. This is the repair of a session
+    /// with pending interrupts: a resume finds its calls at the end, and new input answers them
+    /// as not decided. A waiting call in an earlier message (a session edited by hand) stays
+    /// where it is, without a result: only the loop can decide about it.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{History, Message, Repair, ToolCall, ToolResult, Unanswered};
+    ///
+    /// let (a, b) = (ToolCall::new("a", "t", json!({})), ToolCall::new("b", "t", json!({})));
+    /// let mut history = History::from(vec![
+    ///     Message::user("go"),
+    ///     Message::assistant_with_calls("", [a.clone(), b]),
+    ///     Message::tool_result(ToolResult::success(&a, "ok")),
+    ///     Message::user("still there?"),
+    /// ]);
+    /// let wait = |call: &ToolCall| call.id == "b";
+    /// let how = Repair::new().unanswered(Unanswered::Drop).wait(&wait).keep_waiting();
+    /// let report = history.repair(&how);
+    /// assert_eq!((report.moved_to_end, report.dropped_calls), (1, 0));
+    /// assert_eq!(history[1].text(), "still there?");
+    /// assert_eq!(history.open_calls().iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["b"]);
+    /// ```
+    pub fn keep_waiting(mut self) -> Self {
+        self.keep_waiting = true;
         self
     }
 

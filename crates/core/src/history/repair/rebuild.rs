@@ -146,9 +146,16 @@ impl Repair<'_> {
             run = Some(b);
         }
 
-        // The block whose results end the history is the live frontier.
+        // The block whose results end the history is the live frontier; the last one with a
+        // call that waits for a decision takes its place when they are kept.
         let frontier = run;
+        let waiting = self
+            .keep_waiting
+            .then(|| blocks.iter().rposition(Block::waits))
+            .flatten();
         let mut out = Vec::with_capacity(items.len() + 4);
+        // Where the waiting block stood among the messages written.
+        let mut stood = None;
         for item in items {
             match item {
                 Item::Message(message) => out.push(message),
@@ -157,13 +164,22 @@ impl Repair<'_> {
                         out.push(message);
                     }
                 }
+                Item::Block(b) if waiting == Some(b) => stood = Some(out.len()),
                 Item::Block(b) => {
                     // A rebuilt block's leftovers follow it as a user message: it no longer ends
                     // the history, and its calls cannot wait.
-                    let at_end = frontier == Some(b) && (blocks[b].clean || !blocks[b].leftovers);
+                    let at_end = waiting.is_none()
+                        && frontier == Some(b)
+                        && (blocks[b].clean || !blocks[b].leftovers);
                     self.write_block(&mut blocks[b], at_end, &mut report, &mut out);
                 }
             }
+        }
+        if let (Some(b), Some(stood)) = (waiting, stood) {
+            if out.len() > stood {
+                report.moved_to_end += 1;
+            }
+            self.write_block(&mut blocks[b], true, &mut report, &mut out);
         }
         (out, report)
     }
@@ -177,8 +193,11 @@ impl Repair<'_> {
         report: &mut RepairReport,
         out: &mut Vec<Message>,
     ) {
-        let missing =
-            |slot: &Slot| slot.result.is_none() && !(at_end && (self.keep_frontier || slot.waits));
+        let missing = |slot: &Slot| {
+            slot.result.is_none()
+                && !(at_end && (self.keep_frontier || slot.waits))
+                && !(self.keep_waiting && slot.waits)
+        };
         if block.clean && !block.slots.iter().any(missing) {
             out.push(std::mem::replace(&mut block.message, Message::user("")));
             out.append(&mut block.run);
@@ -235,6 +254,13 @@ struct Block {
     clean: bool,
     /// Its tool messages hold more than results.
     leftovers: bool,
+}
+
+impl Block {
+    /// Whether a call of it waits for a decision and has no result.
+    fn waits(&self) -> bool {
+        self.slots.iter().any(|s| s.waits && s.result.is_none())
+    }
 }
 
 enum Item {

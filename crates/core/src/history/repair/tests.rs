@@ -216,3 +216,132 @@ fn a_repair_keeps_the_messages_before_the_first_it_changed() {
     waiting.order_results();
     assert_eq!(waiting.kept(&mark), 1);
 }
+
+/// The ids of the calls waiting at the end of `h`.
+fn open(h: &History) -> Vec<&str> {
+    h.open_calls().iter().map(|c| c.id.as_str()).collect()
+}
+
+#[test]
+fn waiting_calls_are_kept_and_moved_to_the_end_whatever_the_policy() {
+    let input = vec![
+        Message::user("go"),
+        Message::assistant_with_calls("", [call("a"), call("b")]),
+        answer("a"),
+        Message::user("still there?"),
+        Message::assistant_with_calls("", [call("c")]),
+        answer("c"),
+        Message::assistant("meanwhile"),
+    ];
+    let wait = |c: &ToolCall| c.id == "b";
+    for unanswered in [Unanswered::Answer, Unanswered::Drop] {
+        let how = Repair::new()
+            .unanswered(unanswered)
+            .keep_frontier()
+            .wait(&wait)
+            .keep_waiting();
+        let mut h = History::from(input.clone());
+        let report = h.repair(&how);
+        assert_eq!(
+            report,
+            RepairReport {
+                moved_to_end: 1,
+                ..RepairReport::default()
+            },
+            "{unanswered:?}"
+        );
+        assert_eq!(
+            report.to_string(),
+            "1 batch waiting for a decision moved to the end"
+        );
+        let shape: Vec<Vec<&str>> = h.iter().map(ids).collect();
+        assert_eq!(
+            shape,
+            [
+                vec![],
+                vec![],
+                vec!["c"],
+                vec!["c"],
+                vec![],
+                vec!["a", "b"],
+                vec!["a"]
+            ],
+            "{unanswered:?}"
+        );
+        assert_eq!(h[1].text(), "still there?");
+        assert_eq!(open(&h), ["b"]);
+        assert_eq!(validate(&h, &["b"]), Ok(()));
+        // Idempotent: the repaired history is left as it is.
+        let once = h.clone();
+        assert!(h.repair(&how).is_empty());
+        assert!(h.ptr_eq(&once));
+    }
+}
+
+#[test]
+fn a_waiting_call_at_the_end_stays_where_it_is() {
+    let wait = |c: &ToolCall| c.id == "b";
+    let how = Repair::new()
+        .unanswered(Unanswered::Drop)
+        .wait(&wait)
+        .keep_waiting();
+    // The orphan makes the history fail the check: it is rebuilt, and the block stays last.
+    let mut h = History::from(vec![
+        Message::user("go"),
+        answer("z"),
+        Message::assistant_with_calls("", [call("a"), call("b")]),
+        answer("a"),
+    ]);
+    let report = h.repair(&how);
+    assert_eq!((report.orphans, report.moved_to_end), (1, 0));
+    assert_eq!(open(&h), ["b"]);
+    assert_eq!(h.len(), 3);
+}
+
+#[test]
+fn a_waiting_batch_with_text_in_its_results_keeps_the_text_before_it() {
+    let wait = |c: &ToolCall| c.id == "b";
+    let how = Repair::new().wait(&wait).keep_waiting();
+    // A result moved up makes the block rebuilt; the text of its tool message then follows
+    // the results as a user message, and the waiting block moves after it.
+    let mut with_text = answer("a");
+    with_text.content.push(ContentPart::Text {
+        text: "note".into(),
+    });
+    let mut h = History::from(vec![
+        Message::assistant_with_calls("", [call("a"), call("b")]),
+        with_text,
+        answer("a"),
+    ]);
+    let report = h.repair(&how);
+    assert_eq!(
+        (report.orphans, report.moved_to_end, report.answered),
+        (1, 1, 0)
+    );
+    assert_eq!(h[0].text(), "note");
+    assert_eq!(open(&h), ["b"]);
+    assert_eq!(validate(&h, &["b"]), Ok(()));
+}
+
+#[test]
+fn only_the_last_waiting_batch_can_wait_at_the_end_and_none_is_made_up() {
+    // Two messages hold waiting calls (a session edited by hand): the later one waits at the
+    // end; the earlier one stays open where it is, for the loop to decide.
+    let wait = |c: &ToolCall| c.id == "a" || c.id == "b";
+    let how = Repair::new().wait(&wait).keep_waiting();
+    let mut h = History::from(vec![
+        Message::assistant_with_calls("", [call("a")]),
+        Message::user("x"),
+        Message::assistant_with_calls("", [call("b")]),
+        Message::user("y"),
+    ]);
+    let report = h.repair(&how);
+    assert_eq!((report.answered, report.moved_to_end), (0, 1));
+    let shape: Vec<Vec<&str>> = h.iter().map(ids).collect();
+    assert_eq!(shape, [vec!["a"], vec![], vec![], vec!["b"]]);
+    assert_eq!(open(&h), ["b"]);
+    // Repairing again changes nothing more.
+    let once = h.clone();
+    assert!(h.repair(&how).is_empty());
+    assert_eq!(h, once);
+}
