@@ -58,7 +58,7 @@ use std::task::{Context, Poll};
 use tower_agent_core::callback::{Before, BeforeFuture};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentRequest, AgentResponse, BeforeCallback, Error, Event, Flow, ModelRequest,
+    AgentRequest, AgentResponse, BeforeCallback, Error, Event, ExtensionKey, Flow, ModelRequest,
 };
 use tower_agent_storage::{Storage, StoragePath};
 use tower_layer::Layer;
@@ -223,6 +223,8 @@ struct File {
 pub struct MemoryLayer {
     files: Arc<[File]>,
     max_bytes: usize,
+    /// Where the agent side leaves the run's rendered memory for the model side.
+    loaded: ExtensionKey<Loaded>,
 }
 
 impl Default for MemoryLayer {
@@ -230,6 +232,7 @@ impl Default for MemoryLayer {
         Self {
             files: Arc::from(Vec::new()),
             max_bytes: Self::DEFAULT_MAX_BYTES,
+            loaded: ExtensionKey::new(),
         }
     }
 }
@@ -326,8 +329,10 @@ impl<S> Layer<S> for MemoryLayer {
                 LoadMemory {
                     files: Arc::clone(&self.files),
                     max_bytes: self.max_bytes,
+                    loaded: self.loaded.clone(),
                 },
             ),
+            loaded: self.loaded.clone(),
         }
     }
 }
@@ -340,6 +345,7 @@ impl<S> Layer<S> for MemoryLayer {
 #[derive(Clone, Debug)]
 pub struct Memory<S> {
     inner: Before<S, LoadMemory>,
+    loaded: ExtensionKey<Loaded>,
 }
 
 impl<S> Memory<S> {
@@ -400,14 +406,15 @@ where
     }
 
     fn call(&mut self, mut req: ModelRequest) -> Self::Future {
-        if let Some(Loaded(text)) = req.ctx.extension::<Loaded>() {
+        if let Some(Loaded(text)) = req.ctx.extension_at(&self.loaded) {
             req.append_system(&text);
         }
         self.inner.get_mut().call(req)
     }
 }
 
-/// The rendered memory of a run, kept in its context.
+/// The rendered memory of a run, kept in its context (under the layer's key: two memory
+/// layers in one run keep theirs apart).
 #[derive(Clone)]
 struct Loaded(Arc<str>);
 
@@ -417,6 +424,7 @@ struct Loaded(Arc<str>);
 pub struct LoadMemory {
     files: Arc<[File]>,
     max_bytes: usize,
+    loaded: ExtensionKey<Loaded>,
 }
 
 impl fmt::Debug for LoadMemory {
@@ -434,9 +442,10 @@ impl BeforeCallback<AgentRequest> for LoadMemory {
     fn before(&mut self, req: AgentRequest) -> Self::Future {
         let files = Arc::clone(&self.files);
         let max_bytes = self.max_bytes;
+        let loaded = self.loaded.clone();
         Box::pin(async move {
             match load(&files, max_bytes, &req).await {
-                Ok(Some(text)) => req.ctx.insert_extension(Loaded(text.into())),
+                Ok(Some(text)) => req.ctx.insert_extension_at(&loaded, Loaded(text.into())),
                 Ok(None) => {}
                 // The run never started: give the session back as it came.
                 Err(error) => return Err(error.with_session(req.session)),

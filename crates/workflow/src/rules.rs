@@ -53,8 +53,8 @@ use std::task::{Context, Poll, ready};
 
 use serde_json::Value;
 use tower_agent_core::{
-    FinishReason, Message, ModelRequest, ModelResponse, Role, RunContext, StopReason, ToolAction,
-    ToolCall, ToolRequest, ToolResponse,
+    ExtensionKey, FinishReason, Message, ModelRequest, ModelResponse, Role, RunContext, StopReason,
+    ToolAction, ToolCall, ToolRequest, ToolResponse,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -71,6 +71,8 @@ struct Config {
     exit: Vec<Forced>,
     exit_tools: Vec<String>,
     attempts: u32,
+    /// Where this layer keeps a run's rules in the run's extensions.
+    runs: ExtensionKey<Shared>,
 }
 
 /// Applies [`ToolRules`]; see the [module docs](self). The same value goes on the model and
@@ -219,12 +221,9 @@ impl RunRules {
 #[derive(Clone, Default)]
 struct Shared(Arc<Mutex<RunRules>>);
 
-fn run_rules(ctx: &RunContext) -> Shared {
-    ctx.extension_or_insert_with(Shared::default)
-}
-
-fn with<R>(ctx: &RunContext, f: impl FnOnce(&mut RunRules) -> R) -> R {
-    let shared = run_rules(ctx);
+/// Run `f` on the run's rules of the layer configured by `config`.
+fn with<R>(config: &Config, ctx: &RunContext, f: impl FnOnce(&mut RunRules) -> R) -> R {
+    let shared = ctx.extension_at_or_insert_with(&config.runs, Shared::default);
     let mut rules = shared
         .0
         .lock()
@@ -259,7 +258,7 @@ where
         if !config.start.is_empty() {
             // Once per run: a start tool that succeeded earlier in the session counts.
             let messages = &req.messages;
-            with(&ctx, |rules| {
+            with(config, &ctx, |rules| {
                 if !rules.searched {
                     rules.searched = true;
                     for result in messages
@@ -376,7 +375,7 @@ where
 fn model_rules(response: ModelResponse, config: &Config, ctx: &RunContext) -> ModelResponse {
     let first_call = response.message.tool_calls().next().map(|c| c.name.clone());
     let finishing = first_call.is_none();
-    with(ctx, |rules| {
+    with(config, ctx, |rules| {
         let start = config
             .start
             .iter()
@@ -430,7 +429,7 @@ fn tool_rules(
     let ok = !response.result.is_error;
     // Successes matter only to the rules that force tools.
     if ok && (!config.start.is_empty() || !config.exit.is_empty()) {
-        with(ctx, |rules| rules.record(&response.result.name));
+        with(config, ctx, |rules| rules.record(&response.result.name));
     }
     let name = &response.result.name;
     let exits = ok && config.exit_tools.iter().any(|t| t == name);
