@@ -418,7 +418,7 @@ impl Builtins {
                 "memory",
                 self.memory.clone().map(wrap).into_iter().collect(),
             ),
-            ("patch", self.patch.map(wrap).into_iter().collect()),
+            ("patch", self.patch.clone().map(wrap).into_iter().collect()),
             ("agent_layer", self.agent_layers.clone()),
         ]
     }
@@ -466,7 +466,7 @@ impl Builtins {
             ),
             ("clear", self.clear.clone().map(wrap).into_iter().collect()),
             ("model_layer", self.model_layers.clone()),
-            ("patch", self.patch.map(wrap).into_iter().collect()),
+            ("patch", self.patch.clone().map(wrap).into_iter().collect()),
             #[cfg(feature = "structured")]
             (
                 "structured",

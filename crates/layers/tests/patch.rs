@@ -32,7 +32,7 @@ fn agent(
     tools: ToolSet,
     layer: PatchDanglingLayer,
 ) -> impl Service<AgentRequest, Response = AgentResponse, Error = Error> {
-    let model = ServiceBuilder::new().layer(layer).service(model);
+    let model = ServiceBuilder::new().layer(layer.clone()).service(model);
     ServiceBuilder::new()
         .layer(layer)
         .service(Agent::new(model, tools))

@@ -47,7 +47,7 @@ fn agent(
     tools: ToolSet,
     layer: PatchDanglingLayer,
 ) -> impl Service<AgentRequest, Response = AgentResponse, Error = Error> {
-    let model = ServiceBuilder::new().layer(layer).service(model);
+    let model = ServiceBuilder::new().layer(layer.clone()).service(model);
     ServiceBuilder::new()
         .layer(layer)
         .service(Agent::new(model, tools))
@@ -111,7 +111,7 @@ async fn a_waiting_call_and_its_interrupt_survive_the_patch_wherever_it_stands()
     for unanswered in POLICIES {
         for place in PLACES {
             let layer = PatchDanglingLayer::new().unanswered(unanswered);
-            let (session, _) = waiting(place, layer, "deployed").await;
+            let (session, _) = waiting(place, layer.clone(), "deployed").await;
             let repaired = patched(session.clone(), layer).await;
             let case = format!("{unanswered:?}, {place:?}:\n{:#?}", repaired.history);
             assert_eq!(repaired.interrupts, session.interrupts, "{case}");
@@ -140,7 +140,7 @@ async fn a_resume_runs_a_waiting_call_the_patch_left_alone() {
     for unanswered in POLICIES {
         for place in PLACES {
             let layer = PatchDanglingLayer::new().unanswered(unanswered);
-            let (session, model) = waiting(place, layer, "deployed").await;
+            let (session, model) = waiting(place, layer.clone(), "deployed").await;
             let deploy = StubTool::interrupting("deploy", json!({"question": "prod?"}));
             let res = agent(model.clone(), tools(&deploy), layer)
                 .oneshot(AgentRequest::resume_all(session, json!("yes")))
@@ -169,7 +169,7 @@ async fn new_input_answers_a_waiting_call_the_patch_left_alone_as_not_decided() 
     for unanswered in POLICIES {
         for place in PLACES {
             let layer = PatchDanglingLayer::new().unanswered(unanswered);
-            let (session, _) = waiting(place, layer, "unused").await;
+            let (session, _) = waiting(place, layer.clone(), "unused").await;
             let model = ScriptedModel::new([ModelResponse::text("ok")]);
             let deploy = StubTool::interrupting("deploy", json!({"question": "prod?"}));
             let res = agent(model, tools(&deploy), layer)

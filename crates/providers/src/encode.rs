@@ -9,11 +9,10 @@
 //! touched. A message's bytes depend on the message and the provider only, never on the model
 //! or the options, which go in the frame around the messages.
 
-use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tower_agent_core::{Error, History, HistoryMark, ModelRequest, RunContext};
+use tower_agent_core::{Error, ExtensionKey, History, HistoryMark, ModelRequest};
 
 use crate::wire::{Endpoint, Format, Frame};
 
@@ -148,41 +147,29 @@ impl Encoded {
     }
 }
 
-/// The encoded messages kept in a run's context, one per provider type.
-struct Cache<W>(Arc<Mutex<Encoded>>, PhantomData<fn() -> W>);
+/// The encoded messages a provider keeps in a run's context, under the provider's own key.
+#[derive(Clone, Default)]
+pub(crate) struct Cache(Arc<Mutex<Encoded>>);
 
-impl<W> Clone for Cache<W> {
-    fn clone(&self) -> Self {
-        Self(Arc::clone(&self.0), PhantomData)
-    }
-}
+/// Where one provider (and its clones) keeps its [`Cache`] in a run's context.
+pub(crate) type CacheKey = ExtensionKey<Cache>;
 
-impl<W: Format> Cache<W> {
-    fn of(ctx: &RunContext) -> Cache<W> {
-        ctx.extension::<Cache<W>>().unwrap_or_else(|| {
-            let cache = Cache(Arc::default(), PhantomData);
-            ctx.insert_extension(cache.clone());
-            cache
-        })
-    }
-}
-
-/// The request body for `req`. With `across_rounds`, messages encoded for an earlier request
-/// of the same run are reused.
+/// The request body for `req`. With `across_rounds`, the key of the provider's cache:
+/// messages encoded for an earlier request of the same run are reused.
 pub(crate) fn body<W: Format>(
     wire: &W,
     endpoint: &Endpoint,
     req: &ModelRequest,
     stream: bool,
-    across_rounds: bool,
+    across_rounds: Option<&CacheKey>,
 ) -> Result<Vec<u8>, Error> {
     let frame = wire.frame(endpoint, req, stream)?;
-    if !across_rounds {
+    let Some(key) = across_rounds else {
         let mut encoded = Encoded::default();
         encoded.refresh::<W>(&req.messages)?;
         return Ok(encoded.assemble::<W>(&frame));
-    }
-    let cache = Cache::<W>::of(&req.ctx);
+    };
+    let cache = req.ctx.extension_at_or_insert_with(key, Cache::default);
     let mut encoded = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
     encoded.refresh::<W>(&req.messages)?;
     Ok(encoded.assemble::<W>(&frame))
@@ -191,8 +178,13 @@ pub(crate) fn body<W: Format>(
 /// Overwrite `from` with `to` (as long) in the bytes a run keeps for `W`: a test sees whether
 /// a later body reuses them (the overwrite shows) or encodes anew (it does not).
 #[cfg(all(test, feature = "openai"))]
-pub(crate) fn overwrite_cached<W: Format>(ctx: &RunContext, from: &[u8], to: &[u8]) -> bool {
-    let cache = Cache::<W>::of(ctx);
+pub(crate) fn overwrite_cached(
+    ctx: &tower_agent_core::RunContext,
+    key: &CacheKey,
+    from: &[u8],
+    to: &[u8],
+) -> bool {
+    let cache = ctx.extension_at_or_insert_with(key, Cache::default);
     let mut encoded = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(at) = encoded.buffer.windows(from.len()).position(|w| w == from) else {
         return false;

@@ -33,6 +33,8 @@ pub(crate) struct Client<W> {
     pub(crate) capture_content: bool,
     /// The model's prices: each call's usage gets its cost.
     pub(crate) price: Option<ModelPrice>,
+    /// Where this provider keeps a run's encoded messages (its own, not another provider's).
+    pub(crate) encoded: encode::CacheKey,
 }
 
 impl<W> Client<W> {
@@ -47,6 +49,7 @@ impl<W> Client<W> {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             capture_content: false,
             price: None,
+            encoded: encode::CacheKey::new(),
         }
     }
 }
@@ -123,7 +126,8 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     let headers = request_headers(wire, endpoint, &client.extra);
     let mut again = true;
     let response = loop {
-        let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, true)?);
+        let across = Some(&client.encoded);
+        let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, across)?);
         let post = || {
             let sent = client
                 .http
@@ -487,7 +491,8 @@ pub(crate) fn request_body<W: Format>(
     client: &Client<W>,
     req: &ModelRequest,
 ) -> Result<Vec<u8>, Error> {
-    encode::body(&client.wire, &client.endpoint, req, client.stream, true)
+    let across = Some(&client.encoded);
+    encode::body(&client.wire, &client.endpoint, req, client.stream, across)
 }
 
 /// The response a recorded body gives: a server-sent event stream when `client` streams, a

@@ -88,8 +88,8 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
-    AgentRequest, Error, Event, History, HistoryMark, Message, ModelRequest, Repair, Role,
-    RunContext, Session, ToolCall, ToolResult,
+    AgentRequest, Error, Event, ExtensionKey, History, HistoryMark, Message, ModelRequest, Repair,
+    Role, RunContext, Session, ToolCall, ToolResult,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -105,9 +105,11 @@ pub const UNANSWERED: &str = ToolResult::UNANSWERED;
 pub const MALFORMED: &str = ToolResult::MALFORMED;
 
 /// Applies [`PatchDangling`]; see the [module docs](self).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct PatchDanglingLayer {
     unanswered: Unanswered,
+    /// Where this layer keeps, per run, how far the history was found valid.
+    checked: ExtensionKey<Checked>,
 }
 
 impl PatchDanglingLayer {
@@ -130,6 +132,7 @@ impl<S> Layer<S> for PatchDanglingLayer {
         PatchDangling {
             inner,
             unanswered: self.unanswered,
+            checked: self.checked.clone(),
         }
     }
 }
@@ -139,10 +142,11 @@ impl<S> Layer<S> for PatchDanglingLayer {
 ///
 /// `poll_ready` is the inner service's: the repair runs inside `call`, before the inner call,
 /// and never waits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PatchDangling<S> {
     inner: S,
     unanswered: Unanswered,
+    checked: ExtensionKey<Checked>,
 }
 
 impl<S> PatchDangling<S> {
@@ -201,7 +205,7 @@ where
             && how.check(&history[frontier..], 0, &mut ids.clone());
         let report = if valid {
             // The first model call of the run checks only what follows the valid prefix.
-            Checked::remember(&req.ctx, history.mark().up_to(frontier), ids);
+            Checked::remember(&req.ctx, &self.checked, history.mark().up_to(frontier), ids);
             RepairReport::default()
         } else {
             req.session.history.repair(&how)
@@ -229,7 +233,7 @@ where
 
     fn call(&mut self, mut req: ModelRequest) -> Self::Future {
         let how = Repair::new().unanswered(self.unanswered);
-        let checked = Checked::of(&req.ctx);
+        let checked = Checked::of(&req.ctx, &self.checked);
         let mut state = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
         let history = &req.messages;
         let from = match state.mark {
@@ -303,16 +307,17 @@ struct CheckedState {
 }
 
 impl Checked {
-    fn of(ctx: &RunContext) -> Checked {
-        ctx.extension::<Checked>().unwrap_or_else(|| {
-            let checked = Checked::default();
-            ctx.insert_extension(checked.clone());
-            checked
-        })
+    fn of(ctx: &RunContext, key: &ExtensionKey<Checked>) -> Checked {
+        ctx.extension_at_or_insert_with(key, Checked::default)
     }
 
-    fn remember(ctx: &RunContext, mark: HistoryMark, ids: HashSet<String>) {
-        let checked = Checked::of(ctx);
+    fn remember(
+        ctx: &RunContext,
+        key: &ExtensionKey<Checked>,
+        mark: HistoryMark,
+        ids: HashSet<String>,
+    ) {
+        let checked = Checked::of(ctx, key);
         let mut state = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
         state.mark = Some(mark);
         state.ids = ids;

@@ -24,13 +24,13 @@ fn wire() -> (AnthropicWire, Endpoint) {
     )
 }
 
-/// The body of `req` with cache markers of `ttl`, as a run's `round`-th call makes it (the
-/// messages' bytes kept across the run's calls).
-fn cached_body(req: &ModelRequest, ttl: CacheTtl) -> Value {
+/// The body of `req` with cache markers of `ttl`, as a run's call makes it (the messages'
+/// bytes kept across the run's calls, under one provider's `key`).
+fn cached_body(req: &ModelRequest, ttl: CacheTtl, key: &encode::CacheKey) -> Value {
     let (mut wire, endpoint) = wire();
     wire.cache = Some(ttl);
-    serde_json::from_slice(&encode::body(&wire, &endpoint, req, false, true).expect("encodes"))
-        .expect("json")
+    let body = encode::body(&wire, &endpoint, req, false, Some(key)).expect("encodes");
+    serde_json::from_slice(&body).expect("json")
 }
 
 /// Where the body's cache markers are: `system[i]`, `tools[i]`, `messages[i][j]`.
@@ -69,6 +69,7 @@ fn markers(body: &Value) -> Vec<String> {
 
 #[test]
 fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
+    let key = encode::CacheKey::new();
     let call = ToolCall::new("t1", "ls", json!({}));
     let mut req = ModelRequest::new(vec![
         Message::user("list"),
@@ -79,7 +80,7 @@ fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
     req.system = Some("You help.".into());
     req.append_system("Memory: metric units.");
     req.append_system("Answer briefly.");
-    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    let body = cached_body(&req, CacheTtl::FiveMinutes, &key);
     // Each block keeps the blank line after it: joined, they are the prompt. Two markers for
     // the system prompt (memory, instructions: the first block's prefix is in theirs), two
     // for the history.
@@ -99,7 +100,7 @@ fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
     // where the previous request ended, four in all.
     let mut later = req.clone();
     later.messages.push(Message::assistant("Done."));
-    let body = cached_body(&later, CacheTtl::OneHour);
+    let body = cached_body(&later, CacheTtl::OneHour, &key);
     assert_eq!(
         markers(&body),
         ["system[1]", "system[2]", "messages[2][0]", "messages[3][0]"]
@@ -107,7 +108,7 @@ fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
     // The kept bytes stay unmarked: a third call marks its own two.
     let mut third = later.clone();
     third.messages.push(Message::user("And then?"));
-    let body = cached_body(&third, CacheTtl::OneHour);
+    let body = cached_body(&third, CacheTtl::OneHour, &key);
     assert_eq!(
         markers(&body),
         ["system[1]", "system[2]", "messages[3][0]", "messages[4][0]"]
@@ -120,13 +121,14 @@ fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
 
 #[test]
 fn a_volatile_block_keeps_the_history_unmarked_and_the_latest_marks_win() {
+    let key = encode::CacheKey::new();
     let mut req = ModelRequest::new(vec![Message::user("hi")]);
     req.system = Some("a".into());
     for block in ["b", "c", "d", "e"] {
         req.append_system(block);
     }
     req.append_system_volatile("Round 3.");
-    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    let body = cached_body(&req, CacheTtl::FiveMinutes, &key);
     // Five stable blocks, four markers: the last four; none on the history; the volatile
     // block last, unmarked.
     assert_eq!(
@@ -143,19 +145,20 @@ fn a_volatile_block_keeps_the_history_unmarked_and_the_latest_marks_win() {
 
 #[test]
 fn with_no_system_prompt_the_tools_are_marked_and_no_cache_means_no_marker() {
+    let key = encode::CacheKey::new();
     let mut req = ModelRequest::new(vec![Message::user("hi")]);
     req.tools = vec![
         tower_agent_core::ToolSpec::new("a", "A.", json!({})),
         tower_agent_core::ToolSpec::new("b", "B.", json!({})),
     ]
     .into();
-    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    let body = cached_body(&req, CacheTtl::FiveMinutes, &key);
     assert_eq!(markers(&body), ["tools[1]", "messages[0][0]"]);
 
     req.system = Some("sys".into());
     let (wire, endpoint) = wire();
     let body: Value = serde_json::from_slice(
-        &encode::body(&wire, &endpoint, &req, false, false).expect("encodes"),
+        &encode::body(&wire, &endpoint, &req, false, None).expect("encodes"),
     )
     .expect("json");
     assert_eq!(body["system"], "sys");
@@ -194,7 +197,7 @@ fn turns_alternate_and_thinking_goes_back() {
     ]);
     req.system = Some("sys".into());
     let body: Value = serde_json::from_slice(
-        &encode::body(&wire().0, &wire().1, &req, false, false).expect("encodes"),
+        &encode::body(&wire().0, &wire().1, &req, false, None).expect("encodes"),
     )
     .expect("json");
     assert_eq!(
@@ -343,7 +346,7 @@ fn a_response_format_goes_as_the_output_config() {
         schema.clone(),
     ));
     let body: Value = serde_json::from_slice(
-        &encode::body(&wire().0, &wire().1, &req, false, false).expect("encodes"),
+        &encode::body(&wire().0, &wire().1, &req, false, None).expect("encodes"),
     )
     .expect("json");
     assert_eq!(
@@ -354,6 +357,7 @@ fn a_response_format_goes_as_the_output_config() {
 
 #[test]
 fn a_thinking_block_at_the_end_of_the_history_gets_no_marker() {
+    let key = encode::CacheKey::new();
     let mut req = ModelRequest::new(vec![
         Message::user("think"),
         Message {
@@ -367,18 +371,19 @@ fn a_thinking_block_at_the_end_of_the_history_gets_no_marker() {
         Message::user(""),
     ]);
     req.system = Some("sys".into());
-    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    let body = cached_body(&req, CacheTtl::FiveMinutes, &key);
     assert_eq!(body["messages"][1]["content"][0]["type"], "thinking");
     assert_eq!(markers(&body), ["system[0]"]);
 }
 
 #[test]
 fn a_whitespace_block_is_not_sent() {
+    let key = encode::CacheKey::new();
     let mut req = ModelRequest::new(vec![Message::user("hi")]);
     req.append_system("   ");
     req.append_system("More.");
     assert_eq!(req.cache.stable, [3, 10]);
-    let body = cached_body(&req, CacheTtl::FiveMinutes);
+    let body = cached_body(&req, CacheTtl::FiveMinutes, &key);
     // The API refuses a text block of whitespace: the first is not sent.
     assert_eq!(
         body["system"],

@@ -33,7 +33,7 @@ fn signatures_go_back_on_their_part() {
     };
     let wire = GeminiWire::default();
     let body: Value = serde_json::from_slice(
-        &encode::body(&wire, &endpoint, &req, false, false).expect("encodes"),
+        &encode::body(&wire, &endpoint, &req, false, None).expect("encodes"),
     )
     .expect("json");
     assert_eq!(
@@ -122,7 +122,7 @@ fn a_response_format_goes_as_a_json_mime_type_and_schema() {
         key: None,
     };
     let body: Value = serde_json::from_slice(
-        &encode::body(&GeminiWire::default(), &endpoint, &req, false, false).expect("encodes"),
+        &encode::body(&GeminiWire::default(), &endpoint, &req, false, None).expect("encodes"),
     )
     .expect("json");
     assert_eq!(

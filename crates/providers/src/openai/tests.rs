@@ -19,7 +19,7 @@ fn encoded(req: &ModelRequest) -> Value {
         base_url: "http://x/v1".into(),
         key: None,
     };
-    let body = encode::body(&OpenAiWire::default(), &endpoint, req, true, false);
+    let body = encode::body(&OpenAiWire::default(), &endpoint, req, true, None);
     serde_json::from_slice(&body.expect("encodes")).expect("json")
 }
 
@@ -203,7 +203,7 @@ fn openai_s_own_api_takes_the_length_limit_as_max_completion_tokens() {
         };
         let wire = OpenAiWire::default();
         let body: Value = serde_json::from_slice(
-            &encode::body(&wire, &endpoint, &req, false, false).expect("encodes"),
+            &encode::body(&wire, &endpoint, &req, false, None).expect("encodes"),
         )
         .expect("json");
         assert_eq!(body[key], 64, "{base}: {body}");
@@ -226,15 +226,14 @@ fn a_later_round_reuses_the_bytes_of_the_messages_its_history_kept() {
     let wire = OpenAiWire::default();
     let mut req = ModelRequest::new(vec![Message::user("first"), Message::assistant("two")]);
     req.ctx = tower_agent_core::RunContext::new();
+    let key = encode::CacheKey::new();
     let body_of = |req: &ModelRequest| {
-        let body = encode::body(&wire, &endpoint, req, false, true).expect("encodes");
+        let body = encode::body(&wire, &endpoint, req, false, Some(&key)).expect("encodes");
         String::from_utf8(body).expect("UTF-8")
     };
     assert!(body_of(&req).contains("first"));
     // Overwrite the kept bytes of the first message: a reuse shows it, an encoding does not.
-    assert!(encode::overwrite_cached::<OpenAiWire>(
-        &req.ctx, b"first", b"FIRST"
-    ));
+    assert!(encode::overwrite_cached(&req.ctx, &key, b"first", b"FIRST"));
     // The next round: the same history, grown.
     let mut next = req.clone();
     next.messages.push(Message::user("three"));
