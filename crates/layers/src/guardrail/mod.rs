@@ -4,13 +4,18 @@
 //! A [`Guardrail`] reads a text and answers [`Verdict::Pass`] or [`Verdict::Trip`] with a
 //! reason. It is a closure ([`Guardrail::new`]) or a model, a cheap classifier asked on the
 //! side ([`Guardrail::model`]). [`GuardrailLayer`] runs them at three points, one value on
-//! the model stack and on the tool stack:
+//! the agent service, the model stack and the tool stack:
 //!
-//! - **Input** ([`GuardrailLayer::input`]): the user's new text (the user messages that end
-//!   the history), before the model is called; with [`GuardrailLayer::parallel`], while it is
-//!   called: a trip drops the call at once, so its stream stops (no delta after the trip) and
-//!   the provider's connection is closed. A call that answers before the checks end waits for
-//!   them.
+//! - **Input** ([`GuardrailLayer::input`]): on the agent service, the run's new user
+//!   messages, before the run starts: a trip answers the run, stopped, with the session as it
+//!   came (the input is not appended, nothing is saved, the model is not called), and the
+//!   next run reads only its own input. On the model stack, when the agent side did not check
+//!   (a stack without it, a `Continue`), the user messages that end the history, before the
+//!   model is called; with [`GuardrailLayer::parallel`], always there, while it is called: a
+//!   trip drops the call at once, so its stream stops (no delta after the trip) and the
+//!   provider's connection is closed. A call that answers before the checks end waits for
+//!   them. A trip there is a refusal ([`ModelResponse::refuse`]): at the run's first call, the
+//!   loop withdraws the input.
 //! - **Output** ([`GuardrailLayer::output`]): the model's message, its text and then each
 //!   call's arguments on a line of their own, before the message goes up. What streamed
 //!   meanwhile was provisional: a trip makes the agent retract it
@@ -21,8 +26,9 @@
 //! The guardrails of a point run at the same time; the first trip wins. A trip ends the run:
 //! [`Outcome::Stopped`](tower_agent_core::Outcome::Stopped) with
 //! [`StopReason::Guardrail`], naming the guardrail and its reason. The history stays valid and
-//! holds nothing tripped: a tripped input or output adds no message (a message with calls is
-//! never appended, so no call waits for a result), and a tripped tool result is replaced by an
+//! holds nothing tripped: a tripped input is not appended, a tripped output adds no message (a
+//! message with calls is never appended, so no call waits for a result; the input it
+//! answered stays), and a tripped tool result is replaced by an
 //! error result saying it was withheld (later calls of the round are answered "not
 //! executed"). A check that fails (a classifier that cannot be reached) fails the call with
 //! its error: nothing passes unchecked.
@@ -65,7 +71,7 @@ mod layer;
 pub use check::{Guardrail, Verdict};
 pub use layer::{Guarded, GuardrailLayer};
 #[cfg(doc)]
-use tower_agent_core::StopReason;
+use tower_agent_core::{ModelResponse, StopReason};
 
 /// The boxed future of [`Guarded`].
 pub type ResponseFuture<T> =
