@@ -105,7 +105,7 @@ type Wrap<S> = Arc<dyn Fn(S) -> S + Send + Sync>;
 /// ([`BuiltinsExt`]).
 ///
 /// ```text
-/// agent:  store → redact → guardrail → memory → patch → [agent_layer] → the loop
+/// agent:  store → patch → redact → guardrail → memory → [agent_layer] → the loop
 /// model:  redact → guardrail → limits → memory → instructions → select → summarize → clear
 ///         → [model_layer] → patch → structured → budget → fallback → retry → [provider_layer] → the provider
 /// tools:  evict → redact → guardrail → limits → checkpoint → approval → cache → [tool_layer]
@@ -406,6 +406,7 @@ impl Builtins {
         vec![
             #[cfg(feature = "sessions")]
             ("store", self.store.clone().map(wrap).into_iter().collect()),
+            ("patch", self.patch.clone().map(wrap).into_iter().collect()),
             (
                 "redact",
                 self.redact.clone().map(wrap).into_iter().collect(),
@@ -418,7 +419,6 @@ impl Builtins {
                 "memory",
                 self.memory.clone().map(wrap).into_iter().collect(),
             ),
-            ("patch", self.patch.clone().map(wrap).into_iter().collect()),
             ("agent_layer", self.agent_layers.clone()),
         ]
     }

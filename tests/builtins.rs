@@ -59,10 +59,10 @@ fn the_canonical_order() {
         agent,
         [
             "store",
+            "patch",
             "redact",
             "guardrail",
             "memory",
-            "patch",
             "agent_layer",
             "loop"
         ]

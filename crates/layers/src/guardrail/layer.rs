@@ -313,7 +313,10 @@ where
                 Err(error) => return Err(error.with_session(request.session)),
             };
             if let Some(trip) = trip {
+                // The session as it came, but valid: calls a crash left in flight are answered
+                // as the loop would answer them; calls waiting for a decision keep waiting.
                 let mut session = request.session;
+                session.answer_dangling_calls();
                 ctx.absorb_state(std::mem::take(&mut session.state));
                 session.state = ctx.state_snapshot();
                 let outcome = Outcome::Stopped {

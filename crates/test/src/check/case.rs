@@ -1,16 +1,19 @@
 //! One case: its runs, its decisions, its cancellations and the invariants after each.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use serde_json::{Value, json};
+use tower_agent_core::event::BoxFuture;
 use tower_agent_core::history::validate;
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, CancellationToken, Decision, DecisionKind, Decisions,
-    Error, ErrorKind, Interrupt, Message, Outcome, Session, ToolCall,
+    Error, ErrorKind, Event, Interrupt, Message, Observer, Outcome, Saver, Session, StopReason,
+    ToolCall,
 };
 use tower_service::Service;
 
@@ -18,6 +21,62 @@ use crate::lock;
 
 use super::world::{World, inputs_in};
 use super::{INPUT, RESUMES, Report};
+
+/// What a run did, in order: the sessions it saved (the check plays the store) and the calls
+/// the loop told its observers it finished; and, when the check has a secret, every event's
+/// text.
+#[derive(Clone, Default)]
+struct Trace(Arc<Mutex<TraceLog>>);
+
+#[derive(Default)]
+struct TraceLog {
+    steps: Vec<Step>,
+    events: Vec<String>,
+    keep_events: bool,
+}
+
+enum Step {
+    Saved(Session),
+    Finished(String),
+}
+
+impl Trace {
+    fn new(keep_events: bool) -> Self {
+        let trace = Self::default();
+        lock(&trace.0).keep_events = keep_events;
+        trace
+    }
+
+    /// The sessions saved, in order.
+    fn versions(&self) -> Vec<Session> {
+        let log = lock(&self.0);
+        let saved = log.steps.iter().filter_map(|step| match step {
+            Step::Saved(session) => Some(session.clone()),
+            Step::Finished(_) => None,
+        });
+        saved.collect()
+    }
+}
+
+impl Saver for Trace {
+    fn save<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<(), Error>> {
+        lock(&self.0).steps.push(Step::Saved(session.clone()));
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+impl Observer for Trace {
+    fn on_event<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), Error>> {
+        let mut log = lock(&self.0);
+        if let Event::ToolFinished { call_id, .. } = event {
+            log.steps.push(Step::Finished(call_id.clone()));
+        }
+        if log.keep_events {
+            log.events.push(format!("{event:?}"));
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
 
 /// A violated invariant.
 #[derive(Debug)]
@@ -43,6 +102,12 @@ pub(super) struct Case<'r> {
     /// The kind of the last run's error.
     pub(super) last_error: Option<ErrorKind>,
     pub(super) report: &'r mut Report,
+    /// The word the host's input guardrail trips on, if the check sends it.
+    pub(super) trip: Option<String>,
+    /// Every version the case's runs saved.
+    pub(super) saved: Vec<Session>,
+    /// The result each answered call got in a saved version: it never changes after.
+    pub(super) results: HashMap<String, String>,
 }
 
 /// How a run went, for the case.
@@ -54,6 +119,8 @@ enum Ran {
         /// The model answered the run's input.
         completed: bool,
     },
+    /// The process died: the case goes on from what the run saved last.
+    Killed,
 }
 
 impl Case<'_> {
@@ -65,10 +132,32 @@ impl Case<'_> {
         let inputs = 1 + self.world.below(4);
         for _ in 0..inputs {
             let marker = self.marker();
-            let mut input = AgentInput::from(format!("Please see to {marker}."));
+            let tripped = self
+                .trip
+                .as_ref()
+                .filter(|_| self.world.chance(15))
+                .cloned();
+            let text = match &tripped {
+                Some(word) => format!("Please see to {marker}, {word}."),
+                None => format!("Please see to {marker}.{}", self.world.maybe_secret()),
+            };
+            let mut input = AgentInput::from(text);
             for _ in 0..RESUMES {
                 let cancel_at = self.world.chance(25).then(|| self.world.below(12));
-                match self.send(&mut agent, input, cancel_at).await? {
+                let kill_at = self.world.chance(15).then(|| self.world.below(16));
+                let ran = self
+                    .send(&mut agent, input, cancel_at, kill_at, tripped.is_some())
+                    .await?;
+                if tripped.is_some() && inputs_in(self.session.history.iter()).contains(&marker) {
+                    // A run killed after it saved the input keeps it; any other keeps nothing
+                    // tripped.
+                    if !matches!(ran, Ran::Killed) {
+                        return Err(violation(format!(
+                            "the input `{marker}` was tripped, yet it is in the session"
+                        )));
+                    }
+                }
+                match ran {
                     Ran::Paused(interrupts) => {
                         // The model asked for the paused calls: it was given the input.
                         if !self.sent.contains(&marker) {
@@ -84,6 +173,7 @@ impl Case<'_> {
                         }
                         break;
                     }
+                    Ran::Killed => break,
                 }
             }
             // A run may fail or be cancelled before it takes its input; once in the session,
@@ -111,14 +201,50 @@ impl Case<'_> {
             AgentInput::Resume(self.decide(&self.session.interrupts.clone()))
         };
         let failed = self.report.failed;
-        self.send(&mut agent, input, None).await?;
+        self.send(&mut agent, input, None, None, false).await?;
         if self.report.failed > failed && self.last_error != Some(ErrorKind::LimitReached) {
             return Err(violation(format!(
                 "the agent does not resume from the session: the run failed ({})",
                 self.last_error.map_or("?", |kind| kind.name())
             )));
         }
-        self.check_nothing_lost()
+        self.check_nothing_lost()?;
+        self.resume_a_saved_version(&mut agent).await
+    }
+
+    /// Every saved version resumes: one of them, drawn at random, is run once more (its calls
+    /// in flight answered, its pauses decided) and must not fail.
+    async fn resume_a_saved_version<A>(&mut self, agent: &mut A) -> Result<(), Violation>
+    where
+        A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
+    {
+        if self.saved.is_empty() {
+            return Ok(());
+        }
+        let index = self.world.below(self.saved.len() as u32) as usize;
+        self.session = self.saved[index].clone();
+        self.report.resumed_versions += 1;
+        // Another timeline: from this version on, its calls in flight were never finished, and
+        // the calls it decides run there for the first time.
+        self.results.clear();
+        lock(&self.world.counts).executed.clear();
+        self.check_version(&self.session.clone())?;
+        let input = if self.session.interrupts.is_empty() {
+            AgentInput::from("Please finish.")
+        } else {
+            AgentInput::Resume(self.decide(&self.session.interrupts.clone()))
+        };
+        let failed = self.report.failed;
+        self.send(agent, input, None, None, false).await?;
+        if self.report.failed > failed && self.last_error != Some(ErrorKind::LimitReached) {
+            return Err(violation(format!(
+                "saved version {} of {} does not resume: the run failed ({})",
+                index + 1,
+                self.saved.len(),
+                self.last_error.map_or("?", |kind| kind.name())
+            )));
+        }
+        Ok(())
     }
 
     /// The session a case starts from: empty, a short conversation, or a crashed process's
@@ -214,30 +340,58 @@ impl Case<'_> {
         decisions
     }
 
-    /// One run, cancelled at its `cancel_at`-th poll if given; checks the session it leaves.
+    /// One run, cancelled at its `cancel_at`-th poll, or dropped at its `kill_at`-th as a
+    /// process that dies, if given; checks the versions it saved and the session it leaves.
+    /// `tripped`: its input holds the word the host's guardrail trips on.
     async fn send<A>(
         &mut self,
         agent: &mut A,
         input: AgentInput,
         cancel_at: Option<u32>,
+        kill_at: Option<u32>,
+        tripped: bool,
     ) -> Result<Ran, Violation>
     where
         A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
     {
         self.report.runs += 1;
         let token = CancellationToken::new();
-        let request =
-            AgentRequest::new(self.session.clone(), input).with_cancellation(token.clone());
+        let trace = Trace::new(self.world.secret.is_some());
+        let request = AgentRequest::new(self.session.clone(), input)
+            .with_cancellation(token.clone())
+            .with_saver(trace.clone())
+            .with_observer(trace.clone());
         std::future::poll_fn(|cx| agent.poll_ready(cx))
             .await
             .map_err(|e| violation(format!("the agent is not ready: {e}")))?;
         let run = CancelAt {
-            run: Box::pin(agent.call(request)),
+            run: Some(Box::pin(agent.call(request))),
             token,
             at: cancel_at,
+            kill: kill_at,
             polls: 0,
         };
-        match run.await {
+        let result = run.await;
+        self.check_finished_saved(&trace)?;
+        let saved = trace.versions();
+        self.report.versions += saved.len() as u32;
+        for version in &saved {
+            self.check_version(version)?;
+        }
+        self.saved.extend(saved.iter().cloned());
+        for event in std::mem::take(&mut lock(&trace.0).events) {
+            self.check_no_secret("an event", &event)?;
+        }
+        self.check_executed_once()?;
+        let Some(result) = result else {
+            self.report.killed += 1;
+            // What survives the process is what it saved.
+            if let Some(last) = saved.last() {
+                self.session = last.clone();
+            }
+            return Ok(Ran::Killed);
+        };
+        match result {
             Ok(response) => {
                 let ran = match &response.outcome {
                     Outcome::Interrupted { interrupts } => {
@@ -250,7 +404,18 @@ impl Case<'_> {
                             Outcome::Stopped { .. } => self.report.stopped += 1,
                             _ => self.report.cancelled += 1,
                         }
-                        if !response.session.interrupts.is_empty() {
+                        // A tripped input leaves the session as it came: what waited still
+                        // waits.
+                        let refused = tripped
+                            && matches!(
+                                outcome,
+                                Outcome::Stopped {
+                                    reason: StopReason::Guardrail { .. },
+                                    ..
+                                }
+                            )
+                            && response.session.interrupts == self.session.interrupts;
+                        if !response.session.interrupts.is_empty() && !refused {
                             self.session = response.session;
                             return Err(violation(
                                 "a run that did not pause left interrupts in the session",
@@ -261,16 +426,32 @@ impl Case<'_> {
                         }
                     }
                 };
+                if let Outcome::Stopped {
+                    reason: StopReason::Guardrail { .. },
+                    ..
+                } = &response.outcome
+                {
+                    self.report.tripped += 1;
+                    if self.trip.is_some() && !tripped {
+                        return Err(violation(
+                            "a guardrail stopped a run whose input it had no reason to trip on: \
+                             something tripped before stuck to the session",
+                        ));
+                    }
+                }
                 self.session = response.session;
                 self.check_pairs()?;
+                self.check_version(&self.session.clone())?;
                 Ok(ran)
             }
             Err(mut error) => {
                 self.report.failed += 1;
                 self.last_error = Some(error.kind());
+                self.check_no_secret("an error", &format!("{error} {error:?}"))?;
                 if let Some(session) = error.take_session() {
                     self.session = session;
                     self.check_pairs()?;
+                    self.check_version(&self.session.clone())?;
                 }
                 if error.kind() == ErrorKind::BadRequest {
                     return Err(violation(format!(
@@ -280,6 +461,90 @@ impl Case<'_> {
                 }
                 Ok(Ran::Ended { completed: false })
             }
+        }
+    }
+
+    /// A session a run saved or returned: valid (only the calls in flight at its end and those
+    /// waiting for a decision lack results), no secret in it, and every call answered in an
+    /// earlier version answered the same way (a finished call is never reported otherwise).
+    fn check_version(&mut self, session: &Session) -> Result<(), Violation> {
+        let mut pending: Vec<&str> = session
+            .interrupts
+            .iter()
+            .map(|i| i.call.id.as_str())
+            .collect();
+        pending.extend(session.history.open_calls().iter().map(|c| c.id.as_str()));
+        validate(&session.history, &pending)
+            .map_err(|e| violation(format!("a saved version is broken: {e}")))?;
+        let json = serde_json::to_string(session)
+            .map_err(|e| violation(format!("a session does not serialize: {e}")))?;
+        self.check_no_secret("a saved version", &json)?;
+        for result in session.history.iter().flat_map(Message::tool_results) {
+            match self.results.get(&result.call_id) {
+                Some(earlier) if *earlier != result.content => {
+                    return Err(violation(format!(
+                        "call `{}` was answered `{earlier}`, then `{}`",
+                        result.call_id, result.content
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    self.results
+                        .insert(result.call_id.clone(), result.content.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A call the tools ran and the loop announced as finished is in the version saved before
+    /// the announcement: a finished call's result is saved as it comes, never reported as not
+    /// done after a crash.
+    fn check_finished_saved(&self, trace: &Trace) -> Result<(), Violation> {
+        let executed = lock(&self.world.counts).executed.clone();
+        let log = lock(&trace.0);
+        let mut last: Option<&Session> = None;
+        for step in &log.steps {
+            match step {
+                Step::Saved(session) => last = Some(session),
+                Step::Finished(id) if executed.contains(id) => {
+                    let saved = last.is_some_and(|session| {
+                        session
+                            .history
+                            .iter()
+                            .flat_map(Message::tool_results)
+                            .any(|result| &result.call_id == id)
+                    });
+                    if !saved {
+                        return Err(violation(format!(
+                            "call `{id}` finished, yet no version saved by then holds its result"
+                        )));
+                    }
+                }
+                Step::Finished(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The secret appears nowhere in `text`.
+    fn check_no_secret(&self, what: &str, text: &str) -> Result<(), Violation> {
+        match &self.world.secret {
+            Some(secret) if text.contains(secret.as_str()) => Err(violation(format!(
+                "the secret reached {what}: {}",
+                excerpt(text, secret)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// No call ran twice: a call in flight when its process died is never run again.
+    fn check_executed_once(&self) -> Result<(), Violation> {
+        let counts = lock(&self.world.counts);
+        let mut seen = std::collections::HashSet::new();
+        match counts.executed.iter().find(|id| !seen.insert(id.as_str())) {
+            Some(twice) => Err(violation(format!("call `{twice}` ran twice"))),
+            None => Ok(()),
         }
     }
 
@@ -305,22 +570,46 @@ impl Case<'_> {
     }
 }
 
-/// A run that cancels its token before its `at`-th poll.
+/// A run that cancels its token before its `at`-th poll, and is dropped before its `kill`-th
+/// (`None`: the process died; nothing after its last save happened).
 struct CancelAt<F> {
-    run: Pin<Box<F>>,
+    run: Option<Pin<Box<F>>>,
     token: CancellationToken,
     at: Option<u32>,
+    kill: Option<u32>,
     polls: u32,
 }
 
 impl<F: Future> Future for CancelAt<F> {
-    type Output = F::Output;
+    type Output = Option<F::Output>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        if self.kill == Some(self.polls) {
+            // Dropped where it stands: its tasks aborted, nothing more saved.
+            self.run = None;
+        }
         if self.at == Some(self.polls) {
             self.token.cancel();
         }
         self.polls += 1;
-        self.run.as_mut().poll(cx)
+        match self.run.as_mut() {
+            None => Poll::Ready(None),
+            Some(run) => run.as_mut().poll(cx).map(Some),
+        }
     }
+}
+
+/// Some text around `needle` in `text`.
+fn excerpt(text: &str, needle: &str) -> String {
+    let at = text.find(needle).unwrap_or(0);
+    let start = text[..at]
+        .char_indices()
+        .rev()
+        .nth(80)
+        .map_or(0, |(i, _)| i);
+    let end = text[at..]
+        .char_indices()
+        .nth(needle.len() + 80)
+        .map_or(text.len(), |(i, _)| at + i);
+    format!("…{}…", &text[start..end])
 }

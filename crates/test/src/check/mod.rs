@@ -5,11 +5,18 @@
 //! (give it your tools' specs, so your approval gates and limits see the names they know) and
 //! runs generated cases against it. A case starts from a generated session (sometimes a
 //! crashed process's leftovers: calls saved before they ran, some of them never answered),
-//! sends one to four inputs, each a run that may be cancelled at a random point (counted in polls), answers the
-//! interrupts it gets with random decisions among those allowed, and ends with one more run.
-//! Meanwhile the model answers with text, tool calls (some to tools that do not exist, some
-//! with malformed arguments) or a transient failure, and summarizes when asked; the tools
-//! answer, fail, take a while, or return results large enough to evict.
+//! sends one to four inputs, each a run that may be cancelled at a random point (counted in
+//! polls) or **killed** there (dropped where it stands, as a process that dies: the case goes
+//! on from what the run saved last), answers the interrupts it gets with random decisions
+//! among those allowed, and ends with one more run. Meanwhile the model answers with text or
+//! tool calls (streamed as a provider closes them; some to tools that do not exist, some with
+//! malformed arguments) or a transient failure, and summarizes when asked; the tools answer,
+//! fail, take a while, or return results large enough to evict.
+//!
+//! **The check plays the store**: each run's request carries a saver
+//! ([`AgentRequest::saver`]) that keeps every version the run saves, as a session store's
+//! layer would (build your stack without `.store(..)`: the store's layer would put its own
+//! saver in place of the check's).
 //!
 //! It asserts the transcript's invariants:
 //!
@@ -17,11 +24,21 @@
 //!   made it (only the calls of a pending interrupt may wait), and no result is an orphan; a
 //!   run that did not pause leaves no interrupt behind; no run fails with `BadRequest` (the
 //!   agent or a layer refusing the session or its input);
+//! - every saved version is valid (only the calls in flight at its end wait), and a call
+//!   answered in one version is answered the same way in every later one; a call the tools
+//!   ran and the loop announced as finished (`ToolFinished`) is in the version saved before
+//!   the announcement; no call runs twice (a call in flight when its process died is
+//!   answered, never run again);
 //! - after each input's runs: nothing the user sent is lost: each input the session took (the
 //!   model answered it, or paused on it, or it is in the history) is still in the history, or
 //!   in a summary of it;
-//! - at the end of a case: the session round-trips through JSON to an equal session, and a
-//!   last run on it does not fail (a call limit's `LimitReached` aside).
+//! - with [`StackCheck::secret`]: the secret (said now and then by the inputs, the model and
+//!   the tools) reaches no saved version, no event and no error;
+//! - with [`StackCheck::trips_on`]: an input with the word is never left in the session, and
+//!   a run whose input lacks it is never stopped by a guardrail (nothing tripped sticks);
+//! - at the end of a case: the session round-trips through JSON to an equal session, a last
+//!   run on it does not fail (a call limit's `LimitReached` aside), and neither does a run on
+//!   a version drawn at random from those the case saved (every saved version resumes).
 //!
 //! A summarization request is recognized as one whose last message is a user message that
 //! speaks of summarizing (contains "summar"), as the summarization layer's in the stack does
@@ -87,6 +104,8 @@ pub struct StackCheck {
     seed: Option<u64>,
     replay: Option<u64>,
     tools: Vec<ToolSpec>,
+    secret: Option<String>,
+    trip: Option<String>,
 }
 
 impl Default for StackCheck {
@@ -111,7 +130,26 @@ impl StackCheck {
                 ToolSpec::new("write", "Write something down.", object.clone()),
                 ToolSpec::new("fetch", "Fetch a document.", object),
             ],
+            secret: None,
+            trip: None,
         }
+    }
+
+    /// A text your stack must never let through (an email address your redaction removes, an
+    /// API key): the check's inputs, model answers and tool results say it now and then, and
+    /// it must reach no saved version, no event and no error.
+    pub fn secret(mut self, secret: impl Into<String>) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// A word your input guardrail trips on: some inputs say it. A tripped input must never
+    /// stay in the session (nor reach a version saved after the run that tripped), and a run
+    /// whose input does not say it must never be stopped by a guardrail: nothing tripped
+    /// sticks.
+    pub fn trips_on(mut self, word: impl Into<String>) -> Self {
+        self.trip = Some(word.into());
+        self
     }
 
     /// How many cases to run.
@@ -165,7 +203,7 @@ impl StackCheck {
         };
         let mut report = Report::default();
         for (index, &seed) in seeds.iter().enumerate() {
-            let world = World::new(seed, self.tools.clone());
+            let world = World::new(seed, self.tools.clone(), self.secret.clone());
             let model = CheckModel {
                 world: Arc::clone(&world),
             };
@@ -180,6 +218,9 @@ impl StackCheck {
                 markers: 0,
                 last_error: None,
                 report: &mut report,
+                trip: self.trip.clone(),
+                saved: Vec::new(),
+                results: Default::default(),
             };
             let result = case.run(agent).await;
             {
@@ -245,14 +286,24 @@ pub struct Report {
     pub tool_calls: u32,
     /// Tool results of 12,000 characters or more served.
     pub large_results: u32,
+    /// Runs dropped at a random point, as a process that dies (the case went on from what
+    /// they saved).
+    pub killed: u32,
+    /// Sessions the runs saved (each checked).
+    pub versions: u32,
+    /// Saved versions run again at a case's end (each must resume).
+    pub resumed_versions: u32,
+    /// Runs a guardrail stopped.
+    pub tripped: u32,
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} cases, {} runs ({} completed, {} stopped, {} cancelled, {} interrupted, {} failed), \
-             {} from leftovers, {} summaries, {} tool calls ({} large results)",
+            "{} cases, {} runs ({} completed, {} stopped, {} cancelled, {} interrupted, {} failed, \
+             {} killed, {} tripped), {} from leftovers, {} summaries, {} tool calls ({} large \
+             results), {} versions saved, {} resumed",
             self.cases,
             self.runs,
             self.completed,
@@ -260,10 +311,14 @@ impl fmt::Display for Report {
             self.cancelled,
             self.interrupted,
             self.failed,
+            self.killed,
+            self.tripped,
             self.leftovers,
             self.summaries,
             self.tool_calls,
-            self.large_results
+            self.large_results,
+            self.versions,
+            self.resumed_versions
         )
     }
 }

@@ -5,6 +5,7 @@ use std::task::{Context, Poll};
 
 use serde_json::{Value, json};
 use tower_agent_core::event::BoxFuture;
+use tower_agent_core::stream::Delta;
 use tower_agent_core::{
     DescribeTools, Error, ErrorKind, Message, ModelRequest, ModelResponse, Role, ToolCall,
     ToolRequest, ToolResponse, ToolSpec,
@@ -21,6 +22,9 @@ pub(super) struct World {
     pub(super) rng: Mutex<fastrand::Rng>,
     pub(super) tools: Arc<[ToolSpec]>,
     pub(super) counts: Mutex<Counts>,
+    /// The text that must never be saved nor told: the model and the tools say it now and
+    /// then.
+    pub(super) secret: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -31,15 +35,26 @@ pub(super) struct Counts {
     pub(super) calls_made: u32,
     /// The last run: the model answers with text only.
     pub(super) finishing: bool,
+    /// The call ids the tools ran, each time they ran one.
+    pub(super) executed: Vec<String>,
 }
 
 impl World {
-    pub(super) fn new(seed: u64, tools: Vec<ToolSpec>) -> Arc<Self> {
+    pub(super) fn new(seed: u64, tools: Vec<ToolSpec>, secret: Option<String>) -> Arc<Self> {
         Arc::new(Self {
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             tools: tools.into(),
             counts: Mutex::new(Counts::default()),
+            secret,
         })
+    }
+
+    /// Now and then, the secret (with a space before it); else nothing.
+    pub(super) fn maybe_secret(&self) -> String {
+        match &self.secret {
+            Some(secret) if self.chance(20) => format!(" Write to {secret}."),
+            _ => String::new(),
+        }
     }
 
     /// A number below `n`.
@@ -83,7 +98,10 @@ impl CheckModel {
             )));
         }
         if finishing || req.tools.is_empty() || world.chance(30) {
-            return Ok(ModelResponse::text("Done."));
+            return Ok(ModelResponse::text(format!(
+                "Done.{}",
+                world.maybe_secret()
+            )));
         }
         let calls = (0..=world.below(3))
             .map(|_| {
@@ -123,7 +141,15 @@ impl Service<ModelRequest> for CheckModel {
         Box::pin(async move {
             // A point where the run can be cancelled.
             tokio::task::yield_now().await;
-            model.answer(&req)
+            let response = model.answer(&req)?;
+            // Its calls streamed as a provider closes them, a point apart: an agent that
+            // starts read-only tools early starts them here.
+            for call in response.message.tool_calls() {
+                req.send_delta(Delta::ToolCall(call.clone())).await?;
+                tokio::task::yield_now().await;
+            }
+            req.end_stream().await?;
+            Ok(response)
         })
     }
 }
@@ -189,7 +215,11 @@ impl Service<ToolRequest> for CheckTools {
         let world = Arc::clone(&self.world);
         Box::pin(async move {
             let call = req.call;
-            lock(&world.counts).tool_calls += 1;
+            {
+                let mut counts = lock(&world.counts);
+                counts.tool_calls += 1;
+                counts.executed.push(call.id.clone());
+            }
             if !world.tools.iter().any(|spec| spec.name == call.name) {
                 return Ok(ToolResponse::unknown_tool(&call, &world.tools));
             }
@@ -209,7 +239,10 @@ impl Service<ToolRequest> for CheckTools {
                     }
                     Ok(ToolResponse::success(&call, format!("{} done", call.name)))
                 }
-                _ => Ok(ToolResponse::success(&call, format!("{} done", call.name))),
+                _ => Ok(ToolResponse::success(
+                    &call,
+                    format!("{} done.{}", call.name, world.maybe_secret()),
+                )),
             }
         })
     }
