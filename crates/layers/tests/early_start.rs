@@ -2,10 +2,10 @@
 //! and then discarded (the stream restarted) counts against no limit and no checkpoint; a call
 //! started early and kept counts once.
 
+#![cfg(all(feature = "limits", feature = "checkpoint"))]
+
 use std::time::Duration;
 
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::json;
 use tower::{Layer, ServiceBuilder, ServiceExt};
 use tower_agent_core::{
@@ -15,18 +15,15 @@ use tower_agent_core::{
 use tower_agent_layers::checkpoint::CheckpointLayer;
 use tower_agent_layers::limits::{CallLimitsLayer, Exit, Limit};
 use tower_agent_loop::AgentBuilder;
-use tower_agent_test::ScriptedModel;
-use tower_agent_tools::{ToolSet, tool_fn};
+use tower_agent_test::{ScriptedModel, StubTool};
+use tower_agent_tools::ToolSet;
 
-#[derive(Deserialize, JsonSchema)]
-struct Query {
-    q: String,
-}
-
-/// A read-only lookup.
+/// A read-only lookup: `found {q}`.
 fn docs() -> ToolSet {
-    let tool = tool_fn("docs", "Look something up.", |args: Query| async move {
-        Ok::<_, Error>(format!("found {}", args.q))
+    let tool = StubTool::from_fn("docs", |req| {
+        let args: serde_json::Value = serde_json::from_str(&req.call.arguments).unwrap_or_default();
+        let q = args["q"].as_str().unwrap_or_default();
+        tower_agent_core::ToolResponse::success(&req.call, format!("found {q}"))
     });
     ToolSet::new().tool(tool.read_only())
 }
