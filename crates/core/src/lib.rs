@@ -60,9 +60,9 @@ pub mod history;
 pub mod message;
 pub mod model;
 pub mod price;
-#[cfg(feature = "tower")]
 mod saver;
 pub mod session;
+#[cfg(feature = "tower")]
 mod side;
 mod state;
 pub mod stream;
