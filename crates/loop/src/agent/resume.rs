@@ -46,23 +46,34 @@ where
             AgentInput::Resume(decisions) => {
                 self.session.answer_dangling_calls();
                 self.index_and_repair(false);
-                // The calls that waited belong to this run's work.
-                self.start = self
+                // The calls that waited belong to this run's work: they stand in the last
+                // assistant message (the input's check made sure).
+                let at = self
                     .session
                     .history
                     .iter()
                     .rposition(|m| m.role == Role::Assistant)
                     .unwrap_or(0);
-                let calls: Vec<ToolCall> = std::mem::take(&mut self.session.interrupts)
+                self.start = at;
+                let waiting = std::mem::take(&mut self.session.interrupts);
+                let positions: Vec<usize> = self
+                    .session
+                    .history
+                    .get(at)
                     .into_iter()
-                    .map(|i| i.call)
+                    .flat_map(Message::tool_calls)
+                    .enumerate()
+                    .filter(|(_, call)| waiting.iter().any(|w| w.call.id == call.id))
+                    .map(|(position, _)| position)
                     .collect();
                 // The decided calls are saved as in flight before they run: a process that
                 // dies meanwhile resumes with them answered as not completed, never run twice.
                 if self.saver.is_some() {
                     self.save().await?;
                 }
-                let out = self.execute(0, calls, Some(&decisions), None).await;
+                let out = self
+                    .execute(0, at, Some(&positions), Some(&decisions), None)
+                    .await;
                 self.absorb_round(out)?
             }
             AgentInput::Continue => {

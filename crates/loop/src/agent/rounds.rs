@@ -205,11 +205,9 @@ where
             if self.saver.is_some() {
                 self.save().await?;
             }
-            let [.., message] = &self.session.history[..] else {
-                unreachable!("the model's message is the last");
-            };
-            let calls = message.tool_calls().cloned().collect();
-            let out = self.execute(round, calls, None, early).await;
+            // The model's message is the last.
+            let at = self.session.history.len() - 1;
+            let out = self.execute(round, at, None, None, early).await;
             if let Some(outcome) = self.absorb_round(out)? {
                 return Ok(outcome);
             }
@@ -405,6 +403,7 @@ where
             stop,
             cancelled,
             error,
+            in_order,
         } = out;
         self.usage += usage;
         // Calls that would wait for a decision cannot wait when the run ends otherwise.
@@ -415,15 +414,18 @@ where
         } else {
             stop.as_ref().map(not_executed)
         };
+        let closed = closing.is_some() && !interrupts.is_empty();
         if let Some(content) = closing {
             for interrupt in interrupts.drain(..) {
                 let result = ToolResult::error(&interrupt.call, content.clone());
                 self.session.history.push(Message::tool_result(result));
             }
         }
-        // Results came as the calls finished (and resumed calls after the others): in call
-        // order now.
-        self.session.history.order_results();
+        // Results that came as the calls finished, resumed calls after the others, calls that
+        // waited answered last: in call order now.
+        if !in_order || closed {
+            self.session.history.order_results();
+        }
         // Also when the run fails: the session it returns records what ran.
         if !arguments.is_empty() {
             record_arguments(&mut self.session.history, arguments);

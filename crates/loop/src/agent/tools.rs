@@ -2,9 +2,9 @@
 
 use futures_util::stream::{self, StreamExt};
 use tower_agent_core::{
-    BoxError, CancellationToken, Decisions, DescribeTools, Error, ErrorKind, Event, Interrupt,
-    Message, ModelRequest, ModelResponse, Pause, RunContext, StopReason, ToolAction, ToolCall,
-    ToolRequest, ToolResponse, ToolResult, Usage,
+    BoxError, CancellationToken, Decisions, DescribeTools, Error, ErrorKind, Event, History,
+    Interrupt, Message, ModelRequest, ModelResponse, Pause, RunContext, StopReason, ToolAction,
+    ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -28,6 +28,9 @@ pub(super) struct RoundTools {
     pub(super) stop: Option<StopReason>,
     pub(super) cancelled: bool,
     pub(super) error: Option<Error>,
+    /// The results went into the history in call order (every call of a message, one after
+    /// the other).
+    pub(super) in_order: bool,
 }
 
 impl RoundTools {
@@ -66,36 +69,53 @@ where
     T::Error: Into<BoxError>,
     T::Future: Send,
 {
-    /// Run the tool calls of one round. Never fails: every call gets a result, an interrupt,
-    /// or (on cancellation, stop or error) a synthetic result. A call that started `early` is
+    /// Run the tool calls of the message at `at` in the history (those at the positions
+    /// `only` lists, or all of them). Never fails: every call gets a result, an interrupt, or
+    /// (on cancellation, stop or error) a synthetic result. A call that started `early` is
     /// waited for instead of run again (the caller has aborted the early runs no call
     /// matches).
     ///
     /// Each result goes into the history as it comes (concurrent calls in the order they
     /// finish; the caller puts them in call order), and the session is saved then: a process
     /// that dies loses only the calls still running. A save that fails ends the round (the
-    /// calls not run yet are answered "not executed: the run failed").
+    /// calls not run yet are answered "not executed: the run failed"). The calls are read from
+    /// the history where they stand, never copied but into their requests.
     pub(super) async fn execute(
         &mut self,
         round: u32,
-        calls: Vec<ToolCall>,
+        at: usize,
+        only: Option<&[usize]>,
         resume: Option<&Decisions>,
         early: Option<Early>,
     ) -> RoundTools {
         let mut out = RoundTools::default();
         let token = self.ctx.cancellation_token().clone();
+        let count = match only {
+            Some(positions) => positions.len(),
+            None => self.session.history[at].tool_calls().count(),
+        };
+        let position = |k: usize| only.map_or(k, |positions| positions[k]);
         match self.config.tool_execution {
             ToolExecution::Sequential => {
-                for call in &calls {
+                out.in_order = only.is_none();
+                for k in 0..count {
+                    let (at, pos) = (at, position(k));
+                    let call = call_at(&self.session.history, at, pos);
                     if let Some(result) = out.unrun(call) {
                         self.answer(result);
                         continue;
                     }
-                    if let Err(error) = emit!(self.ctx, started(round, call)) {
+                    let started = emit!(
+                        self.ctx,
+                        started(round, call_at(&self.session.history, at, pos))
+                    );
+                    if let Err(error) = started {
                         out.error = Some(error);
+                        let call = call_at(&self.session.history, at, pos);
                         self.answer(ToolResult::error(call, RUN_FAILED));
                         continue;
                     }
+                    let call = call_at(&self.session.history, at, pos);
                     let outcome = match early.as_ref().and_then(|early| early.adopt(call)) {
                         Some(run) => run.finish().await,
                         None => {
@@ -104,7 +124,8 @@ where
                             call::call(&mut self.tools, request, &token, span, record_tool).await
                         }
                     };
-                    let is_error = self.absorb(&mut out, call, outcome, &token).await;
+                    let is_error = self.absorb(&mut out, at, pos, outcome, &token).await;
+                    let call = call_at(&self.session.history, at, pos);
                     if let Err(error) = emit!(self.ctx, finished(round, call, is_error)) {
                         out.error.get_or_insert(error);
                     }
@@ -112,32 +133,32 @@ where
             }
             ToolExecution::Concurrent { limit } => {
                 // Each future owns what it needs (no borrows), which keeps the run future `Send`.
-                let running: Vec<_> = calls
-                    .iter()
-                    .enumerate()
-                    .map(|(index, call)| {
+                let running: Vec<_> = (0..count)
+                    .map(|k| {
+                        let call = call_at(&self.session.history, at, position(k));
                         let request = tool_request(call, &self.ctx, round, resume);
                         let adopted = early.as_ref().and_then(|early| early.adopt(call));
-                        run_one(index, self.tools.clone(), request, adopted)
+                        run_one(k, self.tools.clone(), request, adopted)
                     })
                     .collect();
                 let mut running = stream::iter(running).buffer_unordered(limit.max(1));
-                let mut done = vec![false; calls.len()];
+                let mut done = vec![false; count];
                 loop {
                     let next = tokio::select! {
                         biased;
                         _ = token.cancelled() => break,
                         next = running.next() => next,
                     };
-                    let Some((index, outcome)) = next else { break };
+                    let Some((k, outcome)) = next else { break };
                     match outcome {
                         // Cancelled before it ended: answered below.
                         Ok(None) => {}
                         Ok(Some(outcome)) => {
-                            let call = &calls[index];
-                            done[index] = true;
+                            done[k] = true;
                             let is_error = is_error(&outcome);
-                            self.absorb(&mut out, call, Some(outcome), &token).await;
+                            let pos = position(k);
+                            self.absorb(&mut out, at, pos, Some(outcome), &token).await;
+                            let call = call_at(&self.session.history, at, pos);
                             let told = emit!(self.ctx, finished(round, call, is_error));
                             if let Err(error) = told {
                                 out.error.get_or_insert(error);
@@ -153,16 +174,18 @@ where
                     }
                 }
                 drop(running);
-                for (call, done) in calls.iter().zip(done) {
+                for (k, done) in done.into_iter().enumerate() {
                     if done {
                         continue;
                     }
-                    if out.error.is_some() {
-                        self.answer(ToolResult::error(call, RUN_FAILED));
+                    let call = call_at(&self.session.history, at, position(k));
+                    let result = if out.error.is_some() {
+                        ToolResult::error(call, RUN_FAILED)
                     } else {
                         out.cancelled = true;
-                        self.answer(ToolResult::cancelled(call));
-                    }
+                        ToolResult::cancelled(call)
+                    };
+                    self.answer(result);
                 }
             }
         }
@@ -180,10 +203,12 @@ where
     async fn absorb(
         &mut self,
         out: &mut RoundTools,
-        call: &ToolCall,
+        at: usize,
+        pos: usize,
         outcome: Option<ToolOutcome>,
         token: &CancellationToken,
     ) -> bool {
+        let call = call_at(&self.session.history, at, pos);
         let Some(result) = absorb(out, call, outcome, token) else {
             return false;
         };
@@ -197,6 +222,14 @@ where
         }
         is_error
     }
+}
+
+/// The call at position `pos` of the message at `at`.
+fn call_at(history: &History, at: usize, pos: usize) -> &ToolCall {
+    history[at]
+        .tool_calls()
+        .nth(pos)
+        .expect("the round's calls stand in its message")
 }
 
 /// The request for `call`, with its decision when the round resumes.
