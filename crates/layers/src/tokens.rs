@@ -140,7 +140,7 @@ impl TokenCounter for Tiktoken {
 /// it adds, and a frame (system prompt, tool specs) that did not change is not counted again.
 /// A layer that counts every request (a trigger, a budget) keeps one per run, so that passing a
 /// request on costs what was added, not the length of the history.
-#[cfg(any(feature = "clear", feature = "budget"))]
+#[cfg(any(feature = "clear", feature = "budget", feature = "summarize"))]
 #[derive(Default)]
 pub(crate) struct RunningCount {
     /// Where the history stood at the last count, and its messages' tokens.
@@ -150,15 +150,22 @@ pub(crate) struct RunningCount {
     frame: Option<Frame>,
 }
 
-#[cfg(any(feature = "clear", feature = "budget"))]
+#[cfg(any(feature = "clear", feature = "budget", feature = "summarize"))]
 struct Frame {
     system: Option<std::sync::Arc<str>>,
     tools: std::sync::Arc<[tower_agent_core::ToolSpec]>,
     tokens: usize,
 }
 
-#[cfg(any(feature = "clear", feature = "budget"))]
+#[cfg(any(feature = "clear", feature = "budget", feature = "summarize"))]
 impl RunningCount {
+    /// Remember that the messages of `history` hold `tokens` (a layer that rewrote the history
+    /// counted what it wrote): the next count starts from there.
+    #[cfg(feature = "summarize")]
+    pub(crate) fn set_messages(&mut self, history: &tower_agent_core::History, tokens: usize) {
+        self.messages = Some((history.mark(), tokens));
+    }
+
     /// The tokens of `req` as `counter` counts them: its system prompt, its tool specs (name,
     /// description, parameters) and its messages.
     pub(crate) fn count(
@@ -187,16 +194,7 @@ impl RunningCount {
             }
             _ => {
                 let system = req.system.as_deref().map_or(0, |s| counter.count_text(s));
-                let tools: usize = req
-                    .tools
-                    .iter()
-                    .map(|t| {
-                        counter.count_text(&t.name)
-                            + counter.count_text(&t.description)
-                            + counter.count_text(&t.parameters.to_string())
-                    })
-                    .sum();
-                let tokens = system + tools;
+                let tokens = system + tool_tokens(&req.tools, counter);
                 self.frame = Some(Frame {
                     system: req.system.clone(),
                     tools: std::sync::Arc::clone(&req.tools),
@@ -207,6 +205,22 @@ impl RunningCount {
         };
         messages + frame
     }
+}
+
+/// The estimated tokens of the tool specs offered: names, descriptions and schemas.
+#[cfg(any(feature = "clear", feature = "budget", feature = "summarize"))]
+pub(crate) fn tool_tokens(
+    specs: &[tower_agent_core::ToolSpec],
+    counter: &dyn TokenCounter,
+) -> usize {
+    specs
+        .iter()
+        .map(|spec| {
+            counter.count_text(&spec.name)
+                + counter.count_text(&spec.description)
+                + counter.count_text(&spec.parameters.to_string())
+        })
+        .sum()
 }
 
 /// The default estimate: `ceil(ascii / 4) + non_ascii`, counted in characters, not bytes.

@@ -4,16 +4,15 @@
 use std::fmt::Write as _;
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 use tower_agent_core::{
-    ContentPart, ExtensionKey, History, HistoryMark, Message, ModelRequest, Role, RunContext,
-    ToolSpec, Usage,
+    ContentPart, ExtensionKey, History, HistoryMark, Message, ModelRequest, Role, RunContext, Usage,
 };
 
 use crate::text::clip_chars;
-use crate::tokens::TokenCounter;
+use crate::tokens::{RunningCount, TokenCounter};
 
 /// The first line of a summary message.
 pub const SUMMARY_OPEN: &str = "<conversation_summary>";
@@ -295,80 +294,36 @@ fn truncate_strings(value: &mut Value, max: usize) -> bool {
 /// Where one summarization layer keeps its counts in a run's extensions: two layers keep two.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Slots {
-    tally: ExtensionKey<Tally>,
+    tally: ExtensionKey<Arc<Mutex<RunningCount>>>,
     reported: ExtensionKey<Reported>,
 }
 
-/// The running count of a run's history, kept in its context so that each round counts only
-/// the messages it added ([`History::since`]).
-#[derive(Clone, Debug)]
-pub(crate) struct Tally {
-    /// The messages counted.
-    mark: HistoryMark,
-    /// Their tokens.
-    tokens: usize,
-    /// The tool list counted (held, so that the same list is recognized) and its tokens.
-    tools: Option<CountedTools>,
-}
-
-/// A tool list and its tokens.
-pub(crate) type CountedTools = (Arc<[ToolSpec]>, usize);
+/// The run's running count of its requests ([`RunningCount`], the one the clear and budget
+/// layers keep too), in its context: each round counts only the messages it added.
+pub(crate) struct Tally;
 
 impl Tally {
+    fn of(ctx: &RunContext, slots: &Slots) -> Arc<Mutex<RunningCount>> {
+        ctx.extension_at_or_insert_with(&slots.tally, Default::default)
+    }
+
     /// The estimated tokens of `req` (system prompt, tool specs, messages), counting only the
     /// messages added since the last count of this run when the history still starts the same.
     pub(crate) fn count(slots: &Slots, req: &ModelRequest, counter: &dyn TokenCounter) -> usize {
-        let previous = req.ctx.extension_at(&slots.tally);
-        let (new, mut tokens) = match &previous {
-            Some(tally) => match req.messages.since(&tally.mark) {
-                Some(new) => (new, tally.tokens),
-                None => (req.messages.as_slice(), 0),
-            },
-            None => (req.messages.as_slice(), 0),
-        };
-        tokens += new.iter().map(|m| counter.count_message(m)).sum::<usize>();
-        let tools = match previous.and_then(|tally| tally.tools) {
-            Some((list, tools)) if Arc::ptr_eq(&list, &req.tools) => tools,
-            _ => tool_tokens(&req.tools, counter),
-        };
-        let counted = Some((Arc::clone(&req.tools), tools));
-        Self::store(&req.ctx, slots, &req.messages, tokens, counted);
-        tokens + tools + req.system.as_deref().map_or(0, |s| counter.count_text(s))
+        let running = Self::of(&req.ctx, slots);
+        let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.count(counter, req)
     }
 
-    /// Remember that `messages` hold `tokens`.
-    pub(crate) fn store(
-        ctx: &RunContext,
-        slots: &Slots,
-        messages: &History,
-        tokens: usize,
-        tools: Option<CountedTools>,
-    ) {
-        let tally = Tally {
-            mark: messages.mark(),
-            tokens,
-            tools,
-        };
-        ctx.insert_extension_at(&slots.tally, tally);
-    }
-
-    /// The tool count of the last count, to keep it when the messages change.
-    pub(crate) fn tools(ctx: &RunContext, slots: &Slots) -> Option<CountedTools> {
-        ctx.extension_at(&slots.tally).and_then(|tally| tally.tools)
+    /// Remember that `messages` (the history the layer commits) hold `tokens`.
+    pub(crate) fn store(ctx: &RunContext, slots: &Slots, messages: &History, tokens: usize) {
+        let running = Self::of(ctx, slots);
+        let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.set_messages(messages, tokens);
     }
 }
 
-/// The estimated tokens of the tool specs offered: names, descriptions and schemas.
-pub(crate) fn tool_tokens(specs: &[ToolSpec], counter: &dyn TokenCounter) -> usize {
-    specs
-        .iter()
-        .map(|spec| {
-            counter.count_text(&spec.name)
-                + counter.count_text(&spec.description)
-                + counter.count_text(&spec.parameters.to_string())
-        })
-        .sum()
-}
+pub(crate) use crate::tokens::tool_tokens;
 
 /// The tokens of `req`: as the provider counted the part it reported ([`Reported`]), the rest
 /// estimated ([`Tally`]).

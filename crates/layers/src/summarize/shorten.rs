@@ -135,7 +135,6 @@ pub(super) async fn shorten(
         .map(|m| counter.count_message(m))
         .sum();
     let kept_tokens: usize = kept.iter().map(|m| counter.count_message(m)).sum();
-    let tools = Tally::tools(ctx, &config.slots);
     // What a summary may take and still be smaller than what it replaces; with no room for
     // a few words, no summarizer call can save anything.
     let room = replaced.saturating_sub(counter.count_message(&summary_message("")) + 1);
@@ -154,13 +153,7 @@ pub(super) async fn shorten(
                 // Committed only as a valid history: a broken older part is summarized instead.
                 if validate(&whole, &trailing_calls(&whole)).is_ok() {
                     let history = History::from(whole);
-                    Tally::store(
-                        ctx,
-                        &config.slots,
-                        &history,
-                        older_tokens + kept_tokens,
-                        tools,
-                    );
+                    Tally::store(ctx, &config.slots, &history, older_tokens + kept_tokens);
                     ctx.emit(Event::Warning {
                         source: "summarize",
                         message: format!(
@@ -233,13 +226,7 @@ pub(super) async fn shorten(
     }
 
     let history = History::from(shortened);
-    Tally::store(
-        ctx,
-        &config.slots,
-        &history,
-        summary_tokens + kept_tokens,
-        tools,
-    );
+    Tally::store(ctx, &config.slots, &history, summary_tokens + kept_tokens);
     let mut record = Record::load(ctx);
     record.summaries += 1;
     record.messages_summarized += since.len() as u64;
