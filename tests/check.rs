@@ -67,6 +67,17 @@ async fn the_built_in_stack_keeps_every_invariant() {
 /// each run the saver `.store(..)` would, and keeps every version.
 #[tokio::test(flavor = "current_thread")]
 async fn every_built_in_at_once_keeps_every_invariant() {
+    every_built_in_at_once(32, 2_000).await;
+}
+
+/// The same on two threads: early runs, the tool cache and concurrent calls meet across
+/// threads (a lock taken twice shows here). A seed does not replay a case exactly there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_built_in_at_once_on_two_threads() {
+    every_built_in_at_once(64, 300).await;
+}
+
+async fn every_built_in_at_once(seed: u64, cases: u32) {
     use tower_agent::layers::budget::BudgetLayer;
     use tower_agent::layers::checkpoint::CheckpointLayer;
     use tower_agent::layers::clear::ClearToolResultsLayer;
@@ -80,10 +91,10 @@ async fn every_built_in_at_once_keeps_every_invariant() {
     use tower_agent::{Cost, ModelPrice};
 
     const SECRET: &str = "ada.lovelace@example.com";
-    let cases = std::env::var("CHECK_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(2_000);
+    // `CHECK_CASES` and `CHECK_SEED` explore more (CI runs the defaults).
+    let var = |name: &str| std::env::var(name).ok().and_then(|n| n.parse::<u64>().ok());
+    let cases = var("CHECK_CASES").map_or(cases, |n| u32::try_from(n).unwrap_or(cases));
+    let seed = var("CHECK_SEED").unwrap_or(seed);
     let files = InMemory::new();
     files
         .put(
@@ -92,28 +103,28 @@ async fn every_built_in_at_once_keeps_every_invariant() {
         )
         .await
         .expect("stored");
-    // Every other case runs its tool calls concurrently.
-    let mut case = 0;
+    // About half the cases run their tool calls concurrently, and check their input in
+    // parallel with the first model call (drawn from the case's seed: a replay builds the same
+    // stack).
     let report = StackCheck::new()
-        .seed(32)
+        .seed(seed)
         .cases(cases)
         .secret(SECRET)
         .trips_on("forbidden")
         .run(|model, tools| {
-            case += 1;
-            let builder = match case % 2 {
-                0 => Agent::builder().concurrent_tools(4),
-                _ => Agent::builder(),
+            let other = model.seed() % 2 == 0;
+            let builder = match other {
+                true => Agent::builder().concurrent_tools(4),
+                false => Agent::builder(),
             };
-            let guardrail = GuardrailLayer::new().input(Guardrail::new(
-                "no_forbidden",
-                |text: String| async move {
+            let guardrail = GuardrailLayer::new()
+                .input(Guardrail::new("no_forbidden", |text: String| async move {
                     match text.contains("forbidden") {
                         true => Verdict::trip("a forbidden request"),
                         false => Verdict::Pass,
                     }
-                },
-            ));
+                }))
+                .parallel(other);
             let every = builder
                 .max_rounds(8)
                 .early_tool_start(true)
@@ -139,9 +150,11 @@ async fn every_built_in_at_once_keeps_every_invariant() {
                         .keep(Keep::messages(4)),
                 )
                 .clear_tool_results(ClearToolResultsLayer::new())
+                // Small enough that a long history's request does not fit now and then.
                 .budget(
                     BudgetLayer::new(ModelPrice::per_million(1.0, 0.1, 2.0))
-                        .per_session(Cost::from_nanodollars(2_000_000_000)),
+                        .assume_output_tokens(1_000)
+                        .per_run(Cost::from_nanodollars(8_000_000)),
                 )
                 .retry(
                     RetryPolicy::new()

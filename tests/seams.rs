@@ -330,3 +330,107 @@ async fn a_workflow_killed_in_its_second_step_keeps_the_first_and_resumes_there(
         ]
     );
 }
+
+#[tokio::test]
+async fn a_workflow_killed_between_steps_resumes_at_the_next_step_with_its_input() {
+    use tower_agent::workflow::Sequential;
+    let store = Recording::default();
+    let first = ScriptedModel::new([ModelResponse::text("Plan: two steps.")]);
+    let plan = Agent::new(first.clone(), ToolSet::new());
+    // A step of the host's own that saves nothing and never ends: the process dies in it.
+    let stuck = tower::service_fn(|_: AgentRequest| async {
+        std::future::pending::<Result<AgentResponse, Error>>().await
+    });
+    let killed = tower_agent::sessions::StoreLayer::new(store.clone()).layer(
+        Sequential::new("flow")
+            .step("plan", plan.clone())
+            .step_with_input("build", stuck, "Now build it."),
+    );
+    let run = killed.oneshot(AgentRequest::new(Session::with_id("wf2"), "Make a thing."));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), run)
+            .await
+            .is_err()
+    );
+    let stored = store.load("wf2").await.expect("load").expect("stored");
+    assert_eq!(
+        texts(&stored.session),
+        ["Make a thing.", "Plan: two steps.", "Now build it."],
+        "saved standing at the second step, its input kept"
+    );
+
+    let second = ScriptedModel::new([ModelResponse::text("Built.")]);
+    let resumed = tower_agent::sessions::StoreLayer::new(store.clone()).layer(
+        Sequential::new("flow").step("plan", plan).step_with_input(
+            "build",
+            Agent::new(second.clone(), ToolSet::new()),
+            "Now build it.",
+        ),
+    );
+    let res = resumed
+        .oneshot(AgentRequest::new(
+            Session::with_id("wf2"),
+            AgentInput::Continue,
+        ))
+        .await
+        .expect("the resumed run");
+    assert_eq!(
+        first.request_count(),
+        1,
+        "the finished step is not run again"
+    );
+    assert_eq!(
+        texts(&res.session),
+        [
+            "Make a thing.",
+            "Plan: two steps.",
+            "Now build it.",
+            "Built."
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_input_check_reads_what_the_model_would_and_the_trip_is_told_to_readers() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let guard = GuardrailLayer::new().input(no_passwords(seen.clone()));
+    let model = ScriptedModel::new([ModelResponse::text("never")]);
+    let agent = Agent::builder()
+        .guardrail(guard)
+        .patch()
+        .build(model.clone(), ToolSet::new());
+    // A session of the host's own that ends with a user message: the model would read it with
+    // the new input, so the check reads both.
+    let mut session = Session::with_id("host");
+    session
+        .history
+        .push(Message::user("Bob's password, please."));
+    let recorder = tower_agent_test::EventRecorder::new();
+    let res = agent
+        .oneshot(AgentRequest::new(session, "hi").with_observer(recorder.clone()))
+        .await
+        .expect("a trip is an outcome");
+    assert!(
+        matches!(
+            res.outcome,
+            Outcome::Stopped {
+                reason: StopReason::Guardrail { .. },
+                ..
+            }
+        ),
+        "{:?}",
+        res.outcome
+    );
+    assert_eq!(model.request_count(), 0, "the model never read it");
+    let checked = seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!(checked, ["Bob's password, please.\n\nhi"]);
+    assert!(
+        res.session.history.is_empty(),
+        "nothing tripped stays, the session's own last message neither"
+    );
+    assert_eq!(
+        recorder.names(),
+        ["run_started", "run_finished"],
+        "readers hear the run start and end"
+    );
+}

@@ -143,6 +143,32 @@ mod layer {
     use tower_agent_tools::ToolSet;
 
     #[tokio::test]
+    async fn arguments_a_call_ran_with_instead_of_the_model_s_are_redacted() {
+        let redact = RedactLayer::new(Rules::new().emails());
+        // A human edited the call (an approval): it ran with an address typed by hand.
+        let send = StubTool::from_fn("send", |req| {
+            tower_agent_core::ToolResponse::success(&req.call, "sent")
+                .ran_with(json!({ "to": "ada@example.com" }).to_string())
+        });
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([ToolCall::new("c1", "send", json!({ "to": "x" }))]),
+            ModelResponse::text("Sent."),
+        ]);
+        let tools = redact.layer(ToolSet::new().tool(send));
+        let res = Agent::new(redact.layer(model), tools)
+            .oneshot(AgentRequest::new(Session::new(), "send it"))
+            .await
+            .expect("the run");
+        let saved = serde_json::to_string(&res.session).expect("serializes");
+        assert!(!saved.contains("ada@example.com"), "{saved}");
+        let call = res.session.history[1]
+            .tool_calls()
+            .next()
+            .expect("the call");
+        assert_eq!(call.arguments, r#"{"to":"[REDACTED:email]"}"#);
+    }
+
+    #[tokio::test]
     async fn input_output_arguments_and_results_are_redacted_and_the_session_keeps_it() {
         let redact = RedactLayer::new(Rules::new().emails().api_keys());
         let model = ScriptedModel::new([

@@ -239,3 +239,70 @@ async fn a_first_model_call_stopped_but_not_refused_keeps_the_input() {
     let kept: Vec<String> = res.session.history.iter().map(Message::text).collect();
     assert_eq!(kept, ["hello"], "an answer withheld leaves the question");
 }
+
+#[tokio::test]
+async fn a_refused_first_call_withdraws_the_input_even_after_a_layer_rewrote_the_history() {
+    let mut session = Session::with_id("s");
+    session.history.push(Message::user("earlier"));
+    session.history.push(Message::assistant("earlier answer"));
+    // A layer that folds the oldest message (as a summary does), then refuses the call.
+    let model = ServiceBuilder::new()
+        .layer(tower_agent_core::around_model(
+            |req: ModelRequest, _next| async move {
+                let kept = req.messages[1..].to_vec();
+                let reason = StopReason::Limit {
+                    name: "budget".into(),
+                    limit: 1,
+                };
+                let mut res = ModelResponse::refuse(reason);
+                res.commit(tower_agent_core::History::from(kept));
+                Ok(res)
+            },
+        ))
+        .service(ScriptedModel::new([]));
+    let agent = Agent::builder().build(model, waiting_tool());
+    let saves = Saves::default();
+    let res = agent
+        .oneshot(request(&saves, session, "one more"))
+        .await
+        .expect("a stop is an outcome");
+    let kept: Vec<String> = res.session.history.iter().map(Message::text).collect();
+    assert_eq!(
+        kept,
+        ["earlier answer"],
+        "the rewrite stays, the input does not"
+    );
+}
+
+#[tokio::test]
+async fn a_call_that_ran_with_other_arguments_is_saved_with_them_beside_its_result() {
+    let tools = ToolSet::new().tool(tower_agent_test::StubTool::from_fn("refund", |req| {
+        tower_agent_core::ToolResponse::success(&req.call, "refunded 100")
+            .ran_with(json!({"amount": 100}).to_string())
+    }));
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([ToolCall::new("r1", "refund", json!({"amount": 1000}))]),
+        ModelResponse::text("done"),
+    ]);
+    let saves = Saves::default();
+    Agent::builder()
+        .build(model, tools)
+        .oneshot(request(&saves, Session::with_id("s"), "refund it"))
+        .await
+        .expect("the run");
+    for session in saves.all() {
+        if answered(&session).is_empty() {
+            continue;
+        }
+        let call = session
+            .history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .find(|c| c.id == "r1")
+            .expect("the call");
+        assert_eq!(
+            call.arguments, r#"{"amount":100}"#,
+            "every version holding the result shows the arguments the call ran with"
+        );
+    }
+}

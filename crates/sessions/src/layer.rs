@@ -300,7 +300,14 @@ impl Saves {
 impl Saver for Saves {
     fn save<'a>(&'a self, session: &'a Session) -> CoreFuture<'a, Result<(), Error>> {
         Box::pin(async move {
-            let expected = self.last().version;
+            let expected = {
+                let last = self.last();
+                // What is stored already (loaded, or saved last) is not written again.
+                if last.saved.as_ref().is_some_and(|saved| saved.is(session)) {
+                    return Ok(());
+                }
+                last.version
+            };
             let saved = self.store.save(session, expected).await;
             let mut last = self.last();
             match saved {

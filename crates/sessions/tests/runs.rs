@@ -455,3 +455,43 @@ async fn continuing_a_session_that_was_never_stored_is_a_bad_request() {
     let stored = store.load("own").await.expect("loads").expect("stored");
     assert_eq!(stored.session, res.session);
 }
+
+#[tokio::test]
+async fn a_run_that_changes_nothing_writes_nothing() {
+    use tower_agent_core::{AgentInput, Decision, Decisions};
+    let store = Recording::default();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([ToolCall::new("c1", "deploy", json!({}))]),
+        ModelResponse::text("deployed"),
+    ]);
+    let tools = ToolSet::new().tool(StubTool::interrupting("deploy", json!({"ok?": true})));
+    let agent = StoreLayer::new(store.clone()).layer(Agent::new(model, tools));
+    let paused = agent
+        .clone()
+        .oneshot(AgentRequest::new(Session::with_id("r"), "deploy"))
+        .await
+        .expect("runs");
+    let decisions = Decisions::all(&paused.session.interrupts, Decision::Approve);
+    agent
+        .clone()
+        .oneshot(AgentRequest::new(
+            Session::with_id("r"),
+            AgentInput::Resume(decisions.clone()),
+        ))
+        .await
+        .expect("resumes");
+    let written = store.saves().len();
+    // The same decisions again: a replay, nothing to do, nothing written.
+    agent
+        .oneshot(AgentRequest::new(
+            Session::with_id("r"),
+            AgentInput::Resume(decisions),
+        ))
+        .await
+        .expect("replays");
+    assert_eq!(
+        store.saves().len(),
+        written,
+        "no version written for a replay"
+    );
+}

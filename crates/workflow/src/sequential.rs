@@ -218,6 +218,19 @@ impl Sequential {
                 return Ok(totals.response(session, res.outcome));
             }
             last = Some(res.outcome);
+            // The step is done: the workflow is saved standing at the next one, its input kept,
+            // so that a process that dies now resumes there, not in the step it finished.
+            if let (Some(saver), Some(next)) = (&saver, self.steps.get(index + 1)) {
+                let mut ahead = session.clone();
+                keep_input(
+                    &mut ahead,
+                    next.input.clone().unwrap_or(AgentInput::Continue),
+                );
+                set_position(&mut ahead, &scope.path, json!({ "step": index + 1 }));
+                if let Err(error) = saver.save(&ahead).await {
+                    return Err(error.with_session(session));
+                }
+            }
         }
         clear_position(&mut session, &scope.path);
         let outcome = last.unwrap_or_else(|| Outcome::Completed {
@@ -312,6 +325,18 @@ impl Sequential {
                 Outcome::Completed { message } => {
                     input = AgentInput::Messages(vec![Message::user(message.text())]);
                     last = Some(res.outcome.clone());
+                    // Saved standing at the next step, its session holding its input: a
+                    // process that dies now resumes there, not in the step it finished.
+                    if let (Some(saver), Some(next)) = (&saver, self.steps.get(index + 1)) {
+                        let mut sub = Session::with_id(format!("{}/{}", session.id, next.name));
+                        keep_input(&mut sub, input.clone());
+                        let mut ahead = session.clone();
+                        let here = json!({ "step": index + 1, "session": sub });
+                        set_position(&mut ahead, &scope.path, here);
+                        if let Err(error) = saver.save(&ahead).await {
+                            return Err(error.with_session(session));
+                        }
+                    }
                 }
                 outcome => {
                     if let Outcome::Interrupted { interrupts } = outcome {

@@ -70,10 +70,16 @@ where
                 _ => ask::ResponseFuture::ready(stopped(&req, every, "declined".to_owned())),
             };
         }
-        if budget.take(every) {
+        // Taken with the budget's generation read under its lock: a fresh budget given at the
+        // same time is never the one an early call gives back to.
+        let taken = {
+            let counts = budget.counts();
+            budget.take(every).then_some(counts.generation)
+        };
+        if let Some(generation) = taken {
             // An early call the loop discards counts against nothing.
             if let Some(early) = &req.early {
-                let (taken, generation) = (budget.clone(), budget.counts().generation);
+                let taken = budget.clone();
                 early.on_discard(move || taken.give_back(generation));
             }
             return ask::ResponseFuture::inner(self.inner.call(req), budget);

@@ -7,9 +7,9 @@ use std::task::{Context, Poll};
 
 use futures_util::future::Either;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, BoxError, DescribeTools, Error, ExtensionKey, Message,
-    ModelRequest, ModelResponse, Outcome, Progress, Role, StopReason, ToolAction, ToolRequest,
-    ToolResponse, ToolSpec, Usage,
+    AgentInput, AgentRequest, AgentResponse, BoxError, DescribeTools, Error, Event, ExtensionKey,
+    Message, ModelRequest, ModelResponse, Outcome, Progress, Role, StopReason, ToolAction,
+    ToolRequest, ToolResponse, ToolSpec, Usage,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -126,13 +126,13 @@ impl Trip {
 
 /// The text of the user messages that end `messages`, or `None` when it ends otherwise (tool
 /// results: a later round of the same input).
-fn new_input(messages: &[Message]) -> Option<String> {
+fn new_input(messages: &[Message]) -> Option<(String, usize)> {
     let start = messages
         .iter()
         .rposition(|m| m.role != Role::User)
         .map_or(0, |at| at + 1);
     let texts: Vec<String> = messages[start..].iter().map(Message::text).collect();
-    (!texts.is_empty()).then(|| texts.join("\n\n"))
+    (!texts.is_empty()).then(|| (texts.join("\n\n"), start))
 }
 
 /// What the output guardrails read of a message: its text, then each call's arguments.
@@ -175,7 +175,11 @@ where
         let checked = request.ctx.extension_at(&self.layer.checked).is_some();
         let input = match self.layer.input.is_empty() || checked {
             true => None,
-            false => new_input(&request.messages).map(|text| (text, Arc::clone(&self.layer.input))),
+            false => new_input(&request.messages).map(|(text, from)| {
+                // What stays of the history when the input trips: nothing it read.
+                let kept = (request.messages.clone(), from);
+                (text, Arc::clone(&self.layer.input), kept)
+            }),
         };
         let parallel = self.layer.parallel;
         let output = Arc::clone(&self.layer.output);
@@ -192,20 +196,32 @@ where
         };
         let call = async move { call.await.map_err(|e| Error::from_boxed(e.into())) };
         Box::pin(async move {
-            let (answer, mut spent) = match input {
-                None => (call.await, Usage::default()),
-                Some((text, guardrails)) if !parallel => {
+            let (answer, mut spent, tripped_input) = match input {
+                None => (call.await, Usage::default(), None),
+                Some((text, guardrails, kept)) if !parallel => {
                     match check_all(&guardrails, text, &ctx).await? {
                         // The call was never made.
-                        (Some(trip), spent) => (Ok(ModelResponse::refuse(trip.reason())), spent),
-                        (None, spent) => (call.await, spent),
+                        (Some(trip), spent) => {
+                            (Ok(ModelResponse::refuse(trip.reason())), spent, Some(kept))
+                        }
+                        (None, spent) => (call.await, spent, None),
                     }
                 }
-                Some((text, guardrails)) => {
-                    in_parallel(call, check_all(&guardrails, text, &ctx)).await?
+                Some((text, guardrails, kept)) => {
+                    let (answer, spent, tripped) =
+                        in_parallel(call, check_all(&guardrails, text, &ctx)).await?;
+                    (answer, spent, tripped.then_some(kept))
                 }
             };
-            let response = answer.map_err(|e| e.add_usage(spent))?;
+            let mut response = answer.map_err(|e| e.add_usage(spent))?;
+            // Nothing tripped stays: the user messages the check read leave the history (the
+            // loop withdraws the run's own input; this takes older ones too, as a process that
+            // died before a parallel check tripped left them).
+            if let Some((history, from)) = tripped_input {
+                let mut kept = history;
+                kept.make_mut().truncate(from);
+                response.commit(kept);
+            }
             if response.stop.is_some() || output.is_empty() {
                 return Ok(response.with_side_usage(spent));
             }
@@ -225,19 +241,19 @@ where
 
 /// The call and the input checks at once: a trip drops the call (its stream stops); an
 /// answer that comes first waits for the checks, and a trip withholds it. The answer (or the
-/// stop of a trip) and the checks' tokens.
+/// stop of a trip), the checks' tokens, and whether the input tripped.
 async fn in_parallel(
     call: impl Future<Output = Result<ModelResponse, Error>>,
     checks: impl Future<Output = Result<(Option<Trip>, Usage), Error>>,
-) -> Result<(Result<ModelResponse, Error>, Usage), Error> {
+) -> Result<(Result<ModelResponse, Error>, Usage, bool), Error> {
     tokio::pin!(call, checks);
     tokio::select! {
         checked = &mut checks => {
             let (trip, spent) = checked?;
             Ok(match trip {
                 // The call is dropped here: its stream stops.
-                Some(trip) => (Ok(ModelResponse::refuse(trip.reason())), spent),
-                None => (call.await, spent),
+                Some(trip) => (Ok(ModelResponse::refuse(trip.reason())), spent, true),
+                None => (call.await, spent, false),
             })
         }
         answer = &mut call => {
@@ -247,31 +263,48 @@ async fn in_parallel(
             };
             let (trip, spent) = checks.await.map_err(|e| e.add_usage(own))?;
             Ok(match (trip, answer) {
-                (Some(trip), Ok(response)) => (Ok(tripped(response, trip, true)), spent),
+                (Some(trip), Ok(response)) => (Ok(tripped(response, trip, true)), spent, true),
                 // A trip wins over the call's failure (whose tokens still count).
                 (Some(trip), Err(error)) => {
-                    (Ok(ModelResponse::refuse(trip.reason())), spent + error.usage())
+                    let refused = ModelResponse::refuse(trip.reason());
+                    (Ok(refused), spent + error.usage(), true)
                 }
-                (None, answer) => (answer, spent),
+                (None, answer) => (answer, spent, false),
             })
         }
     }
 }
 
-/// The text of the user messages of an input; `None` when it has none.
-fn input_text(messages: &[Message]) -> Option<String> {
-    let texts: Vec<String> = messages
+/// What the model side would read as the user's new text once `messages` are appended to
+/// `history` ([`new_input`]): the user messages that end the history (when no call waits,
+/// which the input would answer in between) and those that end the input; `None` when there
+/// are none; with how many of the history's last messages it read.
+fn input_text(history: &[Message], waiting: bool, messages: &[Message]) -> Option<(String, usize)> {
+    let trailing = |messages: &[Message]| {
+        let start = messages
+            .iter()
+            .rposition(|m| m.role != Role::User)
+            .map_or(0, |at| at + 1);
+        messages.len() - start
+    };
+    let own = trailing(messages);
+    let earlier = match own == messages.len() && !waiting {
+        true => trailing(history),
+        false => 0,
+    };
+    let texts: Vec<String> = history[history.len() - earlier..]
         .iter()
-        .filter(|m| m.role == Role::User)
+        .chain(&messages[messages.len() - own..])
         .map(Message::text)
         .collect();
-    (!texts.is_empty()).then(|| texts.join("\n\n"))
+    (!texts.is_empty()).then(|| (texts.join("\n\n"), earlier))
 }
 
-/// The input guardrails on the run's new messages, before the run starts (unless they run in
-/// parallel with the model call): a trip answers the run, stopped, with the session as it came
-/// (the input is not appended, nothing is saved); the model side does not check that input
-/// again.
+/// The input guardrails on the run's new messages (and the user messages that end the session,
+/// which the model would read with them), before the run starts (unless they run in parallel
+/// with the model call): a trip answers the run, stopped, with the session as it came but for
+/// what tripped (the input is not appended, the session's last user messages the check read
+/// leave it, nothing else changes); the model side does not check that input again.
 impl<S> Service<AgentRequest> for Guarded<S>
 where
     S: Service<AgentRequest, Response = AgentResponse> + Clone + Send + 'static,
@@ -293,11 +326,12 @@ where
             AgentInput::Messages(messages)
                 if !self.layer.input.is_empty() && !self.layer.parallel =>
             {
-                input_text(messages)
+                let session = &request.session;
+                input_text(&session.history, !session.interrupts.is_empty(), messages)
             }
             _ => None,
         };
-        let Some(text) = text else {
+        let Some((text, earlier)) = text else {
             let call = self.inner.call(request);
             return Box::pin(async move { call.await.map_err(|e| Error::from_boxed(e.into())) });
         };
@@ -317,12 +351,35 @@ where
                 // as the loop would answer them; calls waiting for a decision keep waiting.
                 let mut session = request.session;
                 session.answer_dangling_calls();
+                if earlier > 0 {
+                    let len = session.history.len();
+                    session.history.make_mut().truncate(len - earlier);
+                }
                 ctx.absorb_state(std::mem::take(&mut session.state));
                 session.state = ctx.state_snapshot();
                 let outcome = Outcome::Stopped {
                     reason: trip.reason(),
                     progress: Progress::default(),
                 };
+                // The run ends here: its readers hear it start and end, as from the loop.
+                if ctx.events().is_enabled() {
+                    let started = Event::RunStarted {
+                        run_id: ctx.run_id().into(),
+                        session_id: ctx.session_id().into(),
+                    };
+                    let finished = Event::RunFinished {
+                        outcome: outcome.clone(),
+                    };
+                    let told = match ctx.emit(started).await {
+                        Ok(()) => ctx.emit(finished).await,
+                        Err(error) => Err(error),
+                    };
+                    if let Err(error) = told {
+                        ctx.events().close();
+                        return Err(error.with_session(session).add_usage(spent));
+                    }
+                }
+                ctx.events().close();
                 let mut response = AgentResponse::new(session, outcome);
                 response.usage = spent;
                 return Ok(response);
@@ -398,8 +455,11 @@ mod tests {
         let mut history = history;
         history.push(Message::user("second"));
         history.push(Message::user("third"));
-        assert_eq!(new_input(&history).as_deref(), Some("second\n\nthird"));
-        assert_eq!(new_input(&[Message::user("only")]).as_deref(), Some("only"));
+        assert_eq!(new_input(&history), Some(("second\n\nthird".into(), 3)));
+        assert_eq!(
+            new_input(&[Message::user("only")]),
+            Some(("only".into(), 0))
+        );
         assert_eq!(new_input(&[]), None);
     }
 

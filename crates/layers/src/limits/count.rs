@@ -161,6 +161,8 @@ impl Config {
         }
         if let Ask::Call(Some((id, tentative))) = ask {
             counts.early.push(id.to_owned());
+            // Not under the lock: a call discarded already gives back at once, which locks.
+            drop(counts);
             let slots: Vec<usize> = scopes.iter().map(|s| s.slot).collect();
             let keys: Vec<String> = scopes
                 .iter()

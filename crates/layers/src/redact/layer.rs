@@ -33,7 +33,8 @@ use super::stream::RedactFilter;
 /// - **Model output**: the response's text, reasoning and tool-call arguments (each JSON string
 ///   value) are redacted before the session gets them: a tool is called with the redacted
 ///   arguments.
-/// - **Tool results**: redacted before the model sees them.
+/// - **Tool results**: redacted before the model sees them, and so are the arguments a call
+///   ran with when they are not the model's (an approval's edit): both go into the session.
 ///
 /// - **Streamed output**: the deltas of the model's text and reasoning are redacted on their
 ///   way up ([`stream`](tower_agent_core::stream)), each held back no more than
@@ -270,6 +271,13 @@ where
         Box::pin(async move {
             let mut response = call.await.map_err(|e| Error::from_boxed(e.into()))?;
             rules.redact_in_place(&mut response.result.content);
+            // Arguments a call ran with instead of the model's (a human's edit) go into the
+            // session too.
+            if let Some(arguments) = &mut response.arguments {
+                if let Some(redacted) = rules.redact_arguments(arguments) {
+                    *arguments = redacted;
+                }
+            }
             Ok(response)
         })
     }

@@ -15,7 +15,7 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-use super::rounds::Run;
+use super::rounds::{BeforeInput, Run};
 
 impl<M, T> Run<M, T>
 where
@@ -91,11 +91,24 @@ where
             }
             // The user moved on: calls that waited for a decision get a "not executed" result.
             AgentInput::Messages(messages) => {
-                let before = (self.session.history.mark(), self.session.interrupts.clone());
-                self.before_input = Some(before);
+                // Calls a crashed run left in flight are answered first: a withdrawn input
+                // leaves them answered, and only what waited for a decision waits again.
+                self.session.answer_dangling_calls();
+                let mark = self.session.history.mark();
+                let interrupts = self.session.interrupts.clone();
+                // Only user messages can be told apart once a layer rewrote the history.
+                let users = match messages.iter().all(|m| m.role == Role::User) {
+                    true => messages.len(),
+                    false => 0,
+                };
                 self.session.push_input(messages);
                 // The input itself may end with calls: nothing waits any more.
                 self.index_and_repair(true);
+                self.before_input = Some(BeforeInput {
+                    mark,
+                    users,
+                    interrupts,
+                });
                 self.start = self.session.history.len();
                 None
             }

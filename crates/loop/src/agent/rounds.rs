@@ -40,12 +40,20 @@ pub(super) struct Run<M, T> {
     pub(super) saved: Option<Saved>,
     /// A save failed: the run ends without saving again.
     pub(super) unsaved: bool,
-    /// Where the history stood before the run's new messages (and the interrupts it waited
-    /// on then), until the first model call: a run whose first model call a layer refuses (a
-    /// guardrail on the input, a limit, a budget) leaves the session as it found it.
-    pub(super) before_input: Option<(HistoryMark, Vec<Interrupt>)>,
+    /// The session before the run's new messages, until the first model call: a run whose
+    /// first model call a layer refuses (a guardrail on the input, a limit, a budget) leaves
+    /// the session as it found it.
+    pub(super) before_input: Option<BeforeInput>,
     /// The way up for the model's deltas, in every round: settled after each call.
     pub(super) deltas: Deltas,
+}
+
+/// Where the history stood before a run's new messages, how many user messages the input
+/// was (0 when it held others), and the interrupts the session waited on then.
+pub(super) struct BeforeInput {
+    pub(super) mark: HistoryMark,
+    pub(super) users: usize,
+    pub(super) interrupts: Vec<Interrupt>,
 }
 
 /// A saved session, as much as it takes to recognise it.
@@ -85,29 +93,6 @@ enum Answer {
     Message(Message, Usage, Option<Early>),
     /// The run ends here.
     End(Outcome),
-}
-
-/// Write the arguments calls ran with into the calls of the history (newest first: the calls
-/// of the round just run).
-fn record_arguments(history: &mut History, mut rewrites: Vec<(String, String)>) {
-    // The calls of one round stand in one message: only that one and the ones after it change.
-    let rewritten = |m: &Message| {
-        m.tool_calls()
-            .any(|c| rewrites.iter().any(|(id, _)| *id == c.id))
-    };
-    let last_calls = history.iter().rposition(rewritten).unwrap_or(0);
-    for message in history.tail_mut(last_calls).iter_mut().rev() {
-        if rewrites.is_empty() {
-            break;
-        }
-        for part in &mut message.content {
-            if let ContentPart::ToolCall(call) = part {
-                if let Some(index) = rewrites.iter().position(|(id, _)| *id == call.id) {
-                    call.arguments = rewrites.swap_remove(index).1;
-                }
-            }
-        }
-    }
 }
 
 impl<M, T> Run<M, T>
@@ -211,8 +196,8 @@ where
             if let Some(outcome) = self.absorb_round(out)? {
                 return Ok(outcome);
             }
-            // Each result was saved as it came; what the round changed after them (the
-            // arguments calls ran with, their order) is saved now.
+            // Each result was saved as it came; what the round changed after them (their
+            // order, calls that waited answered) is saved now.
             if self.saver.is_some() {
                 self.save().await?;
             }
@@ -257,24 +242,39 @@ where
     /// Put the session back as it was before the run's new messages: a layer refused the
     /// run's first model call, so the model never answered them.
     fn withdraw_input(&mut self) {
-        let Some((mark, interrupts)) = self.before_input.take() else {
+        let Some(BeforeInput {
+            mark,
+            users,
+            interrupts,
+        }) = self.before_input.take()
+        else {
             return;
         };
-        // The input and the results it gave waiting calls were appended after the mark; a
-        // history changed before it (a repair of the whole input) is left as it is.
         let history = &mut self.session.history;
+        let len = history.len();
         if history.kept(&mark) == mark.len() {
+            // What the input appended (the results it gave calls that waited, the input) ends
+            // the history unchanged: the session goes back to what it was, what waited waits.
             history.make_mut().truncate(mark.len());
             self.session.interrupts = interrupts;
-            self.start = self.session.history.len();
-            self.call_ids = self
-                .session
-                .history
-                .iter()
-                .flat_map(Message::tool_calls)
-                .map(|call| call.id.clone())
-                .collect();
+        } else if users > 0
+            && len >= users
+            && history[len - users..].iter().all(|m| m.role == Role::User)
+        {
+            // A layer rewrote the history (a summary): the input's user messages still end it;
+            // they leave, what else the input changed stays (calls that waited stay answered).
+            history.make_mut().truncate(len - users);
+        } else {
+            return;
         }
+        self.start = self.session.history.len();
+        self.call_ids = self
+            .session
+            .history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .map(|call| call.id.clone())
+            .collect();
     }
 
     /// Call the model with the history, and apply what its response did: the history a layer
@@ -393,12 +393,11 @@ where
         id
     }
 
-    /// Apply what the tool responses of a round did (arguments, usage, a stop, interrupts) and
-    /// put its results in call order; the outcome if the round ends the run.
+    /// Apply what the tool responses of a round did (usage, a stop, interrupts) and put its
+    /// results in call order; the outcome if the round ends the run.
     pub(super) fn absorb_round(&mut self, out: RoundTools) -> Result<Option<Outcome>, Error> {
         let RoundTools {
             mut interrupts,
-            arguments,
             usage,
             stop,
             cancelled,
@@ -425,10 +424,6 @@ where
         // waited answered last: in call order now.
         if !in_order || closed {
             self.session.history.order_results();
-        }
-        // Also when the run fails: the session it returns records what ran.
-        if !arguments.is_empty() {
-            record_arguments(&mut self.session.history, arguments);
         }
         if let Some(error) = error {
             return Err(error);

@@ -2,9 +2,9 @@
 
 use futures_util::stream::{self, StreamExt};
 use tower_agent_core::{
-    BoxError, CancellationToken, Decisions, DescribeTools, Error, ErrorKind, Event, History,
-    Interrupt, Message, ModelRequest, ModelResponse, Pause, RunContext, StopReason, ToolAction,
-    ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    BoxError, CancellationToken, ContentPart, Decisions, DescribeTools, Error, ErrorKind, Event,
+    History, Interrupt, Message, ModelRequest, ModelResponse, Pause, RunContext, StopReason,
+    ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -21,8 +21,6 @@ pub(super) const RUN_FAILED: &str = "not executed: the run failed before this to
 #[derive(Default)]
 pub(super) struct RoundTools {
     pub(super) interrupts: Vec<Interrupt>,
-    /// Arguments calls ran with instead of the model's: `(call id, arguments)`.
-    pub(super) arguments: Vec<(String, String)>,
     /// Tokens the tools used (sub-agents).
     pub(super) usage: Usage,
     pub(super) stop: Option<StopReason>,
@@ -209,9 +207,21 @@ where
         token: &CancellationToken,
     ) -> bool {
         let call = call_at(&self.session.history, at, pos);
-        let Some(result) = absorb(out, call, outcome, token) else {
+        let Some((result, arguments)) = absorb(out, call, outcome, token) else {
             return false;
         };
+        // The call stands as it ran, before its result is saved: an edited call is never saved
+        // with the model's arguments next to its result.
+        if let Some(arguments) = arguments {
+            let message = &mut self.session.history.tail_mut(at)[0];
+            let mut calls = message.content.iter_mut().filter_map(|part| match part {
+                ContentPart::ToolCall(call) => Some(call),
+                _ => None,
+            });
+            if let Some(call) = calls.nth(pos) {
+                call.arguments = arguments;
+            }
+        }
         let is_error = result.is_error;
         self.answer(result);
         // A failed save fails the run; the calls after it are not run.
@@ -293,14 +303,15 @@ fn finished(round: u32, call: &ToolCall, is_error: bool) -> Event {
     }
 }
 
-/// Turn one call's outcome (`None`: cancelled while running) into its result, or `None` for
-/// an interrupt; a stop, the arguments it ran with and its usage go into `out`.
+/// Turn one call's outcome (`None`: cancelled while running) into its result and the
+/// arguments it ran with when they are not the model's, or `None` for an interrupt; a stop
+/// and its usage go into `out`.
 fn absorb(
     out: &mut RoundTools,
     call: &ToolCall,
     outcome: Option<ToolOutcome>,
     token: &CancellationToken,
-) -> Option<ToolResult> {
+) -> Option<(ToolResult, Option<String>)> {
     let result = match outcome {
         None => {
             out.cancelled = true;
@@ -346,13 +357,10 @@ fn absorb(
                 }
                 _ => {}
             }
-            if let Some(arguments) = arguments {
-                out.arguments.push((call.id.clone(), arguments));
-            }
-            result
+            return Some((result, arguments));
         }
     };
-    Some(result)
+    Some((result, None))
 }
 
 pub(super) fn not_executed(reason: &StopReason) -> String {

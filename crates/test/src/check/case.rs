@@ -118,6 +118,8 @@ enum Ran {
     Ended {
         /// The model answered the run's input.
         completed: bool,
+        /// It was cancelled.
+        cancelled: bool,
     },
     /// The process died: the case goes on from what the run saved last.
     Killed,
@@ -149,9 +151,17 @@ impl Case<'_> {
                     .send(&mut agent, input, cancel_at, kill_at, tripped.is_some())
                     .await?;
                 if tripped.is_some() && inputs_in(self.session.history.iter()).contains(&marker) {
-                    // A run killed after it saved the input keeps it; any other keeps nothing
-                    // tripped.
-                    if !matches!(ran, Ran::Killed) {
+                    // A run killed or cancelled after it saved the input keeps it, checked or
+                    // not (the next run checks it again); any other keeps nothing tripped.
+                    let unfinished = matches!(
+                        ran,
+                        Ran::Killed
+                            | Ran::Ended {
+                                cancelled: true,
+                                ..
+                            }
+                    );
+                    if !unfinished {
                         return Err(violation(format!(
                             "the input `{marker}` was tripped, yet it is in the session"
                         )));
@@ -166,7 +176,7 @@ impl Case<'_> {
                         self.check_nothing_lost()?;
                         input = AgentInput::Resume(self.decide(&interrupts));
                     }
-                    Ran::Ended { completed } => {
+                    Ran::Ended { completed, .. } => {
                         // The model answered: the input it answered is in the session.
                         if completed && !self.sent.contains(&marker) {
                             self.sent.push(marker.clone());
@@ -178,7 +188,9 @@ impl Case<'_> {
             }
             // A run may fail or be cancelled before it takes its input; once in the session,
             // the input must stay.
+            // (Not an input with the trip word: a guardrail may yet take it away.)
             if !self.sent.contains(&marker)
+                && tripped.is_none()
                 && inputs_in(self.session.history.iter()).contains(&marker)
             {
                 self.sent.push(marker);
@@ -423,6 +435,7 @@ impl Case<'_> {
                         }
                         Ran::Ended {
                             completed: matches!(outcome, Outcome::Completed { .. }),
+                            cancelled: matches!(outcome, Outcome::Cancelled { .. }),
                         }
                     }
                 };
@@ -432,11 +445,33 @@ impl Case<'_> {
                 } = &response.outcome
                 {
                     self.report.tripped += 1;
-                    if self.trip.is_some() && !tripped {
-                        return Err(violation(
-                            "a guardrail stopped a run whose input it had no reason to trip on: \
-                             something tripped before stuck to the session",
-                        ));
+                    // The user's unanswered messages that end the session were read with the
+                    // input, and leave with it: nothing tripped stays, whichever tripped.
+                    let start = self
+                        .session
+                        .history
+                        .iter()
+                        .rposition(|m| m.role != tower_agent_core::Role::User)
+                        .map_or(0, |at| at + 1);
+                    let read = inputs_in(self.session.history[start..].iter());
+                    self.sent.retain(|sent| !read.contains(sent));
+                    // A run whose input lacks the word trips only on what an earlier run left
+                    // (a process that died before a parallel check tripped), and takes it away.
+                    if let Some(word) = self.trip.as_deref().filter(|_| !tripped) {
+                        let holds = |session: &Session| {
+                            session.history.iter().any(|m| m.text().contains(word))
+                        };
+                        if !holds(&self.session) {
+                            return Err(violation(
+                                "a guardrail stopped a run whose input it had no reason to trip \
+                                 on: something tripped before stuck to the session",
+                            ));
+                        }
+                        if holds(&response.session) {
+                            return Err(violation(
+                                "a guardrail tripped on what an earlier run left, and left it",
+                            ));
+                        }
                     }
                 }
                 self.session = response.session;
@@ -459,7 +494,10 @@ impl Case<'_> {
                          or its input): {error}"
                     )));
                 }
-                Ok(Ran::Ended { completed: false })
+                Ok(Ran::Ended {
+                    completed: false,
+                    cancelled: false,
+                })
             }
         }
     }

@@ -10,7 +10,8 @@
 //! on from what the run saved last), answers the interrupts it gets with random decisions
 //! among those allowed, and ends with one more run. Meanwhile the model answers with text or
 //! tool calls (streamed as a provider closes them; some to tools that do not exist, some with
-//! malformed arguments) or a transient failure, and summarizes when asked; the tools answer,
+//! malformed arguments; some streams break after their first call closed) or a transient
+//! failure, and summarizes when asked; the tools answer,
 //! fail, take a while, or return results large enough to evict.
 //!
 //! **The check plays the store**: each run's request carries a saver

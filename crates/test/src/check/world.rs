@@ -19,6 +19,8 @@ use super::INPUT;
 /// One case's shared state: its random numbers and its counters.
 #[derive(Debug)]
 pub(super) struct World {
+    /// The case's seed.
+    pub(super) seed: u64,
     pub(super) rng: Mutex<fastrand::Rng>,
     pub(super) tools: Arc<[ToolSpec]>,
     pub(super) counts: Mutex<Counts>,
@@ -42,6 +44,7 @@ pub(super) struct Counts {
 impl World {
     pub(super) fn new(seed: u64, tools: Vec<ToolSpec>, secret: Option<String>) -> Arc<Self> {
         Arc::new(Self {
+            seed,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             tools: tools.into(),
             counts: Mutex::new(Counts::default()),
@@ -78,6 +81,12 @@ pub struct CheckModel {
 }
 
 impl CheckModel {
+    /// The seed of the case this model serves: a stack that varies from case to case (a mode
+    /// on or off) draws from it, so that the case replays with the same stack.
+    pub fn seed(&self) -> u64 {
+        self.world.seed
+    }
+
     fn answer(&self, req: &ModelRequest) -> Result<ModelResponse, Error> {
         let world = &self.world;
         let finishing = lock(&world.counts).finishing;
@@ -142,11 +151,18 @@ impl Service<ModelRequest> for CheckModel {
             // A point where the run can be cancelled.
             tokio::task::yield_now().await;
             let response = model.answer(&req)?;
+            // Now and then the stream breaks after its first call closed: a retry starts over,
+            // and a call started early is discarded.
+            let finishing = lock(&model.world.counts).finishing;
+            let breaks = !finishing && response.message.has_tool_calls() && model.world.chance(5);
             // Its calls streamed as a provider closes them, a point apart: an agent that
             // starts read-only tools early starts them here.
             for call in response.message.tool_calls() {
                 req.send_delta(Delta::ToolCall(call.clone())).await?;
                 tokio::task::yield_now().await;
+                if breaks {
+                    return Err(Error::new(ErrorKind::Server, "check: the stream broke"));
+                }
             }
             req.end_stream().await?;
             Ok(response)
