@@ -6,16 +6,19 @@
 //! side ([`Guardrail::model`]). [`GuardrailLayer`] runs them at three points, one value on
 //! the agent service, the model stack and the tool stack:
 //!
-//! - **Input** ([`GuardrailLayer::input`]): on the agent service, the run's new user
-//!   messages, before the run starts: a trip answers the run, stopped, with the session as it
-//!   came (the input is not appended, nothing is saved, the model is not called), and the
-//!   next run reads only its own input. On the model stack, when the agent side did not check
+//! - **Input** ([`GuardrailLayer::input`]): on the agent service, the user's new text as the
+//!   model would read it (the run's new user messages, after the user messages that end the
+//!   session), before the run starts: a trip answers the run, stopped (its readers hear it
+//!   start and finish), with the session as it came but for what tripped (the input is not
+//!   appended, the session's last user messages the check read leave it, the model is not
+//!   called), and the next run reads only its own input. On the model stack, when the agent side did not check
 //!   (a stack without it, a `Continue`), the user messages that end the history, before the
 //!   model is called; with [`GuardrailLayer::parallel`], always there, while it is called: a
 //!   trip drops the call at once, so its stream stops (no delta after the trip) and the
 //!   provider's connection is closed. A call that answers before the checks end waits for
-//!   them. A trip there is a refusal ([`ModelResponse::refuse`]): at the run's first call, the
-//!   loop withdraws the input.
+//!   them. A trip there is a refusal ([`ModelResponse::refuse`]) that commits the history
+//!   without the user messages it read: at the run's first call, the loop withdraws the input,
+//!   and nothing tripped stays.
 //! - **Output** ([`GuardrailLayer::output`]): the model's message, its text and then each
 //!   call's arguments on a line of their own, before the message goes up. What streamed
 //!   meanwhile was provisional: a trip makes the agent retract it
