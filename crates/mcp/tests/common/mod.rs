@@ -5,6 +5,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// `dist/index.js` of server-everything (`MCP_EVERYTHING`, set by `.ci/run`, or its place
@@ -41,7 +42,12 @@ pub async fn serve(everything: &Path, port: u16) -> tokio::process::Child {
         .kill_on_drop(true)
         .spawn()
         .expect("node starts");
+    let mut child = child;
     for _ in 0..100 {
+        // A server that could not take the port has exited: another one answers there.
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("server-everything exited ({status}): port {port} is taken");
+        }
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_ok()
@@ -53,10 +59,19 @@ pub async fn serve(everything: &Path, port: u16) -> tokio::process::Child {
     panic!("server-everything did not listen on 127.0.0.1:{port}");
 }
 
-/// A port nothing listens on now.
+/// A port nothing listens on now, and never handed out before in this process: two tests
+/// running at once never get the same one (the system may give a port just released again).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
