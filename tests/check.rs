@@ -67,8 +67,77 @@ async fn the_built_in_stack_keeps_every_invariant() {
 /// each run the saver `.store(..)` would, and keeps every version.
 #[tokio::test(flavor = "current_thread")]
 async fn every_built_in_at_once_keeps_every_invariant() {
+    // Every span and log line of the runs is read for the secret as it is recorded (the layer
+    // finds it where it is: a control first).
+    let control = Spans::default();
+    let subscriber = tracing_subscriber::layer::SubscriberExt::with(
+        tracing_subscriber::Registry::default(),
+        control.clone(),
+    );
+    tracing::subscriber::with_default(subscriber, || tracing::info!(to = SECRET, "a control"));
+    assert!(control.0.lock().expect("not poisoned").is_some());
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::layer::SubscriberExt::with(
+        tracing_subscriber::Registry::default(),
+        spans.clone(),
+    );
+    let recording = tracing::subscriber::set_default(subscriber);
     every_built_in_at_once(32, 2_000).await;
+    drop(recording);
+    let found = spans.0.lock().expect("not poisoned").clone();
+    assert_eq!(found, None, "the secret reached a span or a log line");
 }
+
+/// A tracing layer that looks for the secret in every field of every span and event.
+#[derive(Clone, Default)]
+struct Spans(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl Spans {
+    fn read(&self, fields: impl FnOnce(&mut dyn tracing::field::Visit)) {
+        let mut seen = Seen(None);
+        fields(&mut seen);
+        if let Some(found) = seen.0 {
+            self.0.lock().expect("not poisoned").get_or_insert(found);
+        }
+    }
+}
+
+struct Seen(Option<String>);
+
+impl tracing::field::Visit for Seen {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let text = format!("{value:?}");
+        if text.contains(SECRET) {
+            self.0.get_or_insert(format!("{}: {text}", field.name()));
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.read(|visit| attrs.record(visit));
+    }
+
+    fn on_record(
+        &self,
+        _: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.read(|visit| values.record(visit));
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        self.read(|visit| event.record(visit));
+    }
+}
+
+const SECRET: &str = "ada.lovelace@example.com";
 
 /// The same on two threads: early runs, the tool cache and concurrent calls meet across
 /// threads (a lock taken twice shows here). A seed does not replay a case exactly there.
@@ -90,7 +159,6 @@ async fn every_built_in_at_once(seed: u64, cases: u32) {
     use tower_agent::storage::{Storage, StoragePath};
     use tower_agent::{Cost, ModelPrice};
 
-    const SECRET: &str = "ada.lovelace@example.com";
     // `CHECK_CASES` and `CHECK_SEED` explore more (CI runs the defaults).
     let var = |name: &str| std::env::var(name).ok().and_then(|n| n.parse::<u64>().ok());
     let cases = var("CHECK_CASES").map_or(cases, |n| u32::try_from(n).unwrap_or(cases));
