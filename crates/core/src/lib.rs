@@ -91,7 +91,7 @@ pub use model::{
 };
 pub use price::{ModelPrice, PriceTable};
 pub use saver::Saver;
-pub use session::{Progress, Step};
+pub use session::{Progress, SessionMark, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;
 pub use state::StateKey;

@@ -4,11 +4,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
-use serde_json::{Map, Value};
 use tower_agent_core::event::BoxFuture as CoreFuture;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, Error, ErrorKind, HistoryMark, Interrupt, Saver,
-    Session,
+    AgentInput, AgentRequest, AgentResponse, Error, ErrorKind, Saver, Session, SessionMark,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -205,7 +203,7 @@ where
             };
             // What is stored already is not written again (a run a layer answered without
             // changing the session).
-            let saved = version.map(|_| Saved::of(&request.session));
+            let saved = version.map(|_| request.session.mark());
             let saves = Arc::new(Saves {
                 store,
                 last: Mutex::new(Last {
@@ -245,33 +243,8 @@ struct Saves {
 /// What the last save wrote, to tell whether the session the run returns is saved already.
 struct Last {
     version: Option<Version>,
-    saved: Option<Saved>,
+    saved: Option<SessionMark>,
     failed: bool,
-}
-
-/// A saved session, as much as it takes to recognise it.
-struct Saved {
-    mark: HistoryMark,
-    state: Map<String, Value>,
-    interrupts: Vec<Interrupt>,
-}
-
-impl Saved {
-    fn of(session: &Session) -> Self {
-        Saved {
-            mark: session.history.mark(),
-            state: session.state.clone(),
-            interrupts: session.interrupts.clone(),
-        }
-    }
-
-    fn is(&self, session: &Session) -> bool {
-        let history = &session.history;
-        history.len() == self.mark.len()
-            && history.kept(&self.mark) == history.len()
-            && session.state == self.state
-            && session.interrupts == self.interrupts
-    }
 }
 
 impl Saves {
@@ -313,7 +286,7 @@ impl Saver for Saves {
             match saved {
                 Ok(version) => {
                     last.version = Some(version);
-                    last.saved = Some(Saved::of(session));
+                    last.saved = Some(session.mark());
                     Ok(())
                 }
                 Err(error) => {

@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, Deltas, DescribeTools, Error, ErrorKind,
     Event, History, HistoryMark, Interrupt, Message, ModelRequest, ModelResponse, Outcome,
-    Progress, PromptCache, Repair, Role, RunContext, Saver, Session, StopReason, ToolCall,
-    ToolRequest, ToolResponse, ToolResult, Usage,
+    Progress, PromptCache, Repair, Role, RunContext, Saver, Session, SessionMark, StopReason,
+    ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -37,7 +36,7 @@ pub(super) struct Run<M, T> {
     /// Where the run saves its session (the request's saver).
     pub(super) saver: Option<Arc<dyn Saver>>,
     /// What the last save wrote: a save of the same session writes nothing.
-    pub(super) saved: Option<Saved>,
+    pub(super) saved: Option<SessionMark>,
     /// A save failed: the run ends without saving again.
     pub(super) unsaved: bool,
     /// The session before the run's new messages, until the first model call: a run whose
@@ -54,22 +53,6 @@ pub(super) struct BeforeInput {
     pub(super) mark: HistoryMark,
     pub(super) users: usize,
     pub(super) interrupts: Vec<Interrupt>,
-}
-
-/// A saved session, as much as it takes to recognise it.
-pub(super) struct Saved {
-    mark: HistoryMark,
-    state: Map<String, Value>,
-    interrupts: Vec<Interrupt>,
-}
-
-impl Saved {
-    fn is(&self, history: &History, state: &Map<String, Value>, interrupts: &[Interrupt]) -> bool {
-        history.len() == self.mark.len()
-            && history.kept(&self.mark) == history.len()
-            && self.state == *state
-            && self.interrupts == interrupts
-    }
 }
 
 /// A cancelled outcome; its progress is filled in when the run ends.
@@ -210,26 +193,18 @@ where
         let Some(saver) = &self.saver else {
             return Ok(());
         };
-        let state = self.ctx.state_snapshot();
-        let (history, interrupts) = (&self.session.history, &self.session.interrupts);
-        if let Some(saved) = &self.saved {
-            if saved.is(history, &state, interrupts) {
-                return Ok(());
-            }
-        }
         let session = Session {
             id: self.session.id.clone(),
-            history: history.clone(),
-            state,
-            interrupts: interrupts.clone(),
+            history: self.session.history.clone(),
+            state: self.ctx.state_snapshot(),
+            interrupts: self.session.interrupts.clone(),
         };
+        if self.saved.as_ref().is_some_and(|saved| saved.is(&session)) {
+            return Ok(());
+        }
         match saver.save(&session).await {
             Ok(()) => {
-                self.saved = Some(Saved {
-                    mark: session.history.mark(),
-                    state: session.state,
-                    interrupts: session.interrupts,
-                });
+                self.saved = Some(session.mark());
                 Ok(())
             }
             Err(error) => {
