@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Agent`] and its `Service` impl |
 //! | `builder` | [`AgentBuilder`], [`AgentConfig`], [`ToolExecution`] |
+//! | `state` | one run's state, what the modules below work on |
 //! | `rounds` | one run: the round state machine, history commits, the end of a run |
 //! | `input` | checking the input against the session, before anything changes |
 //! | `resume` | applying the input (new messages, continue, resume) |
@@ -45,11 +46,12 @@ mod early;
 mod input;
 mod resume;
 mod rounds;
+mod state;
 mod tools;
 
 pub use builder::{AgentBuilder, AgentConfig, ToolExecution};
 
-use rounds::Run;
+use state::Run;
 
 /// The agent service: the loop that drives a model service and a tool service round by
 /// round.

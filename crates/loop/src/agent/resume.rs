@@ -15,7 +15,7 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-use super::rounds::{BeforeInput, Run};
+use super::state::{BeforeInput, Run};
 
 impl<M, T> Run<M, T>
 where

@@ -11,49 +11,11 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-use super::AgentConfig;
 use super::call::{call, ignore};
 use super::early::Early;
 use super::input::check_input;
+use super::state::{BeforeInput, Run};
 use super::tools::{RUN_FAILED, RoundTools, not_executed};
-
-/// One run's state.
-pub(super) struct Run<M, T> {
-    pub(super) model: M,
-    pub(super) tools: T,
-    pub(super) config: Arc<AgentConfig>,
-    pub(super) session: Session,
-    pub(super) ctx: RunContext,
-    pub(super) usage: Usage,
-    pub(super) rounds: u32,
-    /// Every tool-call id in the history, so new calls get unique ids.
-    /// Every call id of the session: new calls get unique ones. Hashed with foldhash: ids are
-    /// short, and the set takes one per call.
-    pub(super) call_ids: foldhash::HashSet<String>,
-    /// Where this run's work starts in the history, for the progress of a stopped or
-    /// cancelled run.
-    pub(super) start: usize,
-    /// Where the run saves its session (the request's saver).
-    pub(super) saver: Option<Arc<dyn Saver>>,
-    /// What the last save wrote: a save of the same session writes nothing.
-    pub(super) saved: Option<SessionMark>,
-    /// A save failed: the run ends without saving again.
-    pub(super) unsaved: bool,
-    /// The session before the run's new messages, until the first model call: a run whose
-    /// first model call a layer refuses (a guardrail on the input, a limit, a budget) leaves
-    /// the session as it found it.
-    pub(super) before_input: Option<BeforeInput>,
-    /// The way up for the model's deltas, in every round: settled after each call.
-    pub(super) deltas: Deltas,
-}
-
-/// Where the history stood before a run's new messages, how many user messages the input
-/// was (0 when it held others), and the interrupts the session waited on then.
-pub(super) struct BeforeInput {
-    pub(super) mark: HistoryMark,
-    pub(super) users: usize,
-    pub(super) interrupts: Vec<Interrupt>,
-}
 
 /// A cancelled outcome; its progress is filled in when the run ends.
 fn cancelled_outcome() -> Outcome {

@@ -11,7 +11,7 @@ use tower_service::Service;
 use super::ToolExecution;
 use super::call::{self, CallFailure, record_tool, tool_span};
 use super::early::{Early, EarlyRun};
-use super::rounds::Run;
+use super::state::Run;
 
 /// The result of a call left without one when the run failed.
 pub(super) const RUN_FAILED: &str = "not executed: the run failed before this tool call completed";
