@@ -4,10 +4,9 @@
 use std::sync::Arc;
 
 use tower_agent_core::{
-    AgentInput, AgentResponse, BoxError, ContentPart, Deltas, DescribeTools, Error, ErrorKind,
-    Event, History, HistoryMark, Interrupt, Message, ModelRequest, ModelResponse, Outcome,
-    Progress, PromptCache, Repair, Role, RunContext, Saver, Session, SessionMark, StopReason,
-    ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
+    History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache, Repair, Role,
+    Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 

@@ -46,4 +46,3 @@ pub(super) struct BeforeInput {
     pub(super) users: usize,
     pub(super) interrupts: Vec<Interrupt>,
 }
-
