@@ -82,7 +82,7 @@ async fn every_built_in_at_once_keeps_every_invariant() {
         spans.clone(),
     );
     let recording = tracing::subscriber::set_default(subscriber);
-    every_built_in_at_once(32, 2_000).await;
+    every_built_in_at_once(32, 2_000, false).await;
     drop(recording);
     let found = spans.0.lock().expect("not poisoned").clone();
     assert_eq!(found, None, "the secret reached a span or a log line");
@@ -143,10 +143,68 @@ const SECRET: &str = "ada.lovelace@example.com";
 /// threads (a lock taken twice shows here). A seed does not replay a case exactly there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_built_in_at_once_on_two_threads() {
-    every_built_in_at_once(64, 300).await;
+    every_built_in_at_once(64, 300, false).await;
 }
 
-async fn every_built_in_at_once(seed: u64, cases: u32) {
+/// The same with a session store (`.store(..)`): each run names its session by id, the store
+/// loads and saves it, and a run killed goes on from what the store holds.
+#[tokio::test(flavor = "current_thread")]
+async fn every_built_in_at_once_with_a_store() {
+    every_built_in_at_once(96, 1_000, true).await;
+}
+
+/// Sessions in memory that tell the check each session they write.
+struct Logged {
+    inner: tower_agent::sessions::InMemorySessions,
+    saves: tower_agent_test::check::CheckSaves,
+}
+
+impl tower_agent::sessions::SessionStore for Logged {
+    fn load<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> tower_agent::sessions::BoxFuture<
+        'a,
+        Result<Option<tower_agent::sessions::Stored>, tower_agent::sessions::StoreError>,
+    > {
+        self.inner.load(id)
+    }
+
+    fn save<'a>(
+        &'a self,
+        session: &'a Session,
+        expected: Option<tower_agent::sessions::Version>,
+    ) -> tower_agent::sessions::BoxFuture<
+        'a,
+        Result<tower_agent::sessions::Version, tower_agent::sessions::StoreError>,
+    > {
+        Box::pin(async move {
+            let version = self.inner.save(session, expected).await?;
+            self.saves.saved(session);
+            Ok(version)
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        query: &'a tower_agent::sessions::ListQuery,
+    ) -> tower_agent::sessions::BoxFuture<
+        'a,
+        Result<tower_agent::sessions::Page, tower_agent::sessions::StoreError>,
+    > {
+        self.inner.list(query)
+    }
+
+    fn delete<'a>(
+        &'a self,
+        id: &'a str,
+        expected: tower_agent::sessions::Version,
+    ) -> tower_agent::sessions::BoxFuture<'a, Result<bool, tower_agent::sessions::StoreError>> {
+        self.inner.delete(id, expected)
+    }
+}
+
+async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
     use tower_agent::layers::budget::BudgetLayer;
     use tower_agent::layers::checkpoint::CheckpointLayer;
     use tower_agent::layers::clear::ClearToolResultsLayer;
@@ -174,78 +232,95 @@ async fn every_built_in_at_once(seed: u64, cases: u32) {
     // About half the cases run their tool calls concurrently, and check their input in
     // parallel with the first model call (drawn from the case's seed: a replay builds the same
     // stack).
-    let report = StackCheck::new()
+    let check = StackCheck::new()
         .seed(seed)
         .cases(cases)
         .secret(SECRET)
-        .trips_on("forbidden")
-        .run(|model, tools| {
-            let other = model.seed() % 2 == 0;
-            let builder = match other {
-                true => Agent::builder().concurrent_tools(4),
-                false => Agent::builder(),
-            };
-            let guardrail = GuardrailLayer::new()
-                .input(Guardrail::new("no_forbidden", |text: String| async move {
-                    match text.contains("forbidden") {
-                        true => Verdict::trip("a forbidden request"),
-                        false => Verdict::Pass,
-                    }
-                }))
-                .parallel(other);
-            let every = builder
-                .max_rounds(8)
-                .early_tool_start(true)
-                .memory(MemoryLayer::from_storage(
-                    files.clone(),
-                    ["/memories/AGENTS.md"],
-                ))
-                .patch()
-                .redact(RedactLayer::new(Rules::new().emails()))
-                .guardrail(guardrail)
-                .limits(
-                    CallLimitsLayer::new()
-                        .tool_calls(Limit::per_run(6))
-                        .model_calls(Limit::per_session(60)),
-                )
-                .instructions(InstructionsLayer::new().text("Be careful."))
-                .tool_select(ToolSelectLayer::by(|req| {
-                    req.tools.iter().map(|spec| spec.name.clone()).collect()
-                }))
-                .summarize(
-                    SummarizeLayer::in_stack()
-                        .trigger(Trigger::messages(12))
-                        .keep(Keep::messages(4)),
-                )
-                .clear_tool_results(ClearToolResultsLayer::new())
-                // Small enough that a long history's request does not fit now and then.
-                .budget(
-                    BudgetLayer::new(ModelPrice::per_million(1.0, 0.1, 2.0))
-                        .assume_output_tokens(1_000)
-                        .per_run(Cost::from_nanodollars(8_000_000)),
-                )
-                .retry(
-                    RetryPolicy::new()
-                        .max_attempts(2)
-                        .jitter(Duration::ZERO)
-                        .max_delay(Duration::ZERO),
-                )
-                .fallback(FallbackLayer::new().to("second", model.clone()))
-                .approval(
-                    ApprovalLayer::builder()
-                        .gate("write", Gate::new())
-                        .build()
-                        .expect("valid"),
-                )
-                .checkpoint(CheckpointLayer::interrupting().every(5))
-                .evict(EvictLayer::new(InMemory::new()).limit(1_000));
-            #[cfg(feature = "structured")]
-            let every = every.structured(tower_agent::layers::structured::StructuredLayer::new());
-            #[cfg(feature = "cache")]
-            let every = every.tool_cache(tower_agent::layers::cache::ToolCacheLayer::new());
-            every.build(model, tools)
-        })
-        .await;
+        .trips_on("forbidden");
+    let every = |model: &tower_agent_test::check::CheckModel| {
+        let other = model.seed() % 2 == 0;
+        let builder = match other {
+            true => Agent::builder().concurrent_tools(4),
+            false => Agent::builder(),
+        };
+        let guardrail = GuardrailLayer::new()
+            .input(Guardrail::new("no_forbidden", |text: String| async move {
+                match text.contains("forbidden") {
+                    true => Verdict::trip("a forbidden request"),
+                    false => Verdict::Pass,
+                }
+            }))
+            .parallel(other);
+        let every = builder
+            .max_rounds(8)
+            .early_tool_start(true)
+            .memory(MemoryLayer::from_storage(
+                files.clone(),
+                ["/memories/AGENTS.md"],
+            ))
+            .patch()
+            .redact(RedactLayer::new(Rules::new().emails()))
+            .guardrail(guardrail)
+            .limits(
+                CallLimitsLayer::new()
+                    .tool_calls(Limit::per_run(6))
+                    .model_calls(Limit::per_session(60)),
+            )
+            .instructions(InstructionsLayer::new().text("Be careful."))
+            .tool_select(ToolSelectLayer::by(|req| {
+                req.tools.iter().map(|spec| spec.name.clone()).collect()
+            }))
+            .summarize(
+                SummarizeLayer::in_stack()
+                    .trigger(Trigger::messages(12))
+                    .keep(Keep::messages(4)),
+            )
+            .clear_tool_results(ClearToolResultsLayer::new())
+            // Small enough that a long history's request does not fit now and then.
+            .budget(
+                BudgetLayer::new(ModelPrice::per_million(1.0, 0.1, 2.0))
+                    .assume_output_tokens(1_000)
+                    .per_run(Cost::from_nanodollars(8_000_000)),
+            )
+            .retry(
+                RetryPolicy::new()
+                    .max_attempts(2)
+                    .jitter(Duration::ZERO)
+                    .max_delay(Duration::ZERO),
+            )
+            .fallback(FallbackLayer::new().to("second", model.clone()))
+            .approval(
+                ApprovalLayer::builder()
+                    .gate("write", Gate::new())
+                    .build()
+                    .expect("valid"),
+            )
+            .checkpoint(CheckpointLayer::interrupting().every(5))
+            .evict(EvictLayer::new(InMemory::new()).limit(1_000));
+        #[cfg(feature = "structured")]
+        let every = every.structured(tower_agent::layers::structured::StructuredLayer::new());
+        #[cfg(feature = "cache")]
+        let every = every.tool_cache(tower_agent::layers::cache::ToolCacheLayer::new());
+        every
+    };
+    let report = match stored {
+        false => {
+            check
+                .run(|model, tools| every(&model).build(model, tools))
+                .await
+        }
+        true => {
+            check
+                .run_stored(|model, tools, saves| {
+                    let store = Logged {
+                        inner: tower_agent::sessions::InMemorySessions::new(),
+                        saves,
+                    };
+                    every(&model).store(store).build(model, tools)
+                })
+                .await
+        }
+    };
     println!("{report}");
     for (what, count) in [
         ("completed", report.completed),
@@ -257,7 +332,10 @@ async fn every_built_in_at_once(seed: u64, cases: u32) {
         ("leftovers", report.leftovers),
         ("summaries", report.summaries),
         ("large results", report.large_results),
-        ("resumed versions", report.resumed_versions),
+        (
+            "resumed versions",
+            report.resumed_versions + u32::from(stored),
+        ),
     ] {
         assert!(count > 0, "no {what}: {report}");
     }

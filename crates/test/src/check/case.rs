@@ -22,11 +22,11 @@ use crate::lock;
 use super::world::{World, inputs_in};
 use super::{INPUT, RESUMES, Report};
 
-/// What a run did, in order: the sessions it saved (the check plays the store) and the calls
-/// the loop told its observers it finished; and, when the check has a secret, every event's
-/// text.
+/// What a run did, in order: the sessions it saved (the check plays the store, or a store tells
+/// it) and the calls the loop told its observers it finished; and, when the check has a secret,
+/// every event's text.
 #[derive(Clone, Default)]
-struct Trace(Arc<Mutex<TraceLog>>);
+pub(super) struct Trace(Arc<Mutex<TraceLog>>);
 
 #[derive(Default)]
 struct TraceLog {
@@ -58,9 +58,16 @@ impl Trace {
     }
 }
 
+impl Trace {
+    /// A session saved.
+    pub(super) fn push(&self, session: &Session) {
+        lock(&self.0).steps.push(Step::Saved(session.clone()));
+    }
+}
+
 impl Saver for Trace {
     fn save<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<(), Error>> {
-        lock(&self.0).steps.push(Step::Saved(session.clone()));
+        self.push(session);
         Box::pin(std::future::ready(Ok(())))
     }
 }
@@ -108,6 +115,10 @@ pub(super) struct Case<'r> {
     pub(super) saved: Vec<Session>,
     /// The result each answered call got in a saved version: it never changes after.
     pub(super) results: HashMap<String, String>,
+    /// The store of the host's, when the check runs on one ([`StackCheck::run_stored`]).
+    pub(super) stored: Option<super::CheckSaves>,
+    /// The store holds the case's session: runs name it by id.
+    pub(super) in_store: bool,
 }
 
 /// How a run went, for the case.
@@ -230,7 +241,8 @@ impl Case<'_> {
     where
         A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
     {
-        if self.saved.is_empty() {
+        // A store holds its last version only.
+        if self.saved.is_empty() || self.stored.is_some() {
             return Ok(());
         }
         let index = self.world.below(self.saved.len() as u32) as usize;
@@ -262,7 +274,7 @@ impl Case<'_> {
     /// The session a case starts from: empty, a short conversation, or a crashed process's
     /// leftovers (its last calls saved before they ran, some never answered).
     fn start(&mut self) -> Session {
-        let mut session = Session::new();
+        let mut session = Session::with_id(format!("case-{:x}", self.world.seed));
         let tools = Arc::clone(&self.world.tools);
         let exchanges = self.world.below(3);
         for _ in 0..exchanges {
@@ -369,9 +381,21 @@ impl Case<'_> {
         self.report.runs += 1;
         let token = CancellationToken::new();
         let trace = Trace::new(self.world.secret.is_some());
-        let request = AgentRequest::new(self.session.clone(), input)
+        let request = match &self.stored {
+            // The store's layer loads the session by id (the first time it takes it whole)
+            // and saves it: the store tells the trace.
+            Some(saves) => {
+                *lock(&saves.run) = Some(trace.clone());
+                let session = match self.in_store {
+                    true => Session::with_id(self.session.id.clone()),
+                    false => self.session.clone(),
+                };
+                AgentRequest::new(session, input)
+            }
+            None => AgentRequest::new(self.session.clone(), input).with_saver(trace.clone()),
+        };
+        let request = request
             .with_cancellation(token.clone())
-            .with_saver(trace.clone())
             .with_observer(trace.clone());
         std::future::poll_fn(|cx| agent.poll_ready(cx))
             .await
@@ -384,8 +408,12 @@ impl Case<'_> {
             polls: 0,
         };
         let result = run.await;
+        if let Some(saves) = &self.stored {
+            *lock(&saves.run) = None;
+        }
         self.check_finished_saved(&trace)?;
         let saved = trace.versions();
+        self.in_store |= !saved.is_empty();
         self.report.versions += saved.len() as u32;
         for version in &saved {
             self.check_version(version)?;

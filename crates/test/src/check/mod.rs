@@ -16,8 +16,9 @@
 //!
 //! **The check plays the store**: each run's request carries a saver
 //! ([`AgentRequest::saver`]) that keeps every version the run saves, as a session store's
-//! layer would (build your stack without `.store(..)`: the store's layer would put its own
-//! saver in place of the check's).
+//! layer would. A stack with a session store of its own runs under
+//! [`StackCheck::run_stored`]: the check names each run's session by id, and the store tells it
+//! what it writes ([`CheckSaves`]).
 //!
 //! It asserts the transcript's invariants:
 //!
@@ -88,6 +89,27 @@ mod world;
 use case::Case;
 use world::World;
 pub use world::{CheckModel, CheckTools};
+
+/// Where a session store of yours tells the check what it wrote ([`StackCheck::run_stored`]).
+#[derive(Clone, Default)]
+pub struct CheckSaves {
+    run: Arc<std::sync::Mutex<Option<case::Trace>>>,
+}
+
+impl CheckSaves {
+    /// Your store wrote `session` (call it from its `save`, once the write succeeded).
+    pub fn saved(&self, session: &Session) {
+        if let Some(trace) = lock(&self.run).as_ref() {
+            trace.push(session);
+        }
+    }
+}
+
+impl fmt::Debug for CheckSaves {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckSaves").finish_non_exhaustive()
+    }
+}
 
 /// The environment variable that replays one case by its seed.
 pub const SEED_VAR: &str = "TOWER_AGENT_CHECK_SEED";
@@ -190,6 +212,37 @@ impl StackCheck {
         F: FnMut(CheckModel, CheckTools) -> A,
         A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
     {
+        self.check(|model, tools, _| build(model, tools), false)
+            .await
+    }
+
+    /// [`StackCheck::run`] for a stack with a session store of yours: the check sends each
+    /// run the session by id (the first one whole, as a new session), and your store tells
+    /// it every session it writes through the [`CheckSaves`] `build` gets (make a store per
+    /// case, and call [`CheckSaves::saved`] in its `save`). A run killed goes on from what the
+    /// store holds. A saved version drawn at random is not run again (the store holds the
+    /// last one only).
+    ///
+    /// # Panics
+    ///
+    /// As [`StackCheck::run`].
+    pub async fn run_stored<A, F>(self, mut build: F) -> Report
+    where
+        F: FnMut(CheckModel, CheckTools, CheckSaves) -> A,
+        A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
+    {
+        self.check(
+            |model, tools, saves| build(model, tools, saves.unwrap_or_default()),
+            true,
+        )
+        .await
+    }
+
+    async fn check<A, F>(self, mut build: F, stored: bool) -> Report
+    where
+        F: FnMut(CheckModel, CheckTools, Option<CheckSaves>) -> A,
+        A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
+    {
         let from_env = std::env::var(SEED_VAR).ok().map(|text| {
             parse_seed(&text).unwrap_or_else(|| {
                 panic!("{SEED_VAR}={text} is not a seed (decimal, or hex with 0x)")
@@ -211,10 +264,13 @@ impl StackCheck {
             let tools = CheckTools {
                 world: Arc::clone(&world),
             };
-            let agent = build(model, tools);
+            let saves = stored.then(CheckSaves::default);
+            let agent = build(model, tools, saves.clone());
             let mut case = Case {
                 world,
                 session: Session::new(),
+                stored: saves,
+                in_store: false,
                 sent: Vec::new(),
                 markers: 0,
                 last_error: None,
