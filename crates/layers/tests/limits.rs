@@ -229,3 +229,46 @@ async fn a_call_that_waited_is_counted_once() {
     );
     assert_eq!(tool.calls().len(), 1);
 }
+
+#[tokio::test]
+async fn a_model_call_refused_further_in_counts_against_no_limit() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tower_agent_core::{Flow, ModelRequest, before_model};
+
+    // Inside the limits, a layer that refuses the first call it sees (as a budget does).
+    let refused_once = Arc::new(AtomicBool::new(false));
+    let refuse = before_model(move |req: ModelRequest| {
+        let first = !refused_once.swap(true, Ordering::SeqCst);
+        async move {
+            if first {
+                let reason = StopReason::Limit {
+                    name: "a budget inside".into(),
+                    limit: 0,
+                };
+                return Ok(Flow::Answer(ModelResponse::refuse(reason)));
+            }
+            Ok(Flow::Continue(req))
+        }
+    });
+    let limits = CallLimitsLayer::new().model_calls(Limit::per_session(1));
+    let scripted = ScriptedModel::new([ModelResponse::text("answered")]);
+    let model = ServiceBuilder::new()
+        .layer(limits.clone())
+        .layer(refuse)
+        .service(scripted.clone());
+    let agent = Agent::new(model, ToolSet::new());
+    let first = agent
+        .clone()
+        .oneshot(AgentRequest::new(Session::new(), "one"))
+        .await
+        .expect("a refusal is an outcome");
+    assert!(matches!(first.outcome, Outcome::Stopped { .. }));
+    // The refused call used none of the session's one model call.
+    let second = agent
+        .oneshot(AgentRequest::new(first.session, "two"))
+        .await
+        .expect("the next run");
+    assert_eq!(second.text().as_deref(), Some("answered"));
+    assert_eq!(scripted.request_count(), 1);
+}

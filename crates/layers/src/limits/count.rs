@@ -175,6 +175,20 @@ impl Config {
         Ok(())
     }
 
+    /// Give back the model call counted last: the layers further in refused it
+    /// ([`ModelResponse::refused`]), so it ran to no answer.
+    pub(super) fn give_back_model_call(&self, ctx: &RunContext) {
+        let Some(scope) = &self.model else {
+            return;
+        };
+        let runs = ctx.extension_at_or_insert_with(&self.runs, RunCounts::default);
+        let keys: Vec<String> = match scope.limit.session {
+            Some(_) => vec![scope.key.clone()],
+            None => Vec::new(),
+        };
+        give_back(&runs, ctx, &[scope.slot], &keys, "");
+    }
+
     /// The global tool scope and the tool's own, when set.
     pub(super) fn tool_scopes(&self, tool: &str) -> [Option<&Scope>; 2] {
         let own = self.per_tool.get(tool);
@@ -216,7 +230,9 @@ fn give_back(runs: &RunCounts, ctx: &RunContext, slots: &[usize], keys: &[String
     for slot in slots {
         counts.slots[*slot] = counts.slots[*slot].saturating_sub(1);
     }
-    counts.early.retain(|early| early != id);
+    if !id.is_empty() {
+        counts.early.retain(|early| early != id);
+    }
     drop(counts);
     if !keys.is_empty() {
         ctx.update_or_reset(&STATE_KEY, |saved| {

@@ -59,7 +59,8 @@ mod sealed {
 
     use super::{Config, Error, RunContext};
 
-    /// What the model side needs to check a response: set when a tool limit fails the run.
+    /// What the model side needs to look at a response: set when it counted a model call or
+    /// a tool limit fails the run.
     #[derive(Debug)]
     pub struct Check(pub(super) Option<(Arc<Config>, RunContext)>);
 
@@ -73,9 +74,18 @@ use sealed::Checked;
 
 impl Checked for ModelResponse {
     fn check(&self, check: &Check) -> Result<(), Error> {
-        match &check.0 {
-            Some((config, ctx)) => check_calls(config, ctx, self),
-            None => Ok(()),
+        let Some((config, ctx)) = &check.0 else {
+            return Ok(());
+        };
+        // Refused further in (a budget, a guardrail inside): it counts against nothing, and
+        // asks for no call.
+        if self.refused {
+            config.give_back_model_call(ctx);
+            return Ok(());
+        }
+        match config.tool_errors {
+            true => check_calls(config, ctx, self),
+            false => Ok(()),
         }
     }
 }

@@ -40,8 +40,9 @@ where
                 };
             }
         }
-        let check = config
-            .tool_errors
+        // The response is looked at when a model call was counted (a refusal further in gives
+        // it back) or a tool limit fails the run (the calls asked for are checked).
+        let check = (config.tool_errors || config.model.is_some())
             .then(|| (Arc::clone(config), req.ctx.clone()));
         ResponseFuture::inner(self.inner.call(req), check)
     }
