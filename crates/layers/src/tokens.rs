@@ -143,8 +143,8 @@ impl TokenCounter for Tiktoken {
 #[cfg(any(feature = "clear", feature = "budget", feature = "summarize"))]
 #[derive(Default)]
 pub(crate) struct RunningCount {
-    /// Where the history stood at the last count, and its messages' tokens.
-    messages: Option<(tower_agent_core::HistoryMark, usize)>,
+    /// The tokens of the history's messages, as of the last count.
+    messages: tower_agent_core::history::HistoryFold<usize>,
     /// The system prompt and tool specs last counted (the same specs: the same `Arc`), and
     /// their tokens.
     frame: Option<Frame>,
@@ -163,7 +163,7 @@ impl RunningCount {
     /// counted what it wrote): the next count starts from there.
     #[cfg(feature = "summarize")]
     pub(crate) fn set_messages(&mut self, history: &tower_agent_core::History, tokens: usize) {
-        self.messages = Some((history.mark(), tokens));
+        self.messages.set(history.mark(), tokens);
     }
 
     /// The tokens of `req` as `counter` counts them: its system prompt, its tool specs (name,
@@ -174,17 +174,13 @@ impl RunningCount {
         req: &tower_agent_core::ModelRequest,
     ) -> usize {
         let history = &req.messages;
-        let count_all = |messages: &[tower_agent_core::Message]| -> usize {
-            messages.iter().map(|m| counter.count_message(m)).sum()
-        };
-        let messages = match self
-            .messages
-            .and_then(|(mark, tokens)| Some((history.since(&mark)?, tokens)))
-        {
-            Some((added, tokens)) => tokens + count_all(added),
-            None => count_all(history),
-        };
-        self.messages = Some((history.mark(), messages));
+        let messages = self.messages.update(history, |tokens, from| {
+            *tokens += history[from..]
+                .iter()
+                .map(|m| counter.count_message(m))
+                .sum::<usize>();
+            *tokens
+        });
         let frame = match &self.frame {
             Some(frame)
                 if frame.system == req.system

@@ -2,6 +2,7 @@
 //! validity, and able to say what changed since a mark.
 
 mod blocks;
+mod fold;
 mod mark;
 mod repair;
 mod validate;
@@ -15,6 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::message::{Message, Role, ToolCall};
 
 pub use blocks::CallBlock;
+pub use fold::HistoryFold;
 pub use mark::HistoryMark;
 pub use repair::{Repair, RepairReport, Unanswered};
 pub use validate::{HistoryError, validate};

@@ -87,6 +87,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tower_agent_core::event::BoxFuture;
+use tower_agent_core::history::HistoryFold;
 use tower_agent_core::{
     AgentRequest, Error, Event, ExtensionKey, History, HistoryMark, Message, ModelRequest, Repair,
     Role, RunContext, Session, ToolCall, ToolResult,
@@ -234,26 +235,18 @@ where
     fn call(&mut self, mut req: ModelRequest) -> Self::Future {
         let how = Repair::new().unanswered(self.unanswered);
         let checked = Checked::of(&req.ctx, &self.checked);
-        let mut state = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut fold = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
         let history = &req.messages;
-        let from = match state.mark {
-            Some(mark) if history.since(&mark).is_some() => mark.len(),
-            _ => {
-                state.ids.clear();
-                0
-            }
-        };
-        let report = if how.check(history, from, &mut state.ids) {
-            state.mark = Some(history.mark());
+        let valid = fold.update(history, |ids, from| how.check(history, from, ids));
+        let report = if valid {
             RepairReport::default()
         } else {
             // Defects since the last round, or a history rewritten with defects: repair the
             // whole request, and check it whole next round.
-            state.mark = None;
-            state.ids.clear();
+            fold.forget();
             req.messages.repair(&how)
         };
-        drop(state);
+        drop(fold);
         ResponseFuture::new(
             warn(&req.ctx, "the model request", report, None),
             self.inner.call(req),
@@ -298,13 +291,7 @@ fn frontier(history: &[Message]) -> usize {
 /// How far the history of a run was found valid (with nothing open at that point), and the
 /// call ids up to there: kept in the run's context between model calls.
 #[derive(Clone, Default)]
-struct Checked(Arc<Mutex<CheckedState>>);
-
-#[derive(Default)]
-struct CheckedState {
-    mark: Option<HistoryMark>,
-    ids: HashSet<String>,
-}
+struct Checked(Arc<Mutex<HistoryFold<HashSet<String>>>>);
 
 impl Checked {
     fn of(ctx: &RunContext, key: &ExtensionKey<Checked>) -> Checked {
@@ -318,9 +305,8 @@ impl Checked {
         ids: HashSet<String>,
     ) {
         let checked = Checked::of(ctx, key);
-        let mut state = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
-        state.mark = Some(mark);
-        state.ids = ids;
+        let mut fold = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
+        fold.set(mark, ids);
     }
 }
 

@@ -6,10 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use tower_agent_core::history::HistoryFold;
 use tower_agent_core::{
     AgentInput, AgentRequest, BoxError, ContentPart, DescribeTools, Error, ExtensionKey, History,
-    HistoryMark, Message, ModelRequest, ModelResponse, RunContext, ToolRequest, ToolResponse,
-    ToolSpec,
+    Message, ModelRequest, ModelResponse, RunContext, ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -61,8 +61,8 @@ use super::stream::RedactFilter;
 #[derive(Clone)]
 pub struct RedactLayer {
     rules: Arc<Rules>,
-    /// Where, in a run, the history stood when it was last redacted.
-    redacted: ExtensionKey<HistoryMark>,
+    /// How far, in a run, the history was redacted.
+    redacted: ExtensionKey<HistoryFold<()>>,
 }
 
 impl fmt::Debug for RedactLayer {
@@ -160,9 +160,8 @@ impl RedactLayer {
     /// Redact the messages of `history` added since the run's mark, and mark it; whether any
     /// changed.
     fn redact_since(&self, ctx: &RunContext, history: &mut History) -> bool {
-        let from = ctx
-            .extension_at(&self.redacted)
-            .map_or(0, |mark| history.kept(&mark));
+        let mut redacted = ctx.extension_at(&self.redacted).unwrap_or_default();
+        let (from, ()) = redacted.unread(history);
         let first = history[from..]
             .iter()
             .position(|m| needs(&self.rules, m))
@@ -172,7 +171,8 @@ impl RedactLayer {
                 redact_message(&self.rules, message);
             }
         }
-        ctx.insert_extension_at(&self.redacted, history.mark());
+        redacted.read(history);
+        ctx.insert_extension_at(&self.redacted, redacted);
         first.is_some()
     }
 }
