@@ -434,3 +434,84 @@ async fn the_input_check_reads_what_the_model_would_and_the_trip_is_told_to_read
         "readers hear the run start and end"
     );
 }
+
+/// A sub-agent that looks something up, then hangs in its second model call: the process
+/// "dies" there. Its parent calls it as the tool `research` (call `c1`).
+async fn a_sub_agent_killed_in_its_second_round(concurrent: bool) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower_agent::workflow::{AgentTool, SUBAGENT_STATE_KEY};
+
+    let store = Recording::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let sub_model = tower::service_fn(move |_: ModelRequest| {
+        let n = calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                let call = ToolCall::new("s1", "lookup", serde_json::json!({}));
+                return Ok(ModelResponse::tool_calls([call]));
+            }
+            std::future::pending::<Result<ModelResponse, Error>>().await
+        }
+    });
+    let lookup = ToolSet::new().tool(tool_fn("lookup", "Look it up.", |_: NoArgs| async move {
+        Ok::<_, Error>("2.1 million")
+    }));
+    let sub = Agent::builder()
+        .tool_specs(lookup.specs())
+        .build(sub_model, lookup);
+    let tools = ToolSet::new().tool(AgentTool::new("research", "Research.", sub));
+    let parent = ScriptedModel::new([ModelResponse::tool_calls([ToolCall::new(
+        "c1",
+        "research",
+        serde_json::json!({"task": "Population of Paris?"}),
+    )])]);
+    let builder = Agent::builder().tool_specs(tools.specs());
+    let builder = if concurrent {
+        builder.concurrent_tools(4)
+    } else {
+        builder.sequential_tools()
+    };
+    let agent =
+        tower_agent::sessions::StoreLayer::new(store.clone()).layer(builder.build(parent, tools));
+    let run = agent.oneshot(AgentRequest::new(Session::with_id("lead"), "How many?"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), run)
+            .await
+            .is_err(),
+        "the sub-agent hangs"
+    );
+    let stored = store.load("lead").await.expect("load").expect("stored");
+    assert_eq!(
+        stored.session.history.len(),
+        2,
+        "the parent's call is saved, unanswered"
+    );
+    let kept = stored
+        .session
+        .state
+        .get(SUBAGENT_STATE_KEY.name())
+        .and_then(|all| all.get("c1"))
+        .cloned()
+        .expect("the sub-agent's session is kept in the parent's state");
+    let sub: Session = serde_json::from_value(kept).expect("a session");
+    assert_eq!(sub.history.len(), 3, "the task, the lookup, its result");
+    assert_eq!(texts(&sub)[0], "Population of Paris?");
+    assert_eq!(
+        sub.history[2]
+            .tool_results()
+            .next()
+            .map(|r| r.content.as_str()),
+        Some("2.1 million"),
+        "the sub-agent's first round was saved into the parent's session as it happened"
+    );
+}
+
+#[tokio::test]
+async fn a_sub_agent_killed_in_its_second_round_keeps_its_first_in_the_parent_session() {
+    a_sub_agent_killed_in_its_second_round(false).await;
+}
+
+#[tokio::test]
+async fn a_sub_agent_among_concurrent_calls_saves_its_steps_into_the_parent_session() {
+    a_sub_agent_killed_in_its_second_round(true).await;
+}

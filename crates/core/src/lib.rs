@@ -90,7 +90,7 @@ pub use model::{
     ToolChoice, ToolSpec, Usage,
 };
 pub use price::{ModelPrice, PriceTable};
-pub use saver::Saver;
+pub use saver::{RunSaves, SaveReply, Saver};
 pub use session::{Progress, SessionMark, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;

@@ -66,3 +66,69 @@ impl<C: Saver + ?Sized> Saver for Arc<C> {
         (**self).save(session)
     }
 }
+
+/// A running tool call's way to have its run save the session now: the session as it stands
+/// (the results of the calls beside it that finished), with the run's state as the call left
+/// it. A call that keeps its progress in the run's state
+/// ([`RunContext::update`](crate::RunContext::update)) saves it this way as it goes, so a
+/// process that dies keeps it: a sub-agent saves each of its steps into the parent's session.
+///
+/// The loop gives one to every call it runs when its run has a saver
+/// ([`ToolRequest::saves`](crate::ToolRequest::saves)), and saves for it between its own
+/// saves, never at the same time. A call started early (while the model still streams) waits
+/// in [`save`](RunSaves::save) until its call is saved and the round runs.
+///
+/// ```
+/// use tower_agent_core::{Error, RunSaves};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let (saves, mut asked) = RunSaves::channel();
+/// let waiting = tokio::spawn(async move { saves.save().await });
+/// // The run's side: save, then say how it went.
+/// let reply = asked.recv().await.expect("a call asked");
+/// let _ = reply.send(Ok(()));
+/// waiting.await.expect("the call ended")?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RunSaves {
+    asks: tokio::sync::mpsc::UnboundedSender<SaveReply>,
+}
+
+/// Where the run says how a save a call asked for went.
+pub type SaveReply = tokio::sync::oneshot::Sender<Result<(), Error>>;
+
+impl RunSaves {
+    /// A handle for calls, and the run's end: each save a call asks for comes as a
+    /// [`SaveReply`] to answer once the session is saved.
+    pub fn channel() -> (Self, tokio::sync::mpsc::UnboundedReceiver<SaveReply>) {
+        let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
+        (Self { asks }, asked)
+    }
+
+    /// Have the run save its session now, with the state as it stands. Fails with the save's
+    /// error, or as [`ErrorKind::Cancelled`](crate::ErrorKind::Cancelled) when the run ended
+    /// before it saved.
+    pub async fn save(&self) -> Result<(), Error> {
+        let (reply, replied) = tokio::sync::oneshot::channel();
+        if self.asks.send(reply).is_err() {
+            return Err(ended());
+        }
+        replied.await.unwrap_or_else(|_| Err(ended()))
+    }
+}
+
+impl std::fmt::Debug for RunSaves {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunSaves").finish_non_exhaustive()
+    }
+}
+
+fn ended() -> Error {
+    Error::new(
+        crate::error::ErrorKind::Cancelled,
+        "the run ended before it saved",
+    )
+}

@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 
 use serde_json::{Value, json};
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, Decisions, Error, Interrupt, Outcome, Session,
-    StateKey, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolSpec,
+    AgentInput, AgentRequest, AgentResponse, Decisions, Error, Interrupt, Outcome, RunSaves, Saver,
+    Session, StateKey, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolSpec, event::BoxFuture,
 };
 use tower_agent_tools::{ResponseFuture, Tool};
 use tower_service::Service;
@@ -39,6 +39,12 @@ pub const SUBAGENT_STATE_KEY: StateKey<BTreeMap<String, Value>> =
 ///   Decisions the sub-agent refuses (a waiting call left without one, a kind its call does not
 ///   allow) leave it waiting, and the parent with it (the payload's `error` says why). When the
 ///   parent moves on with new messages instead, the kept session stays in the state, unused.
+/// - When the parent run saves (a session store), the sub-agent saves each of its steps into
+///   the parent's session: its session is kept in the parent's session state (under
+///   [`SUBAGENT_STATE_KEY`], by call id) and the parent's session is saved with it
+///   ([`ToolRequest::saves`]), so a process that dies keeps the steps it took. The entry goes
+///   when the call ends. A parent that goes on after such a crash answers the call as not
+///   done and leaves the entry, unused.
 /// - A sub-agent that stops, is cancelled or fails gives an error result the parent's model
 ///   sees (with the outcome's summary or the error), not an error of the parent run.
 ///
@@ -150,7 +156,11 @@ async fn run(
     use tower::ServiceExt;
 
     let ToolRequest {
-        call, ctx, resume, ..
+        call,
+        ctx,
+        resume,
+        saves,
+        ..
     } = req;
     // Each kept session read alone: one that cannot be read does not spoil the others.
     let saved = ctx
@@ -200,8 +210,15 @@ async fn run(
                     session,
                     input,
                     ctx: nested,
-                    // Its result goes into the parent's session as the call's result.
-                    saver: None,
+                    // Each of its saves keeps it in the parent's session state and saves
+                    // the parent's session; its result goes there as the call's result.
+                    saver: saves.map(|saves| {
+                        Arc::new(IntoParent {
+                            ctx: ctx.clone(),
+                            call_id: call.id.clone(),
+                            saves,
+                        }) as Arc<dyn Saver>
+                    }),
                 })
                 .await
         }
@@ -286,6 +303,23 @@ fn decisions_for(interrupts: &[Interrupt], value: Value) -> Decisions {
         }
     }
     Decisions::all(interrupts, value)
+}
+
+/// Where a running sub-agent saves: its session, kept in the parent's state under its call id,
+/// saved with the parent's session.
+struct IntoParent {
+    ctx: tower_agent_core::RunContext,
+    call_id: String,
+    saves: RunSaves,
+}
+
+impl Saver for IntoParent {
+    fn save<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            keep(&self.ctx, &self.call_id, session);
+            self.saves.save().await
+        })
+    }
 }
 
 /// Keep a paused sub-agent's session in the parent's state until it is resumed.

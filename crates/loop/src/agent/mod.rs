@@ -46,6 +46,7 @@ mod early;
 mod input;
 mod resume;
 mod rounds;
+mod saving;
 mod state;
 mod tools;
 
@@ -211,9 +212,7 @@ where
             rounds: 0,
             call_ids: Default::default(),
             start: 0,
-            saver,
-            saved: None,
-            unsaved: false,
+            saving: saving::Saving::new(saver),
             before_input: None,
             deltas: Deltas::default(),
         };

@@ -68,7 +68,7 @@ where
                     .collect();
                 // The decided calls are saved as in flight before they run: a process that
                 // dies meanwhile resumes with them answered as not completed, never run twice.
-                if self.saver.is_some() {
+                if self.saving.is_on() {
                     self.save().await?;
                 }
                 let out = self

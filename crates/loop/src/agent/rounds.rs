@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
     History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache, Repair, Role,
-    Session, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -77,7 +77,7 @@ where
         }
         // The input (and the results of calls a resume decided) are saved before the model
         // is called.
-        if self.saver.is_some() {
+        if self.saving.is_on() {
             self.save().await?;
         }
         loop {
@@ -131,7 +131,7 @@ where
             }
             // The calls are saved before they run: a process that dies meanwhile resumes
             // knowing which were in flight (and answers them), never running them again.
-            if self.saver.is_some() {
+            if self.saving.is_on() {
                 self.save().await?;
             }
             // The model's message is the last.
@@ -142,7 +142,7 @@ where
             }
             // Each result was saved as it came; what the round changed after them (their
             // order, calls that waited answered) is saved now.
-            if self.saver.is_some() {
+            if self.saving.is_on() {
                 self.save().await?;
             }
         }
@@ -151,28 +151,7 @@ where
     /// Save the session as it stands (its history, the run's state, the interrupts it waits
     /// on) with the run's saver, if it has one; unless the last save wrote the same.
     pub(super) async fn save(&mut self) -> Result<(), Error> {
-        let Some(saver) = &self.saver else {
-            return Ok(());
-        };
-        let session = Session {
-            id: self.session.id.clone(),
-            history: self.session.history.clone(),
-            state: self.ctx.state_snapshot(),
-            interrupts: self.session.interrupts.clone(),
-        };
-        if self.saved.as_ref().is_some_and(|saved| saved.is(&session)) {
-            return Ok(());
-        }
-        match saver.save(&session).await {
-            Ok(()) => {
-                self.saved = Some(session.mark());
-                Ok(())
-            }
-            Err(error) => {
-                self.unsaved = true;
-                Err(error)
-            }
-        }
+        self.saving.save(&self.session, &self.ctx).await
     }
 
     /// Put the session back as it was before the run's new messages: a layer refused the
@@ -442,7 +421,7 @@ where
                 }
                 // What the run did is saved, unless saving is what failed (the error says
                 // why: another writer, a lost store); the error carries the session anyway.
-                if !self.unsaved {
+                if !self.saving.failed {
                     if let Err(failed) = self.save().await {
                         tracing::warn!(error = %failed, "the failed run's session was not saved");
                     }

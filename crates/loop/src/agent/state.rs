@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use tower_agent_core::{
-    Deltas, HistoryMark, Interrupt, RunContext, Saver, Session, SessionMark, Usage,
-};
+use tower_agent_core::{Deltas, HistoryMark, Interrupt, RunContext, Session, Usage};
 
 use super::builder::AgentConfig;
+use super::saving::Saving;
 
 /// One run's state.
 pub(super) struct Run<M, T> {
@@ -25,12 +24,8 @@ pub(super) struct Run<M, T> {
     /// Where this run's work starts in the history, for the progress of a stopped or
     /// cancelled run.
     pub(super) start: usize,
-    /// Where the run saves its session (the request's saver).
-    pub(super) saver: Option<Arc<dyn Saver>>,
-    /// What the last save wrote: a save of the same session writes nothing.
-    pub(super) saved: Option<SessionMark>,
-    /// A save failed: the run ends without saving again.
-    pub(super) unsaved: bool,
+    /// Where the run saves, and the saves its tool calls ask for.
+    pub(super) saving: Saving,
     /// The session before the run's new messages, until the first model call: a run whose
     /// first model call a layer refuses (a guardrail on the input, a limit, a budget) leaves
     /// the session as it found it.

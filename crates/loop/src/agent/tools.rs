@@ -1,10 +1,11 @@
 //! Executing the tool calls of one round.
 
 use futures_util::stream::{self, StreamExt};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tower_agent_core::{
     BoxError, CancellationToken, ContentPart, Decisions, DescribeTools, Error, ErrorKind, Event,
-    History, Interrupt, Message, ModelRequest, ModelResponse, Pause, RunContext, StopReason,
-    ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    History, Interrupt, Message, ModelRequest, ModelResponse, Pause, RunContext, RunSaves,
+    SaveReply, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -99,9 +100,18 @@ where
                 for k in 0..count {
                     let (at, pos) = (at, position(k));
                     let call = call_at(&self.session.history, at, pos);
+                    let mut adopted = None;
                     if let Some(result) = out.unrun(call) {
-                        self.answer(result);
-                        continue;
+                        // A call that started early ran, or runs, and counted as it started:
+                        // after a stop by an earlier call it keeps its result (after a
+                        // failure or a cancellation it is dropped with the others).
+                        if out.error.is_none() && !out.cancelled {
+                            adopted = early.as_ref().and_then(|early| early.adopt(call));
+                        }
+                        if adopted.is_none() {
+                            self.answer(result);
+                            continue;
+                        }
                     }
                     let started = emit!(
                         self.ctx,
@@ -114,12 +124,18 @@ where
                         continue;
                     }
                     let call = call_at(&self.session.history, at, pos);
-                    let outcome = match early.as_ref().and_then(|early| early.adopt(call)) {
+                    let adopted =
+                        adopted.or_else(|| early.as_ref().and_then(|early| early.adopt(call)));
+                    let outcome = match adopted {
                         Some(run) => run.finish().await,
                         None => {
-                            let request = tool_request(call, &self.ctx, round, resume);
+                            let saves = self.saving.for_calls();
+                            let request = tool_request(call, &self.ctx, round, resume, saves);
                             let span = tool_span(call);
-                            call::call(&mut self.tools, request, &token, span, record_tool).await
+                            let running =
+                                call::call(&mut self.tools, request, &token, span, record_tool);
+                            // The saves the call asks for while it runs (a sub-agent's steps).
+                            self.saving.serving(&self.session, &self.ctx, running).await
                         }
                     };
                     let is_error = self.absorb(&mut out, at, pos, outcome, &token).await;
@@ -134,17 +150,25 @@ where
                 let running: Vec<_> = (0..count)
                     .map(|k| {
                         let call = call_at(&self.session.history, at, position(k));
-                        let request = tool_request(call, &self.ctx, round, resume);
+                        let saves = self.saving.for_calls();
+                        let request = tool_request(call, &self.ctx, round, resume, saves);
                         let adopted = early.as_ref().and_then(|early| early.adopt(call));
                         run_one(k, self.tools.clone(), request, adopted)
                     })
                     .collect();
                 let mut running = stream::iter(running).buffer_unordered(limit.max(1));
                 let mut done = vec![false; count];
+                // The saves the calls ask for while they run (a sub-agent's steps), served
+                // between the results' saves.
+                let mut asks = self.saving.take_asks();
                 loop {
                     let next = tokio::select! {
                         biased;
                         _ = token.cancelled() => break,
+                        Some(reply) = next_ask(&mut asks) => {
+                            self.saving.serve(reply, &self.session, &self.ctx).await;
+                            continue;
+                        }
                         next = running.next() => next,
                     };
                     let Some((k, outcome)) = next else { break };
@@ -172,6 +196,7 @@ where
                     }
                 }
                 drop(running);
+                self.saving.put_back(asks);
                 for (k, done) in done.into_iter().enumerate() {
                     if done {
                         continue;
@@ -225,7 +250,7 @@ where
         let is_error = result.is_error;
         self.answer(result);
         // A failed save fails the run; the calls after it are not run.
-        if self.saver.is_some() && !self.unsaved {
+        if self.saving.is_on() && !self.saving.failed {
             if let Err(error) = self.save().await {
                 out.error.get_or_insert(error);
             }
@@ -248,6 +273,7 @@ fn tool_request(
     ctx: &RunContext,
     round: u32,
     resume: Option<&Decisions>,
+    saves: Option<RunSaves>,
 ) -> ToolRequest {
     ToolRequest {
         call: call.clone(),
@@ -257,6 +283,17 @@ fn tool_request(
             None => None,
         },
         early: None,
+        saves,
+    }
+}
+
+/// The next save a call asks for, when the run saves.
+async fn next_ask(
+    asks: &mut Option<(RunSaves, UnboundedReceiver<SaveReply>)>,
+) -> Option<SaveReply> {
+    match asks {
+        Some((_, asked)) => asked.recv().await,
+        None => std::future::pending().await,
     }
 }
 
