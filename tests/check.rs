@@ -236,7 +236,8 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
         .seed(seed)
         .cases(cases)
         .secret(SECRET)
-        .trips_on("forbidden");
+        .trips_on("forbidden")
+        .tool_calls_per_run(6);
     let every = |model: &tower_agent_test::check::CheckModel| {
         let other = model.seed() % 2 == 0;
         let builder = match other {
@@ -329,6 +330,7 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
         ("interrupted", report.interrupted),
         ("killed", report.killed),
         ("tripped", report.tripped),
+        ("limited", report.limited),
         ("leftovers", report.leftovers),
         ("summaries", report.summaries),
         ("large results", report.large_results),

@@ -146,3 +146,46 @@ async fn early_calls_kept_count_once_against_a_limit_that_fails_the_run() {
     assert_eq!(results(&res).len(), 2);
     assert_eq!(res.text().as_deref(), Some("Done."));
 }
+
+/// A call that started early ran, and counted as it started: when an earlier call of its
+/// message stops the run (a limit reached), it keeps its result, never "not executed".
+#[tokio::test]
+async fn a_call_started_early_keeps_its_result_when_an_earlier_call_stops_the_run() {
+    let write = StubTool::returning("write", "written");
+    let tools = docs().tool(write.clone());
+    let limits = CallLimitsLayer::new().tool_calls(Limit::per_run(1));
+    let scripted = ScriptedModel::new([ModelResponse::tool_calls([
+        ToolCall::new("c1", "write", json!({})),
+        ToolCall::new("c2", "docs", json!({"q": "early"})),
+    ])])
+    .streaming(4, Duration::from_millis(20));
+    // The message comes a while after its stream closed the calls: the early run of `c2`
+    // has taken the limit's one call by then.
+    let late = around_model(|req: ModelRequest, mut next| async move {
+        let res = next.run(req).await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(res)
+    });
+    let model = ServiceBuilder::new().layer(late).service(scripted);
+    let agent = AgentBuilder::new()
+        .early_tool_start(true)
+        .sequential_tools()
+        .tool_specs(tools.specs())
+        .build(model, ServiceBuilder::new().layer(limits).service(tools));
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .expect("the run");
+    assert!(
+        matches!(res.outcome, Outcome::Stopped { .. }),
+        "{:?}",
+        res.outcome
+    );
+    let results = results(&res);
+    assert!(
+        results[0].1.starts_with("not executed: the limit"),
+        "the write came second to the limit: {results:?}"
+    );
+    assert_eq!(results[1], ("c2".into(), "found early".into()));
+    assert!(write.calls().is_empty());
+}

@@ -214,9 +214,10 @@ async fn a_call_that_waited_is_counted_once() {
         .oneshot(AgentRequest::new(Session::new(), "go"))
         .await
         .unwrap();
+    // It did not run: it counts when it does.
     assert_eq!(
         paused.session.state[STATE_KEY.name()]["tools"],
-        Value::from(1)
+        Value::from(0)
     );
     let done = agent
         .oneshot(AgentRequest::resume_all(paused.session, Decision::Approve))
@@ -228,6 +229,53 @@ async fn a_call_that_waited_is_counted_once() {
         Value::from(1)
     );
     assert_eq!(tool.calls().len(), 1);
+}
+
+/// A call that pauses did not run: its sibling in the same message is not refused for it.
+#[cfg(feature = "approval")]
+#[tokio::test]
+async fn a_call_that_pauses_does_not_use_up_a_limit_for_its_siblings() {
+    use tower_agent_core::{Decision, Outcome};
+    use tower_agent_layers::approval::{ApprovalLayer, Gate};
+
+    let limits = CallLimitsLayer::new().tool_calls(Limit::per_run(1));
+    let approval = ApprovalLayer::builder()
+        .gate("write", Gate::new())
+        .build()
+        .unwrap();
+    let search_tool = StubTool::returning("search", "hits");
+    let write_tool = StubTool::returning("write", "written");
+    let tools = ServiceBuilder::new()
+        .layer(limits.clone())
+        .layer(approval)
+        .service(
+            ToolSet::new()
+                .tool(search_tool.clone())
+                .tool(write_tool.clone()),
+        );
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([ToolCall::new("w", "write", json!({})), search("s")]),
+        ModelResponse::text("done"),
+    ]);
+    let agent = Agent::builder().sequential_tools().build(model, tools);
+    let paused = agent
+        .clone()
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(paused.outcome, Outcome::Interrupted { .. }),
+        "the write waits, the search ran: {:?}",
+        paused.outcome
+    );
+    assert_eq!(search_tool.calls().len(), 1);
+    // The resumed run runs the write: the one call of that run.
+    let done = agent
+        .oneshot(AgentRequest::resume_all(paused.session, Decision::Approve))
+        .await
+        .unwrap();
+    assert_eq!(done.text().as_deref(), Some("done"));
+    assert_eq!(write_tool.calls().len(), 1);
 }
 
 #[tokio::test]

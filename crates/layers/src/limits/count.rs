@@ -189,6 +189,20 @@ impl Config {
         give_back(&runs, ctx, &[scope.slot], &keys, "");
     }
 
+    /// Give back a call of `tool` counted in this run: it paused, so it did not run (it
+    /// counts when it resumes). `early`: its id if it started early (given back once).
+    pub(super) fn give_back_tool_call(&self, ctx: &RunContext, tool: &str, early: &str) {
+        let scopes: Vec<&Scope> = self.tool_scopes(tool).into_iter().flatten().collect();
+        let runs = ctx.extension_at_or_insert_with(&self.runs, RunCounts::default);
+        let slots: Vec<usize> = scopes.iter().map(|s| s.slot).collect();
+        let keys: Vec<String> = scopes
+            .iter()
+            .filter(|s| s.limit.session.is_some())
+            .map(|s| s.key.clone())
+            .collect();
+        give_back(&runs, ctx, &slots, &keys, early);
+    }
+
     /// The global tool scope and the tool's own, when set.
     pub(super) fn tool_scopes(&self, tool: &str) -> [Option<&Scope>; 2] {
         let own = self.per_tool.get(tool);
@@ -224,14 +238,20 @@ pub(super) fn check_calls(
         .map_err(|blocked| blocked.error())
 }
 
-/// Give back what was counted for an early call the loop discarded.
+/// Give back what was counted for a call that did not run (an early call the loop discarded,
+/// a call that paused, a model call refused further in); `id`: the call's, if it started
+/// early.
 fn give_back(runs: &RunCounts, ctx: &RunContext, slots: &[usize], keys: &[String], id: &str) {
     let mut counts = runs.0.lock().unwrap_or_else(PoisonError::into_inner);
+    // An early call is given back once (it paused, or the loop discarded it).
+    if !id.is_empty() {
+        let Some(at) = counts.early.iter().position(|early| early == id) else {
+            return;
+        };
+        counts.early.swap_remove(at);
+    }
     for slot in slots {
         counts.slots[*slot] = counts.slots[*slot].saturating_sub(1);
-    }
-    if !id.is_empty() {
-        counts.early.retain(|early| early != id);
     }
     drop(counts);
     if !keys.is_empty() {

@@ -1,4 +1,5 @@
-//! The limits' response future: the model side checks the calls a message asks for.
+//! The limits' response future: the model side checks the calls a message asks for; the tool
+//! side gives back a call that pauses.
 
 use std::fmt;
 use std::future::Future;
@@ -34,7 +35,23 @@ impl<F, T, E> ResponseFuture<F, T, E> {
         Self {
             kind: Kind::Inner {
                 future,
-                check: Check(check),
+                check: Check(check.map(|(config, ctx)| (config, ctx, None))),
+            },
+        }
+    }
+
+    /// A tool call's future: `pauses` says how to give back what the call counted if it
+    /// pauses (the config, the run, the tool's name and the call's id if it started early).
+    pub(super) fn tool(
+        future: F,
+        pauses: Option<(Arc<Config>, RunContext, (String, String))>,
+    ) -> Self {
+        Self {
+            kind: Kind::Inner {
+                future,
+                check: Check(pauses.map(|(config, ctx, (tool, early))| {
+                    (config, ctx, Some(sealed::Counted { tool, early }))
+                })),
             },
         }
     }
@@ -59,10 +76,18 @@ mod sealed {
 
     use super::{Config, Error, RunContext};
 
-    /// What the model side needs to look at a response: set when it counted a model call or
-    /// a tool limit fails the run.
+    /// What the model side needs to look at a response (set when it counted a model call or
+    /// a tool limit fails the run), and the tool side (set when it counted a tool call: the
+    /// tool's name, and the call's id if it started early).
     #[derive(Debug)]
-    pub struct Check(pub(super) Option<(Arc<Config>, RunContext)>);
+    pub struct Check(pub(super) Option<(Arc<Config>, RunContext, Option<Counted>)>);
+
+    /// A tool call counted: its tool's name, and its id if it started early.
+    #[derive(Debug)]
+    pub(super) struct Counted {
+        pub(super) tool: String,
+        pub(super) early: String,
+    }
 
     /// What the model side checks in a response; nothing for a tool response.
     pub trait Checked {
@@ -74,7 +99,7 @@ use sealed::Checked;
 
 impl Checked for ModelResponse {
     fn check(&self, check: &Check) -> Result<(), Error> {
-        let Some((config, ctx)) = &check.0 else {
+        let Some((config, ctx, _)) = &check.0 else {
             return Ok(());
         };
         // Refused further in (a budget, a guardrail inside): it counts against nothing, and
@@ -91,7 +116,13 @@ impl Checked for ModelResponse {
 }
 
 impl Checked for ToolResponse {
-    fn check(&self, _check: &Check) -> Result<(), Error> {
+    fn check(&self, check: &Check) -> Result<(), Error> {
+        // A call that pauses did not run: it counts when it resumes.
+        if let Some((config, ctx, Some(call))) = &check.0 {
+            if self.is_interrupt() {
+                config.give_back_tool_call(ctx, &call.tool, &call.early);
+            }
+        }
         Ok(())
     }
 }

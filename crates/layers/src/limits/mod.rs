@@ -18,9 +18,11 @@
 //! stack alone it ends the run like `End`).
 //!
 //! Counts per run live in the run context; counts per session in the session's JSON state
-//! (key `tower_agent.calls`), so they persist with the session. A call that resumes after an
-//! interrupt ([`ToolRequest::resume`] set) is not counted again: it was counted when it first
-//! came through, so put this layer outside the approval layer.
+//! (key `tower_agent.calls`), so they persist with the session. A call counts when it runs to
+//! a result the model sees: a call that pauses (a human's decision further in, a checkpoint)
+//! is given back, and counts when it resumes ([`ToolRequest::resume`] set), in the run that
+//! runs it. A call started early that the loop discards counts against nothing. Put this
+//! layer outside the approval layer, so a call a limit blocks is never shown to a human.
 //!
 //! ```
 //! use serde_json::json;

@@ -62,10 +62,8 @@ where
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
-        // Counted when it first came through, before it waited.
-        if req.resume.is_some() {
-            return ResponseFuture::inner(self.inner.call(req), None);
-        }
+        // A call that waited was given back when it paused: it counts now, as it runs (a
+        // resume is a first execution for the limits).
         let config = &self.config;
         // An early call is given back if the loop discards it.
         let ask = || {
@@ -89,6 +87,24 @@ where
                 return ResponseFuture::ready(Ok(response));
             }
         }
-        ResponseFuture::inner(self.inner.call(req), None)
+        // A call that pauses (a human's decision, a checkpoint) gives back what it counted:
+        // it did not run, and counts when it resumes. A call started early is given back
+        // once: when it pauses or when the loop discards it.
+        let counted = config
+            .tool_scopes(&req.call.name)
+            .iter()
+            .any(Option::is_some);
+        let pauses = counted.then(|| {
+            let early = match req.early {
+                Some(_) => req.call.id.clone(),
+                None => String::new(),
+            };
+            (
+                Arc::clone(config),
+                req.ctx.clone(),
+                (req.call.name.clone(), early),
+            )
+        });
+        ResponseFuture::tool(self.inner.call(req), pauses)
     }
 }

@@ -13,7 +13,7 @@ use tower_agent_core::history::validate;
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, CancellationToken, Decision, DecisionKind, Decisions,
     Error, ErrorKind, Event, Interrupt, Message, Observer, Outcome, Saver, Session, StopReason,
-    ToolCall,
+    ToolCall, ToolResult,
 };
 use tower_service::Service;
 
@@ -111,6 +111,8 @@ pub(super) struct Case<'r> {
     pub(super) report: &'r mut Report,
     /// The word the host's input guardrail trips on, if the check sends it.
     pub(super) trip: Option<String>,
+    /// The host's limit of tool calls per run, if it said.
+    pub(super) tool_calls_per_run: Option<u32>,
     /// Every version the case's runs saved.
     pub(super) saved: Vec<Session>,
     /// The result each answered call got in a saved version: it never changes after.
@@ -502,6 +504,16 @@ impl Case<'_> {
                         }
                     }
                 }
+                if let Outcome::Stopped {
+                    reason: StopReason::Limit { limit, .. },
+                    ..
+                } = &response.outcome
+                {
+                    if self.tool_calls_per_run == Some(*limit) {
+                        self.report.limited += 1;
+                        check_limit_counted_calls_that_ran(&trace, &response.session, *limit)?;
+                    }
+                }
                 self.session = response.session;
                 self.check_pairs()?;
                 self.check_version(&self.session.clone())?;
@@ -634,6 +646,49 @@ impl Case<'_> {
             None => Ok(()),
         }
     }
+}
+
+/// A run stopped by a limit of `limit` tool calls ran that many to a result the model sees:
+/// the calls the loop announced finished in the run, but those answered "not executed" or
+/// cancelled (the refused call, its siblings).
+fn check_limit_counted_calls_that_ran(
+    trace: &Trace,
+    last: &Session,
+    limit: u32,
+) -> Result<(), Violation> {
+    let log = lock(&trace.0);
+    let versions = log.steps.iter().filter_map(|step| match step {
+        Step::Saved(session) => Some(session),
+        Step::Finished(_) => None,
+    });
+    let mut results = HashMap::new();
+    for session in versions.chain(std::iter::once(last)) {
+        for result in session.history.iter().flat_map(Message::tool_results) {
+            results.insert(result.call_id.clone(), result.content.clone());
+        }
+    }
+    let finished: Vec<(&String, Option<&String>)> = log
+        .steps
+        .iter()
+        .filter_map(|step| match step {
+            Step::Finished(id) => Some((id, results.get(id))),
+            Step::Saved(_) => None,
+        })
+        .collect();
+    let ran = |content: &String| {
+        !content.starts_with("not executed") && content.as_str() != ToolResult::CANCELLED
+    };
+    let count = finished
+        .iter()
+        .filter(|(_, content)| content.is_some_and(ran))
+        .count();
+    if count < limit as usize {
+        return Err(violation(format!(
+            "a limit of {limit} tool calls per run stopped a run that ran {count}: something \
+             counted that did not run; the calls it finished: {finished:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// A run that cancels its token before its `at`-th poll, and is dropped before its `kill`-th

@@ -129,6 +129,7 @@ pub struct StackCheck {
     tools: Vec<ToolSpec>,
     secret: Option<String>,
     trip: Option<String>,
+    tool_calls_per_run: Option<u32>,
 }
 
 impl Default for StackCheck {
@@ -155,6 +156,7 @@ impl StackCheck {
             ],
             secret: None,
             trip: None,
+            tool_calls_per_run: None,
         }
     }
 
@@ -172,6 +174,18 @@ impl StackCheck {
     /// sticks.
     pub fn trips_on(mut self, word: impl Into<String>) -> Self {
         self.trip = Some(word.into());
+        self
+    }
+
+    /// Your stack stops a run after `limit` tool calls (a call limit of
+    /// `Limit::per_run(limit)` that ends the run): a run stopped by a limit of `limit`
+    /// ([`StopReason::Limit`](tower_agent_core::StopReason::Limit)) must have run that many
+    /// calls to a result the model sees. Counted: each call the loop announced finished
+    /// (`ToolFinished`) in that run whose result is not a "not executed" or a cancelled one. A
+    /// call started early that the model's message then discards, a call refused, a call of
+    /// a run that never answered: none may count against the limit.
+    pub fn tool_calls_per_run(mut self, limit: u32) -> Self {
+        self.tool_calls_per_run = Some(limit);
         self
     }
 
@@ -276,6 +290,7 @@ impl StackCheck {
                 last_error: None,
                 report: &mut report,
                 trip: self.trip.clone(),
+                tool_calls_per_run: self.tool_calls_per_run,
                 saved: Vec::new(),
                 results: Default::default(),
             };
@@ -352,6 +367,8 @@ pub struct Report {
     pub resumed_versions: u32,
     /// Runs a guardrail stopped.
     pub tripped: u32,
+    /// Runs a limit of [`StackCheck::tool_calls_per_run`] stopped (each checked).
+    pub limited: u32,
 }
 
 impl fmt::Display for Report {
@@ -359,7 +376,7 @@ impl fmt::Display for Report {
         write!(
             f,
             "{} cases, {} runs ({} completed, {} stopped, {} cancelled, {} interrupted, {} failed, \
-             {} killed, {} tripped), {} from leftovers, {} summaries, {} tool calls ({} large \
+             {} killed, {} tripped, {} limited), {} from leftovers, {} summaries, {} tool calls ({} large \
              results), {} versions saved, {} resumed",
             self.cases,
             self.runs,
@@ -370,6 +387,7 @@ impl fmt::Display for Report {
             self.failed,
             self.killed,
             self.tripped,
+            self.limited,
             self.leftovers,
             self.summaries,
             self.tool_calls,
