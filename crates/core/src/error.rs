@@ -62,8 +62,12 @@ pub enum ErrorKind {
         /// How long the provider asked to wait, when it said so.
         retry_after: Option<Duration>,
     },
-    /// The provider failed (HTTP 5xx), could not be reached, or its answer broke off.
+    /// The provider failed (HTTP 5xx), or its answer broke off.
     Server,
+    /// The provider could not be reached (the connection was refused, no route, a name that
+    /// does not resolve, a TLS failure): nothing was sent. Transient, but a server that is
+    /// not running rarely starts within a retry's wait: retried briefly by default.
+    Unreachable,
     /// The provider's answer arrived but is not what was asked for: not the provider's JSON,
     /// a response a fallback rejected, or an answer that still did not match its response
     /// format after the repairs allowed. Not transient: the same request would be paid for
@@ -98,6 +102,10 @@ pub enum ErrorKind {
     /// A call limit was reached and configured to fail the run (see the call limits of
     /// `tower-agent-layers`). Not worth retrying within the run.
     LimitReached,
+    /// The model's answer was cut off at its length limit (`max_tokens`), and the agent was
+    /// told to fail then (`Truncation::Fail` in `tower-agent-loop`). Not transient: the same
+    /// request is cut off again; give it more room.
+    Truncated,
     /// Anything else.
     Other,
 }
@@ -111,6 +119,7 @@ impl ErrorKind {
             ErrorKind::RateLimited { .. }
                 | ErrorKind::Overloaded { .. }
                 | ErrorKind::Server
+                | ErrorKind::Unreachable
                 | ErrorKind::Timeout
                 | ErrorKind::EmptyResponse
         )
@@ -141,6 +150,7 @@ impl ErrorKind {
             ErrorKind::RateLimited { .. } => "rate_limited",
             ErrorKind::Overloaded { .. } => "overloaded",
             ErrorKind::Server => "server",
+            ErrorKind::Unreachable => "unreachable",
             ErrorKind::InvalidResponse => "invalid_response",
             ErrorKind::Auth => "auth",
             ErrorKind::QuotaExhausted => "quota_exhausted",
@@ -154,6 +164,7 @@ impl ErrorKind {
             ErrorKind::Conflict => "conflict",
             ErrorKind::Observer => "observer",
             ErrorKind::LimitReached => "limit_reached",
+            ErrorKind::Truncated => "truncated",
             ErrorKind::Other => "other",
         }
     }
@@ -163,6 +174,7 @@ impl ErrorKind {
             ErrorKind::RateLimited { .. } => "rate limited",
             ErrorKind::Overloaded { .. } => "overloaded",
             ErrorKind::Server => "server error",
+            ErrorKind::Unreachable => "unreachable",
             ErrorKind::InvalidResponse => "invalid response",
             ErrorKind::Auth => "authentication failed",
             ErrorKind::QuotaExhausted => "quota exhausted",
@@ -176,6 +188,7 @@ impl ErrorKind {
             ErrorKind::Conflict => "conflict",
             ErrorKind::Observer => "observer failed",
             ErrorKind::LimitReached => "limit reached",
+            ErrorKind::Truncated => "answer cut off",
             ErrorKind::Other => "error",
         }
     }
@@ -437,6 +450,8 @@ mod tests {
             ErrorKind::RateLimited { retry_after: wait },
             ErrorKind::Overloaded { retry_after: None },
             ErrorKind::Server,
+            ErrorKind::Unreachable,
+            ErrorKind::Truncated,
             ErrorKind::InvalidResponse,
             ErrorKind::Auth,
             ErrorKind::QuotaExhausted,

@@ -229,6 +229,18 @@ pub enum Event {
         /// The summary.
         summary: String,
     },
+    /// The model's answer was cut off at its length limit
+    /// ([`FinishReason::Length`](crate::FinishReason::Length)): its tool calls are not run.
+    /// What the run does next (stop, fail, go on, ask again with more room) is the agent's
+    /// `Truncation` setting.
+    Truncated {
+        /// The round.
+        round: u32,
+        /// The tool calls the cut answer held (none of them runs).
+        calls: usize,
+        /// The request's `max_tokens`, when it set one.
+        max_tokens: Option<u32>,
+    },
     /// Older messages of the history were replaced by a summary (the summarization layer),
     /// committed to the session.
     Summarized {
@@ -272,6 +284,7 @@ impl Event {
             Event::Retract { .. } => "retract",
             Event::Retrying { .. } => "retrying",
             Event::ResultEvicted { .. } => "result_evicted",
+            Event::Truncated { .. } => "truncated",
             Event::Summarized { .. } => "summarized",
             Event::Nested { .. } => "nested",
             Event::ProgressSummary { .. } => "progress_summary",

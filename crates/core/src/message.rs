@@ -120,6 +120,12 @@ impl ToolResult {
         Self::error(call, Self::CANCELLED)
     }
 
+    /// The content of the result of a call the model's answer was cut off in (at its length
+    /// limit): it was not run, its arguments may be incomplete.
+    pub const TRUNCATED: &'static str = "not executed: the answer that made this call was cut \
+         off at its length limit, so its arguments may be incomplete; make the call again, \
+         shorter if needed";
+
     /// The content of [`ToolResult::cancelled`].
     pub const CANCELLED: &'static str =
         "cancelled: the run was cancelled before this tool call completed";

@@ -228,6 +228,14 @@ pub enum StopReason {
         /// Why it tripped, as it said.
         reason: String,
     },
+    /// The model's answer was cut off at its length limit
+    /// ([`FinishReason::Length`](crate::FinishReason::Length)): its text is kept as the last
+    /// message, its tool calls were not run (each is answered
+    /// [`ToolResult::TRUNCATED`](crate::ToolResult::TRUNCATED)).
+    Truncated {
+        /// The request's `max_tokens`, when it set one.
+        max_tokens: Option<u32>,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -268,6 +276,15 @@ impl fmt::Display for StopReason {
             ),
             StopReason::Guardrail { name, reason } => {
                 write!(f, "the guardrail `{name}` tripped: {reason}")
+            }
+            StopReason::Truncated {
+                max_tokens: Some(max),
+            } => write!(
+                f,
+                "the model's answer was cut off at its limit of {max} tokens"
+            ),
+            StopReason::Truncated { max_tokens: None } => {
+                f.write_str("the model's answer was cut off at its length limit")
             }
         }
     }

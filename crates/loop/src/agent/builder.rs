@@ -21,6 +21,42 @@ pub enum ToolExecution {
     },
 }
 
+/// What the agent does with a model answer cut off at its length limit
+/// ([`FinishReason::Length`](tower_agent_core::FinishReason::Length): OpenAI's `length`,
+/// Anthropic's `max_tokens`, Gemini's `MAX_TOKENS`).
+///
+/// Whatever the setting, a cut answer is never acted on as complete: its tool calls are not
+/// run (nor shown for approval; their arguments may be incomplete), and observers get
+/// [`Event::Truncated`](tower_agent_core::Event::Truncated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Truncation {
+    /// The run stops: the cut answer stays as the last message (its text is what the model
+    /// wrote), each of its calls is answered
+    /// [`ToolResult::TRUNCATED`](tower_agent_core::ToolResult::TRUNCATED), and the outcome is
+    /// [`StopReason::Truncated`](tower_agent_core::StopReason::Truncated).
+    ///
+    /// The default: nothing incomplete runs, nothing fails (the session stays valid, and a
+    /// next run goes on from it), and the host sees why in the outcome. Failing would throw
+    /// away an answer that may be useful; going on would spend another call the host did not
+    /// ask for.
+    #[default]
+    Stop,
+    /// The run fails with [`ErrorKind::Truncated`](tower_agent_core::ErrorKind::Truncated);
+    /// its session (as `Stop` leaves it) comes with the error.
+    Fail,
+    /// The run goes on: the cut answer stays, its calls are answered as `Stop` does, and the
+    /// model is called again with it (it continues its answer, or makes its calls again).
+    /// Counts as a round.
+    Continue,
+    /// The cut answer is dropped and the same request is sent once more with this
+    /// `max_tokens`; cut again, the run stops as with `Stop`.
+    AskAgain {
+        /// The room the second request asks for.
+        max_tokens: u32,
+    },
+}
+
 /// The loop's configuration.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -39,6 +75,8 @@ pub struct AgentConfig {
     /// Start calls to read-only tools while the model still streams
     /// ([`AgentBuilder::early_tool_start`]).
     pub early_tool_start: bool,
+    /// What a model answer cut off at its length limit does ([`Truncation`]).
+    pub truncation: Truncation,
 }
 
 impl Default for AgentConfig {
@@ -50,6 +88,7 @@ impl Default for AgentConfig {
             system: None,
             options: GenerationOptions::default(),
             early_tool_start: false,
+            truncation: Truncation::Stop,
         }
     }
 }
@@ -123,6 +162,12 @@ impl AgentBuilder {
     /// provider of `tower-agent-providers` does.
     pub fn early_tool_start(mut self, early: bool) -> Self {
         self.config.early_tool_start = early;
+        self
+    }
+
+    /// What a model answer cut off at its length limit does (default [`Truncation::Stop`]).
+    pub fn when_truncated(mut self, truncation: Truncation) -> Self {
+        self.config.truncation = truncation;
         self
     }
 

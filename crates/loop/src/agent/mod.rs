@@ -3,7 +3,7 @@
 //! | module | role |
 //! |---|---|
 //! | `mod.rs` | [`Agent`] and its `Service` impl |
-//! | `builder` | [`AgentBuilder`], [`AgentConfig`], [`ToolExecution`] |
+//! | `builder` | [`AgentBuilder`], [`AgentConfig`], [`ToolExecution`], [`Truncation`] |
 //! | `state` | one run's state, what the modules below work on |
 //! | `rounds` | one run: the round state machine, history commits, the end of a run |
 //! | `input` | checking the input against the session, before anything changes |
@@ -11,6 +11,8 @@
 //! | `tools` | executing the tool calls of one round, sequentially or concurrently |
 //! | `call` | calling a service: readiness, panics, cancellation, spans |
 //! | `early` | read-only tools started while the model still streams |
+//! | `saving` | where a run saves, and the saves its tool calls ask for |
+//! | `truncated` | a model answer cut off at its length limit |
 
 use std::fmt;
 use std::future::Future;
@@ -49,8 +51,9 @@ mod rounds;
 mod saving;
 mod state;
 mod tools;
+mod truncated;
 
-pub use builder::{AgentBuilder, AgentConfig, ToolExecution};
+pub use builder::{AgentBuilder, AgentConfig, ToolExecution, Truncation};
 
 use state::Run;
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
-    History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache, Repair, Role,
-    StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    FinishReason, History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache,
+    Repair, Role, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -15,6 +15,7 @@ use super::early::Early;
 use super::input::check_input;
 use super::state::{BeforeInput, Run};
 use super::tools::{RUN_FAILED, RoundTools, not_executed};
+use super::truncated::AfterCut;
 
 /// A cancelled outcome; its progress is filled in when the run ends.
 fn cancelled_outcome() -> Outcome {
@@ -33,8 +34,9 @@ fn stopped(reason: StopReason) -> Outcome {
 
 /// What a model call gave the loop.
 enum Answer {
-    /// The model's message, the call's own usage, and the read-only calls it started early.
-    Message(Message, Usage, Option<Early>),
+    /// The model's message, the call's own usage, the read-only calls it started early, and
+    /// whether it was cut off at its length limit.
+    Message(Message, Usage, Option<Early>, bool),
     /// The run ends here.
     End(Outcome),
 }
@@ -80,6 +82,8 @@ where
         if self.saving.is_on() {
             self.save().await?;
         }
+        // The room a cut answer's second ask gets (`Truncation::AskAgain`).
+        let mut room = None;
         loop {
             if self.ctx.is_cancelled() {
                 return Ok(cancelled_outcome());
@@ -92,10 +96,25 @@ where
             let round = self.rounds;
             emit!(self.ctx, Event::RoundStarted { round })?;
 
-            let (mut message, usage, early) = match self.call_model(round).await? {
-                Answer::Message(message, usage, early) => (message, usage, early),
-                Answer::End(outcome) => return Ok(outcome),
-            };
+            let asked_again = room.is_some();
+            let max_tokens = room.take().or(self.config.options.max_tokens);
+            let (mut message, usage, mut early, cut) =
+                match self.call_model(round, max_tokens).await? {
+                    Answer::Message(message, usage, early, cut) => (message, usage, early, cut),
+                    Answer::End(outcome) => return Ok(outcome),
+                };
+            // A cut answer is never acted on as complete: its early runs are aborted, and its
+            // calls do not run.
+            if cut {
+                early = None;
+                let after = self
+                    .cut_off(round, &message, max_tokens, asked_again)
+                    .await?;
+                if let Some(AfterCut::AskAgain(more)) = after {
+                    room = Some(more);
+                    continue;
+                }
+            }
             // Dropped (its runs aborted) unless the round adopts them.
             let calls = self.normalize(&mut message, round);
             // The runs of calls the message does not have stop now.
@@ -124,6 +143,17 @@ where
                     usage,
                 }
             )?;
+            if cut {
+                match self.after_cut(max_tokens)? {
+                    AfterCut::End(outcome) => return Ok(outcome),
+                    _ => {
+                        if self.saving.is_on() {
+                            self.save().await?;
+                        }
+                        continue;
+                    }
+                }
+            }
             if calls == 0 {
                 return Ok(Outcome::Completed {
                     message: message.clone(),
@@ -194,7 +224,9 @@ where
 
     /// Call the model with the history, and apply what its response did: the history a layer
     /// committed, the usage, a stop. The model's message, or the outcome the run ends with.
-    async fn call_model(&mut self, round: u32) -> Result<Answer, Error> {
+    async fn call_model(&mut self, round: u32, max_tokens: Option<u32>) -> Result<Answer, Error> {
+        let mut options = self.config.options.clone();
+        options.max_tokens = max_tokens;
         let mut request = ModelRequest {
             system: self.config.system.clone(),
             messages: self.session.history.clone(),
@@ -203,7 +235,7 @@ where
                 Some(specs) => Arc::clone(specs),
                 None => self.tools.tool_specs(),
             },
-            options: self.config.options.clone(),
+            options,
             ctx: self.ctx.with_round(round),
             deltas: self.deltas.clone(),
             cache: PromptCache::default(),
@@ -260,7 +292,7 @@ where
             stop,
             refused,
             side_usage,
-            ..
+            finish_reason,
         } = response;
         self.usage += usage + side_usage;
         if let Some(history) = history {
@@ -276,7 +308,8 @@ where
             return Ok(Answer::End(stopped(reason)));
         }
         message.role = Role::Assistant;
-        Ok(Answer::Message(message, usage, early))
+        let cut = finish_reason == FinishReason::Length;
+        Ok(Answer::Message(message, usage, early, cut))
     }
 
     /// Make the model's message safe to append: only text, reasoning and calls, each call with
