@@ -79,7 +79,8 @@ fn server() -> Error {
 
 #[tokio::test(start_paused = true)]
 async fn the_backoff_doubles_up_to_the_cap() {
-    let (result, calls) = call(exact(), vec![server(); 8], ModelRequest::new(vec![])).await;
+    let policy = exact().max_attempts(10);
+    let (result, calls) = call(policy, vec![server(); 8], ModelRequest::new(vec![])).await;
     assert!(result.is_ok());
     assert_eq!(waits(&calls), [1, 2, 4, 8, 16, 32, 60, 60]);
 }
@@ -150,6 +151,7 @@ async fn concurrent_requests_do_not_retry_in_lockstep() {
 async fn the_longest_wait_is_max_delay_jitter_included() {
     let policy = RetryPolicy::new()
         .budget(None)
+        .max_attempts(10)
         .max_delay(Duration::from_secs(2))
         .jitter(Duration::from_secs(2));
     let (_, calls) = call(policy, vec![server(); 6], ModelRequest::new(vec![])).await;
@@ -257,9 +259,37 @@ async fn jitter_stays_within_its_bound() {
 
 #[tokio::test(start_paused = true)]
 async fn attempts_are_bounded_and_the_last_error_returned() {
-    let (result, calls) = call(exact(), vec![server(); 20], ModelRequest::new(vec![])).await;
+    // By default: 10 calls when the provider says it is busy, 3 when it failed, 2 when it
+    // could not be reached.
+    let busy = Error::rate_limited(None, "429");
+    let (result, calls) = call(exact(), vec![busy; 20], ModelRequest::new(vec![])).await;
     assert_eq!(calls.len(), 10);
+    assert!(matches!(
+        result.expect_err("gave up").kind(),
+        ErrorKind::RateLimited { .. }
+    ));
+    let (result, calls) = call(exact(), vec![server(); 20], ModelRequest::new(vec![])).await;
+    assert_eq!(calls.len(), 3);
     assert_eq!(result.expect_err("gave up").kind(), ErrorKind::Server);
+    let refused = Error::new(ErrorKind::Unreachable, "connection refused");
+    let (result, calls) = call(exact(), vec![refused; 20], ModelRequest::new(vec![])).await;
+    assert_eq!(calls.len(), 2);
+    assert_eq!(waits(&calls), [1], "fails within seconds");
+    assert_eq!(result.expect_err("gave up").kind(), ErrorKind::Unreachable);
+    let (_, calls) = call(
+        exact().max_attempts(10),
+        vec![server(); 20],
+        ModelRequest::new(vec![]),
+    )
+    .await;
+    assert_eq!(calls.len(), 10, "max_attempts sets every kind's");
+    let (_, calls) = call(
+        exact().server_attempts(5),
+        vec![server(); 20],
+        ModelRequest::new(vec![]),
+    )
+    .await;
+    assert_eq!(calls.len(), 5);
     let (_, calls) = call(
         exact().max_attempts(3),
         vec![server(); 20],

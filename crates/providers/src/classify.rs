@@ -6,6 +6,7 @@
 //! | 429, quota used up (OpenAI `insufficient_quota`; Gemini without a retry delay) | [`ErrorKind::QuotaExhausted`] |
 //! | 429 | [`ErrorKind::RateLimited`], with the wait |
 //! | 503, 529 | [`ErrorKind::Overloaded`], with the wait |
+//! | 5xx whose body says the request is invalid (`invalid_request_error`, "failed to parse") | [`ErrorKind::BadRequest`]: the same request fails the same way |
 //! | other 5xx | [`ErrorKind::Server`] |
 //! | 401, 403 | [`ErrorKind::Auth`] |
 //! | 402, 400 with a billing message (Anthropic's "credit balance is too low") | [`ErrorKind::QuotaExhausted`] |
@@ -49,6 +50,9 @@ pub(crate) fn classify(
         503 | 529 => ErrorKind::Overloaded {
             retry_after: retry_after(headers, &detail, now),
         },
+        // The server could not handle this request, and never will: the same body fails the
+        // same way (llama.cpp answers a call's arguments it cannot parse with a 500).
+        500..=599 if detail.is_invalid_request() => ErrorKind::BadRequest,
         500..=599 => ErrorKind::Server,
         401 | 403 => ErrorKind::Auth,
         402 => ErrorKind::QuotaExhausted,
@@ -140,6 +144,21 @@ impl Detail {
             "gemini" => self.retry_delay.is_none() && self.lower().contains("quota"),
             _ => self.code == "insufficient_quota" || self.kind == "insufficient_quota",
         }
+    }
+
+    /// The body says the request itself is at fault, whatever the status: sending it again
+    /// fails again.
+    fn is_invalid_request(&self) -> bool {
+        let message = self.lower();
+        self.kind == "invalid_request_error"
+            || [
+                "failed to parse",
+                "could not parse",
+                "invalid request",
+                "invalid json",
+            ]
+            .iter()
+            .any(|words| message.contains(words))
     }
 
     fn is_billing(&self) -> bool {
@@ -392,6 +411,11 @@ mod tests {
             matches!(kind("openai", 503, &[("retry-after", "3")], ""), ErrorKind::Overloaded { retry_after: Some(d) } if d == Duration::from_secs(3))
         );
         assert_eq!(kind("openai", 500, &[], ""), ErrorKind::Server);
+        // llama.cpp's answer to a call's arguments it cannot parse: the same body fails again.
+        let unparsable = r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error","type":"server_error"}}"#;
+        assert_eq!(kind("openai", 500, &[], unparsable), ErrorKind::BadRequest);
+        let invalid = r#"{"error":{"message":"bad","type":"invalid_request_error"}}"#;
+        assert_eq!(kind("anthropic", 500, &[], invalid), ErrorKind::BadRequest);
         assert_eq!(
             kind("openai", 502, &[], "<html>bad gateway</html>"),
             ErrorKind::Server

@@ -445,6 +445,8 @@ pub(crate) fn safe_url(url: &str) -> String {
 pub(crate) fn transport_error(provider: &'static str, url: &str, error: reqwest::Error) -> Error {
     let kind = if error.is_timeout() {
         ErrorKind::Timeout
+    } else if error.is_connect() {
+        ErrorKind::Unreachable
     } else if error.is_builder() {
         ErrorKind::BadRequest
     } else {

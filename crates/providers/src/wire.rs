@@ -281,3 +281,29 @@ pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
         }
     }
 }
+
+/// A call's arguments as the JSON object every API requires: the model's own when they are
+/// one (no arguments at all: `{}`), else the text it wrote under `_arguments` (a call cut off,
+/// or malformed: the session keeps the text; the wire stays valid, so a server never refuses
+/// the whole conversation for it).
+pub(crate) fn arguments_object(call: &tower_agent_core::ToolCall) -> serde_json::Value {
+    if call.arguments.trim().is_empty() {
+        return serde_json::Value::Object(serde_json::Map::new());
+    }
+    match call.parse_arguments::<serde_json::Value>() {
+        Ok(value @ serde_json::Value::Object(_)) => value,
+        _ => serde_json::json!({ "_arguments": call.arguments }),
+    }
+}
+
+/// [`arguments_object`] as the text a wire sends in a string (OpenAI's `arguments`): the
+/// model's own text when it is a JSON object.
+pub(crate) fn arguments_text(call: &tower_agent_core::ToolCall) -> Cow<'_, str> {
+    if call.arguments.trim().is_empty() {
+        return Cow::Borrowed("{}");
+    }
+    match call.parse_arguments::<serde_json::Value>() {
+        Ok(serde_json::Value::Object(_)) => Cow::Borrowed(&call.arguments),
+        _ => Cow::Owned(serde_json::json!({ "_arguments": call.arguments }).to_string()),
+    }
+}

@@ -372,7 +372,7 @@ async fn a_refused_connection_names_the_url_without_secrets_and_keeps_its_cause(
         .base_url(format!("http://user:hunter2@127.0.0.1:{port}/v1"))
         .api_key("sk-SECRET-KEY");
     let err = call(model, request()).await.expect_err("refused");
-    assert_eq!(err.kind(), ErrorKind::Server);
+    assert_eq!(err.kind(), ErrorKind::Unreachable);
     let text = format!("{err} {err:?}");
     assert!(
         text.contains(&format!(
@@ -412,4 +412,75 @@ fn the_session_goes_as_prompt_cache_key_to_openai_only() {
     // A context with no session sends no key.
     req.ctx = RunContext::new().with_session_id("");
     assert_eq!(key(openai(), &req), None);
+}
+
+/// llama.cpp's answer to a call whose arguments it cannot parse.
+const UNPARSABLE: &str = r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, column 21","type":"server_error"}}"#;
+
+#[tokio::test]
+async fn a_cut_call_in_the_session_goes_as_valid_json_and_a_refusal_costs_one_attempt() {
+    use tower_agent_core::{ToolCall, ToolResult};
+
+    let server = Server::start([
+        Canned::json(500, UNPARSABLE),
+        Canned::json(500, UNPARSABLE),
+        Canned::fixture("openai/text.json"),
+    ])
+    .await;
+    let model = ServiceBuilder::new()
+        .retry_calls(RetryPolicy::new())
+        .service(
+            OpenAi::new("m")
+                .base_url(format!("{}/v1", server.url))
+                .streaming(false),
+        );
+    // A refusal of the request itself (an HTTP 500 that says so) is not sent again.
+    let refused = call(model.clone(), ModelRequest::new(vec![Message::user("hi")]))
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.kind(), ErrorKind::BadRequest);
+    assert_eq!(server.received().len(), 1, "one attempt");
+
+    // A session holding a call cut off mid-arguments: the wire carries valid JSON.
+    let cut = ToolCall::raw("c1", "refund", r#"{"order": "A-1", "amo"#);
+    let req = ModelRequest::new(vec![
+        Message::user("Refund A-1."),
+        Message::assistant_with_calls("", [cut.clone()]),
+        Message::tool_result(ToolResult::error(&cut, ToolResult::TRUNCATED)),
+    ]);
+    let _ = call(model, req).await;
+    let sent = server.received()[1].json();
+    let arguments = sent["messages"][1]["tool_calls"][0]["function"]["arguments"]
+        .as_str()
+        .expect("a string");
+    let parsed: serde_json::Value = serde_json::from_str(arguments).expect("valid JSON");
+    assert_eq!(parsed["_arguments"], r#"{"order": "A-1", "amo"#);
+}
+
+#[tokio::test]
+async fn a_refused_connection_fails_within_seconds_and_says_so() {
+    use tower_agent_core::Event;
+    use tower_agent_test::EventRecorder;
+
+    // Nothing listens on port 9.
+    let model = ServiceBuilder::new()
+        .retry_calls(RetryPolicy::new())
+        .service(OpenAi::new("m").base_url("http://127.0.0.1:9/v1"));
+    let recorder = EventRecorder::new();
+    let mut req = ModelRequest::new(vec![Message::user("hi")]);
+    req.ctx = RunContext::new().with_observer(recorder.clone());
+    let started = Instant::now();
+    let error = call(model, req).await.expect_err("nothing listens");
+    let took = started.elapsed();
+    assert_eq!(error.kind(), ErrorKind::Unreachable);
+    assert!(error.to_string().contains("cannot connect"), "{error}");
+    let retries = recorder
+        .events()
+        .iter()
+        .filter(|e| matches!(e, Event::Retrying { .. }))
+        .count();
+    assert_eq!(retries, 1, "two attempts, the retry told");
+    // One wait of the backoff (1 s, plus up to 2 s of jitter): seconds, not minutes.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    println!("a refused connection failed after {took:?}");
 }

@@ -6,16 +6,18 @@
 //!
 //! | error kind | retried | wait |
 //! |---|---|---|
-//! | `RateLimited { .. }`, `Overloaded { .. }` | yes | the provider's wait when it gave one, else the backoff |
-//! | `Server`, `Timeout` | yes | the backoff |
-//! | `EmptyResponse` (Gemini's empty candidates) | yes, with the last message nudged (a `.` appended) | the backoff |
+//! | `RateLimited { .. }`, `Overloaded { .. }` | yes, 10 calls in all by default ([`RetryPolicy::max_attempts`]) | the provider's wait when it gave one, else the backoff |
+//! | `Server`, `Timeout` | yes, 3 calls in all by default ([`RetryPolicy::server_attempts`]) | the backoff |
+//! | `Unreachable` (a refused connection: nothing was sent) | yes, 2 calls in all by default ([`RetryPolicy::unreachable_attempts`]): a server that is not running fails the run in 1–3 s | the backoff |
+//! | `EmptyResponse` (Gemini's empty candidates) | yes, as `Server` (3 calls), with the last message nudged (a `.` appended) | the backoff |
 //! | `ContextTooLong` | no: returned, for a summarize-and-retry layer outside | — |
 //! | `InvalidResponse` (an answer that arrived but cannot be read) | no: it would be paid for again | — |
 //! | `Auth`, `BadRequest`, `QuotaExhausted`, `Cancelled`, anything else | no | — |
 //!
 //! The backoff doubles from [`RetryPolicy::base`] (1 s), plus a random jitter of up to
-//! [`RetryPolicy::jitter`] (2 s), and never passes [`RetryPolicy::max_delay`] (60 s); at
-//! most [`RetryPolicy::max_attempts`] (10) calls in all. The jitter is drawn anew for every
+//! [`RetryPolicy::jitter`] (2 s), and never passes [`RetryPolicy::max_delay`] (60 s). A
+//! deterministic refusal (a 400, a 422, a 5xx whose body says the request is invalid: the
+//! providers classify it `BadRequest`) costs one call. The jitter is drawn anew for every
 //! wait of every request, so requests that failed together do not retry in lockstep. A
 //! [`TpsBudget`] shared by every clone ([`RetryPolicy::budget`]) bounds retries to a share of
 //! successful calls, so a fleet of agents does not multiply an outage. Before each wait the
@@ -172,6 +174,8 @@ impl Retryable for ToolRequest {
 #[derive(Clone)]
 pub struct RetryPolicy {
     max_attempts: u32,
+    server_attempts: u32,
+    unreachable_attempts: u32,
     base: Duration,
     max_delay: Duration,
     jitter: Duration,
@@ -186,6 +190,8 @@ impl fmt::Debug for RetryPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryPolicy")
             .field("max_attempts", &self.max_attempts)
+            .field("server_attempts", &self.server_attempts)
+            .field("unreachable_attempts", &self.unreachable_attempts)
             .field("base", &self.base)
             .field("max_delay", &self.max_delay)
             .field("jitter", &self.jitter)
@@ -202,11 +208,15 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// At most 10 calls, backoff from 1 s doubling, jitter up to 2 s, every wait at most 60 s,
-    /// a budget of 20% of the successful calls over 10 s (at least one retry per second).
+    /// At most 10 calls when the provider is rate limited or overloaded (it says when to come
+    /// back), 3 when it failed (a 5xx, a timeout, an empty answer), 2 when it could not be
+    /// reached; backoff from 1 s doubling, jitter up to 2 s, every wait at most 60 s, a budget
+    /// of 20% of the successful calls over 10 s (at least one retry per second).
     pub fn new() -> Self {
         Self {
             max_attempts: 10,
+            server_attempts: 3,
+            unreachable_attempts: 2,
             base: Duration::from_secs(1),
             max_delay: Duration::from_secs(60),
             jitter: Duration::from_secs(2),
@@ -219,9 +229,30 @@ impl RetryPolicy {
         }
     }
 
-    /// The most calls for one request, the first included (at least 1).
+    /// The most calls for one request, the first included (at least 1), whatever the error:
+    /// sets [`server_attempts`](Self::server_attempts) and
+    /// [`unreachable_attempts`](Self::unreachable_attempts) too (set them after it to differ).
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
         self.max_attempts = max_attempts.max(1);
+        self.server_attempts = self.max_attempts;
+        self.unreachable_attempts = self.max_attempts;
+        self
+    }
+
+    /// The most calls for one request when the provider failed (`Server`: a 5xx or a broken
+    /// answer; `Timeout`; `EmptyResponse`), the first included (at least 1). Default 3: a
+    /// failing server rarely recovers within a few seconds, and each attempt may be paid.
+    pub fn server_attempts(mut self, attempts: u32) -> Self {
+        self.server_attempts = attempts.max(1);
+        self
+    }
+
+    /// The most calls for one request when the provider could not be reached
+    /// (`Unreachable`: a refused connection, no route), the first included (at least 1).
+    /// Default 2: a server that is not running fails the run within a few seconds (one wait
+    /// of the backoff), and says so, instead of minutes of silence.
+    pub fn unreachable_attempts(mut self, attempts: u32) -> Self {
+        self.unreachable_attempts = attempts.max(1);
         self
     }
 

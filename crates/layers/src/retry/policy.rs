@@ -20,6 +20,10 @@ pub(super) struct Attempts {
     pub(super) policy: RetryPolicy,
     /// Calls made so far for this request.
     pub(super) made: u32,
+    /// Calls so far that the provider failed (`Server`, `Timeout`, `EmptyResponse`), and
+    /// that could not reach it (`Unreachable`): each kind has its own bound.
+    pub(super) failed: u32,
+    pub(super) unreached: u32,
 }
 
 impl RetryPolicy {
@@ -62,6 +66,7 @@ fn retryable(kind: &ErrorKind) -> bool {
         ErrorKind::RateLimited { .. }
             | ErrorKind::Overloaded { .. }
             | ErrorKind::Server
+            | ErrorKind::Unreachable
             | ErrorKind::Timeout
             | ErrorKind::EmptyResponse
     )
@@ -89,7 +94,19 @@ where
             *result = Err(Error::cancelled());
             return None;
         }
-        if !retryable(&error.kind()) || self.made >= policy.max_attempts {
+        // Each kind of failure has its own bound, within the bound of all calls.
+        let bounded = match error.kind() {
+            ErrorKind::Server | ErrorKind::Timeout | ErrorKind::EmptyResponse => {
+                self.failed += 1;
+                self.failed >= policy.server_attempts
+            }
+            ErrorKind::Unreachable => {
+                self.unreached += 1;
+                self.unreached >= policy.unreachable_attempts
+            }
+            _ => false,
+        };
+        if !retryable(&error.kind()) || bounded || self.made >= policy.max_attempts {
             return None;
         }
         if !policy.replay_streamed && req.delivered() {

@@ -47,7 +47,12 @@ pub struct Retry<S> {
 impl<S> Retry<S> {
     /// Retry calls of `inner` with `policy`.
     pub fn new(inner: S, policy: RetryPolicy) -> Self {
-        let attempts = Attempts { policy, made: 0 };
+        let attempts = Attempts {
+            policy,
+            made: 0,
+            failed: 0,
+            unreached: 0,
+        };
         Self {
             inner: tower::retry::Retry::new(attempts, Gate { inner }),
         }

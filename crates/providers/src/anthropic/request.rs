@@ -327,8 +327,5 @@ fn blocks_of(message: &Message) -> (&'static str, Vec<Block<'_>>) {
 
 /// A call's arguments as the JSON object the API requires.
 fn input_of(call: &ToolCall) -> Value {
-    match call.parse_arguments::<Value>() {
-        Ok(value @ Value::Object(_)) => value,
-        _ => serde_json::json!({ "_arguments": call.arguments }),
-    }
+    crate::wire::arguments_object(call)
 }

@@ -218,10 +218,7 @@ fn parts_of(message: &Message, model: bool) -> Vec<Part<'_>> {
                 ..Part::default()
             },
             ContentPart::ToolCall(call) if model => {
-                let args = match call.parse_arguments::<Value>() {
-                    Ok(value @ Value::Object(_)) => value,
-                    _ => json!({ "_arguments": call.arguments }),
-                };
+                let args = crate::wire::arguments_object(call);
                 Part {
                     function_call: Some(FunctionCall {
                         name: &call.name,

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tower_agent_core::{Error, Message, ModelRequest, ResponseFormat, Role, ToolChoice};
 
-use crate::wire::{self, Frame, text_of};
+use crate::wire::{self, Frame, arguments_text, text_of};
 
 use super::PROVIDER;
 
@@ -79,7 +79,7 @@ struct WireCall<'a> {
 #[derive(Serialize)]
 struct WireFunction<'a> {
     name: &'a str,
-    arguments: &'a str,
+    arguments: Cow<'a, str>,
 }
 
 #[derive(Serialize)]
@@ -206,11 +206,7 @@ fn wire_messages<'a>(message: &'a Message, out: &mut Vec<WireMessage<'a>>) {
                     kind: "function",
                     function: WireFunction {
                         name: &call.name,
-                        arguments: if call.arguments.trim().is_empty() {
-                            "{}"
-                        } else {
-                            &call.arguments
-                        },
+                        arguments: arguments_text(call),
                     },
                 })
                 .collect();

@@ -148,8 +148,12 @@ impl StreamDecoder for Decoder {
                 }
             }
             if choice.finish_reason.is_some() {
+                // A call still open when the answer was cut off at its length limit is cut
+                // too: it is never sent up as complete.
+                if choice.finish_reason.as_deref() != Some("length") {
+                    self.close_calls(self.calls.len(), deltas);
+                }
                 self.finish = choice.finish_reason;
-                self.close_calls(self.calls.len(), deltas);
             }
         }
         Ok(())

@@ -270,3 +270,52 @@ fn a_response_format_goes_as_a_json_schema() {
     req.options.response_format = None;
     assert!(encoded(&req).get("response_format").is_none());
 }
+
+#[test]
+fn a_call_cut_off_at_the_length_limit_is_never_sent_up_as_complete() {
+    let mut decoder: Box<dyn StreamDecoder> = Box::<Decoder>::default();
+    let mut deltas = Vec::new();
+    for data in [
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"t1","arguments":"{}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"t2","arguments":"{\"x\":"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#,
+        "[DONE]",
+    ] {
+        decoder.feed("", data, &mut deltas).expect("a valid chunk");
+    }
+    // The first call closed when the second began; the second was cut.
+    assert_eq!(deltas, [Delta::ToolCall(ToolCall::raw("a", "t1", "{}"))]);
+    let res = decoder.finish().expect("complete");
+    assert_eq!(res.finish_reason, FinishReason::Length);
+    assert_eq!(
+        res.message.tool_calls().count(),
+        2,
+        "the message keeps what was said"
+    );
+}
+
+#[test]
+fn arguments_that_are_not_a_json_object_go_as_valid_json() {
+    let cut = ToolCall::raw("c1", "refund", r#"{"order": "A-1", "amo"#);
+    let req = ModelRequest::new(vec![
+        Message::user("Refund A-1."),
+        Message::assistant_with_calls("", [cut.clone()]),
+        Message::tool_result(ToolResult::error(&cut, ToolResult::TRUNCATED)),
+    ]);
+    let body = encoded(&req);
+    let arguments = body["messages"][1]["tool_calls"][0]["function"]["arguments"]
+        .as_str()
+        .expect("a string");
+    let parsed: Value = serde_json::from_str(arguments).expect("valid JSON on the wire");
+    assert_eq!(parsed, json!({"_arguments": r#"{"order": "A-1", "amo"#}));
+    // Whole arguments go as the model wrote them.
+    let whole = ToolCall::raw("c2", "refund", r#"{"order":"A-1"}"#);
+    let req = ModelRequest::new(vec![
+        Message::user("Refund A-1."),
+        Message::assistant_with_calls("", [whole]),
+    ]);
+    assert_eq!(
+        encoded(&req)["messages"][1]["tool_calls"][0]["function"]["arguments"],
+        r#"{"order":"A-1"}"#
+    );
+}
