@@ -331,6 +331,7 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
         ("killed", report.killed),
         ("tripped", report.tripped),
         ("limited", report.limited),
+        ("cut calls", report.cut_calls),
         ("leftovers", report.leftovers),
         ("summaries", report.summaries),
         ("large results", report.large_results),

@@ -616,9 +616,15 @@ impl Case<'_> {
         }
     }
 
-    /// No call ran twice: a call in flight when its process died is never run again.
+    /// No call ran twice: a call in flight when its process died is never run again. No call
+    /// of an answer cut off at its length limit ran.
     fn check_executed_once(&self) -> Result<(), Violation> {
         let counts = lock(&self.world.counts);
+        if let Some(cut) = counts.cut_ran.first() {
+            return Err(violation(format!(
+                "call `{cut}` of an answer cut off at its length limit ran"
+            )));
+        }
         let mut seen = std::collections::HashSet::new();
         match counts.executed.iter().find(|id| !seen.insert(id.as_str())) {
             Some(twice) => Err(violation(format!("call `{twice}` ran twice"))),

@@ -10,7 +10,8 @@
 //! on from what the run saved last), answers the interrupts it gets with random decisions
 //! among those allowed, and ends with one more run. Meanwhile the model answers with text or
 //! tool calls (streamed as a provider closes them; some to tools that do not exist, some with
-//! malformed arguments; some streams break after their first call closed) or a transient
+//! malformed arguments; some answers cut off at their length limit in their last call, which
+//! must never run; some streams break after their first call closed) or a transient
 //! failure, and summarizes when asked; the tools answer,
 //! fail, take a while, or return results large enough to evict.
 //!
@@ -300,6 +301,7 @@ impl StackCheck {
                 case.report.summaries += counts.summaries;
                 case.report.tool_calls += counts.tool_calls;
                 case.report.large_results += counts.large_results;
+                case.report.cut_calls += counts.cut.len() as u32;
             }
             if let Err(violation) = result {
                 panic!(
@@ -369,6 +371,8 @@ pub struct Report {
     pub tripped: u32,
     /// Runs a limit of [`StackCheck::tool_calls_per_run`] stopped (each checked).
     pub limited: u32,
+    /// Calls of model answers cut off at their length limit (none may run).
+    pub cut_calls: u32,
 }
 
 impl fmt::Display for Report {
@@ -376,8 +380,8 @@ impl fmt::Display for Report {
         write!(
             f,
             "{} cases, {} runs ({} completed, {} stopped, {} cancelled, {} interrupted, {} failed, \
-             {} killed, {} tripped, {} limited), {} from leftovers, {} summaries, {} tool calls ({} large \
-             results), {} versions saved, {} resumed",
+             {} killed, {} tripped, {} limited), {} from leftovers, {} summaries, {} tool calls \
+             ({} large results), {} calls cut off, {} versions saved, {} resumed",
             self.cases,
             self.runs,
             self.completed,
@@ -392,6 +396,7 @@ impl fmt::Display for Report {
             self.summaries,
             self.tool_calls,
             self.large_results,
+            self.cut_calls,
             self.versions,
             self.resumed_versions
         )

@@ -39,6 +39,11 @@ pub(super) struct Counts {
     pub(super) finishing: bool,
     /// The call ids the tools ran, each time they ran one.
     pub(super) executed: Vec<String>,
+    /// The calls of answers cut off at their length limit: none may run (but a read-only
+    /// call started early, before the answer was known to be cut).
+    pub(super) cut: Vec<String>,
+    /// Calls of cut answers the tools were asked to run.
+    pub(super) cut_ran: Vec<String>,
 }
 
 impl World {
@@ -132,7 +137,25 @@ impl CheckModel {
                 }
             })
             .collect::<Vec<_>>();
-        Ok(ModelResponse::tool_calls(calls))
+        let mut response = ModelResponse::tool_calls(calls);
+        // Now and then the answer is cut off at its length limit, in its last call.
+        if world.chance(4) {
+            let mut calls = response
+                .message
+                .content
+                .iter_mut()
+                .filter_map(|part| match part {
+                    tower_agent_core::ContentPart::ToolCall(call) => Some(call),
+                    _ => None,
+                });
+            if let Some(last) = calls.next_back() {
+                last.arguments = "{\"n\": 4".to_owned();
+            }
+            let ids = response.message.tool_calls().map(|call| call.id.clone());
+            lock(&world.counts).cut.extend(ids);
+            response.finish_reason = tower_agent_core::FinishReason::Length;
+        }
+        Ok(response)
     }
 }
 
@@ -157,7 +180,11 @@ impl Service<ModelRequest> for CheckModel {
             let breaks = !finishing && response.message.has_tool_calls() && model.world.chance(5);
             // Its calls streamed as a provider closes them, a point apart: an agent that
             // starts read-only tools early starts them here.
-            for call in response.message.tool_calls() {
+            // A call cut off is never sent up as complete (the last of a cut answer).
+            let cut = response.finish_reason == tower_agent_core::FinishReason::Length;
+            let calls = response.message.tool_calls().count();
+            let closed = if cut { calls.saturating_sub(1) } else { calls };
+            for call in response.message.tool_calls().take(closed) {
                 req.send_delta(Delta::ToolCall(call.clone())).await?;
                 tokio::task::yield_now().await;
                 if breaks {
@@ -235,6 +262,9 @@ impl Service<ToolRequest> for CheckTools {
                 let mut counts = lock(&world.counts);
                 counts.tool_calls += 1;
                 counts.executed.push(call.id.clone());
+                if req.early.is_none() && counts.cut.contains(&call.id) {
+                    counts.cut_ran.push(call.id.clone());
+                }
             }
             if !world.tools.iter().any(|spec| spec.name == call.name) {
                 return Ok(ToolResponse::unknown_tool(&call, &world.tools));
