@@ -129,6 +129,8 @@ struct Link {
 struct Given {
     text: String,
     reasoning: String,
+    /// The round settled last, until a delta comes: settling it again adds nothing.
+    settled: Option<u32>,
 }
 
 impl Deltas {
@@ -228,9 +230,10 @@ impl Deltas {
     /// call failed or a layer stopped the run): the readers end up with the message's text
     /// and reasoning, as deltas since their last [`Event::Retract`].
     ///
-    /// Nothing happens when nothing was streamed. When the message goes on from what the
-    /// readers were given, they get the rest; when it does not, they get an
-    /// [`Event::Retract`] and the whole of it. The agent calls this after every model call.
+    /// When the message goes on from what the readers were given, they get the rest; when it
+    /// does not, they get an [`Event::Retract`] and the whole of it. A model that did not
+    /// stream (nothing was given) reaches them as one delta of each. The agent calls this
+    /// after every model call.
     ///
     /// # Errors
     ///
@@ -241,14 +244,15 @@ impl Deltas {
         }
         let (text, reasoning) = {
             let mut given = lock(&self.given);
+            if given.settled == Some(ctx.round()) {
+                return Ok(());
+            }
+            given.settled = Some(ctx.round());
             (
                 std::mem::take(&mut given.text),
                 std::mem::take(&mut given.reasoning),
             )
         };
-        if text.is_empty() && reasoning.is_empty() {
-            return Ok(());
-        }
         let (whole_text, whole_reasoning) = message.map(streamed_parts).unwrap_or_default();
         let round = ctx.round();
         let (text, reasoning) =
@@ -278,6 +282,7 @@ impl Deltas {
         let round = ctx.round();
         let event = {
             let mut given = lock(&self.given);
+            given.settled = None;
             match delta {
                 Delta::Text(delta) => {
                     given.text.push_str(&delta);
@@ -521,11 +526,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn settling_what_never_streamed_adds_nothing() {
+    async fn settling_what_never_streamed_gives_it_whole_once() {
         let (req, events) = request();
         let message = Message::assistant("whole, not streamed");
         req.deltas.settle(&req.ctx, Some(&message)).await.unwrap();
         req.deltas.settle(&req.ctx, None).await.unwrap();
-        assert!(drain(req, events).await.is_empty());
+        assert_eq!(drain(req, events).await, ["text3:whole, not streamed"]);
     }
 }

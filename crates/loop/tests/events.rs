@@ -33,18 +33,21 @@ async fn are_emitted_in_order() {
         [
             "run_started",
             "round_started",
+            // A model that does not stream: its text reaches readers as one delta.
+            "text_delta",
             "text",
             "round_completed",
             "tool_started",
             "tool_finished",
             "round_started",
+            "text_delta",
             "text",
             "round_completed",
             "run_finished",
         ]
     );
     let events = recorder.events();
-    match &events[3] {
+    match &events[4] {
         Event::RoundCompleted {
             round,
             message,
@@ -59,7 +62,7 @@ async fn are_emitted_in_order() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        &events[5],
+        &events[6],
         Event::ToolFinished {
             is_error: false,
             ..
@@ -169,7 +172,30 @@ async fn a_filter_that_swallows_the_stream_leaves_the_answer_to_the_text_event()
         .oneshot(AgentRequest::new(Session::new(), "hi").with_observer(recorder.clone()))
         .await
         .unwrap();
-    // Nothing streamed, so the agent adds nothing: the `Text` event carries the answer.
-    assert!(!recorder.names().contains(&"text_delta"));
-    assert!(recorder.names().contains(&"text"));
+    // Nothing streamed: the readers get the answer as one delta when the call ends, and the
+    // `Text` event carries it too.
+    let names = recorder.names();
+    assert_eq!(names.iter().filter(|n| **n == "text_delta").count(), 1);
+    assert_eq!(recorder.streamed_text(1), "Hello there");
+    assert!(names.contains(&"text"));
+}
+
+#[tokio::test]
+async fn a_model_that_does_not_stream_reaches_readers_as_one_delta() {
+    let recorder = EventRecorder::new();
+    let model = ScriptedModel::new([ModelResponse::text("Paris.")]);
+    Agent::new(model, tower_agent_tools::ToolSet::new())
+        .oneshot(AgentRequest::new(Session::new(), "Capital?").with_observer(recorder.clone()))
+        .await
+        .expect("the run");
+    let deltas: Vec<String> = recorder
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TextDelta { delta, .. } => Some(delta),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, ["Paris."]);
+    assert_eq!(recorder.streamed_text(1), "Paris.");
 }
