@@ -109,7 +109,7 @@ async fn an_agent_run_is_one_trace_in_phoenix() {
         )
         .service(model);
     let tools = ToolSet::new().tool(StubTool::returning("weather", "18°C, sunny"));
-    let agent = Agent::builder().build(model, tools);
+    let agent = Agent::builder().name("weather_agent").build(model, tools);
     let session = Session::new();
     let conversation = session.id.clone();
     let res = agent
@@ -129,7 +129,7 @@ async fn an_agent_run_is_one_trace_in_phoenix() {
         .collect();
     assert_eq!(traces.len(), 1, "one trace: {traces:?}");
 
-    let [agent] = named(&spans, "invoke_agent")[..] else {
+    let [agent] = named(&spans, "invoke_agent weather_agent")[..] else {
         panic!("one agent span: {spans:#?}")
     };
     assert_eq!(
@@ -139,6 +139,7 @@ async fn an_agent_run_is_one_trace_in_phoenix() {
     );
     let attributes = &agent["attributes"];
     assert_eq!(attributes["gen_ai.operation.name"], "invoke_agent");
+    assert_eq!(attributes["gen_ai.agent.name"], "weather_agent");
     assert_eq!(attributes["gen_ai.conversation.id"], conversation.as_str());
     assert_eq!(
         attributes["gen_ai.usage.input_tokens"],

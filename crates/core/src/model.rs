@@ -489,6 +489,13 @@ pub struct ModelResponse {
     /// usage.
     #[serde(default, skip_serializing_if = "Usage::is_zero")]
     pub side_usage: Usage,
+    /// The provider's id of this response, when it gave one (`gen_ai.response.id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The model that answered, as the provider named it (`gen_ai.response.model`: may be
+    /// more precise than the one asked for, `gpt-4o-2024-08-06` for `gpt-4o`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl ModelResponse {
@@ -507,6 +514,8 @@ impl ModelResponse {
             stop: None,
             refused: false,
             side_usage: Usage::default(),
+            id: None,
+            model: None,
         }
     }
 

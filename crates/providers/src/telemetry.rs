@@ -35,6 +35,8 @@ pub(crate) fn span<W: Format>(
         gen_ai.usage.cache_read.input_tokens = Empty,
         gen_ai.usage.cache_creation.input_tokens = Empty,
         gen_ai.response.finish_reasons = Empty,
+        gen_ai.response.id = Empty,
+        gen_ai.response.model = Empty,
         error.type = Empty,
         otel.status_code = Empty,
         gen_ai.system_instructions = Empty,
@@ -77,6 +79,12 @@ pub(crate) fn record(
                     "gen_ai.usage.cache_creation.input_tokens",
                     int(res.usage.cache_write_input_tokens),
                 );
+            }
+            if let Some(id) = &res.id {
+                span.record("gen_ai.response.id", id.as_str());
+            }
+            if let Some(model) = &res.model {
+                span.record("gen_ai.response.model", model.as_str());
             }
             let reason = finish_reason_name(&res.finish_reason);
             span.record("gen_ai.response.finish_reasons", reason);

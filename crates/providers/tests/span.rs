@@ -81,6 +81,14 @@ async fn each_call_has_a_gen_ai_span_without_the_key() {
         get("gen_ai.response.finish_reasons").as_deref(),
         Some("\"stop\"")
     );
+    assert_eq!(
+        get("gen_ai.response.id").as_deref(),
+        Some("\"chatcmpl-AUq2r5Yh0s3kE1\"")
+    );
+    assert_eq!(
+        get("gen_ai.response.model").as_deref(),
+        Some("\"gpt-4o-mini-2024-07-18\"")
+    );
     // Written through `Display`: no quotes.
     assert_eq!(get("otel.name").as_deref(), Some("chat gpt-4o-mini"));
     assert_eq!(get("otel.kind").as_deref(), Some("\"client\""));

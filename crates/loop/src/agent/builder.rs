@@ -77,6 +77,9 @@ pub struct AgentConfig {
     pub early_tool_start: bool,
     /// What a model answer cut off at its length limit does ([`Truncation`]).
     pub truncation: Truncation,
+    /// The agent's name, for telemetry (`gen_ai.agent.name`); `None`: the name of the
+    /// workflow step or sub-agent that runs it, if any.
+    pub name: Option<Arc<str>>,
 }
 
 impl Default for AgentConfig {
@@ -89,6 +92,7 @@ impl Default for AgentConfig {
             options: GenerationOptions::default(),
             early_tool_start: false,
             truncation: Truncation::Stop,
+            name: None,
         }
     }
 }
@@ -107,6 +111,14 @@ impl AgentBuilder {
     /// reports, no system prompt.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The agent's name: its `invoke_agent {name}` span carries it as `gen_ai.agent.name`.
+    /// Without one, an agent a workflow runs as a step (or a sub-agent) is named after the
+    /// step.
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.config.name = Some(name.into());
+        self
     }
 
     /// The system instructions of every model call.

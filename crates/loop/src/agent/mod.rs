@@ -195,9 +195,21 @@ where
             ctx,
             saver,
         } = request;
+        // Its own name, or the step's that runs it (the last of its nested path).
+        let path = ctx.path();
+        let name = match &self.config.name {
+            Some(name) => Some(&**name),
+            None => path.as_deref().and_then(|path| path.rsplit('/').next()),
+        };
+        let otel_name = match name {
+            Some(name) => format!("invoke_agent {name}"),
+            None => "invoke_agent".to_owned(),
+        };
         let span = tracing::info_span!(
             "invoke_agent",
+            otel.name = otel_name.as_str(),
             gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = name,
             gen_ai.conversation.id = %ctx.session_id(),
             run_id = %ctx.run_id(),
             gen_ai.usage.input_tokens = tracing::field::Empty,

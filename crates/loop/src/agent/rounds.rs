@@ -293,6 +293,7 @@ where
             refused,
             side_usage,
             finish_reason,
+            ..
         } = response;
         self.usage += usage + side_usage;
         if let Some(history) = history {

@@ -19,11 +19,15 @@ pub(super) fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
         .collect();
     let mut res = ModelResponse::from_parts(parts).with_usage(response.usage.into());
     res.finish_reason = finish_reason(response.stop_reason.as_deref());
+    res.id = response.id;
+    res.model = response.model;
     Ok(res)
 }
 
 #[derive(Deserialize)]
 struct WireResponse {
+    id: Option<String>,
+    model: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     content: Vec<WireBlock>,
     stop_reason: Option<String>,

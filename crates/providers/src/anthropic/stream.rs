@@ -32,6 +32,9 @@ pub(super) struct Decoder {
     usage: WireUsage,
     stop_reason: Option<String>,
     done: bool,
+    /// The message's id and model (`message_start`).
+    id: Option<String>,
+    model: Option<String>,
 }
 
 impl Decoder {
@@ -82,6 +85,14 @@ impl StreamDecoder for Decoder {
         let kind = value.get("type").and_then(Value::as_str).unwrap_or(event);
         match kind {
             "message_start" => {
+                let text = |pointer: &str| {
+                    value
+                        .pointer(pointer)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                };
+                self.id = text("/message/id");
+                self.model = text("/message/model");
                 if let Some(usage) = value.pointer("/message/usage").filter(|u| !u.is_null()) {
                     self.usage = WireUsage::deserialize(usage)
                         .map_err(|e| invalid(PROVIDER, "the usage", e))?;
@@ -218,6 +229,8 @@ impl StreamDecoder for Decoder {
         }
         let mut res = ModelResponse::from_parts(parts).with_usage(self.usage.into());
         res.finish_reason = finish_reason(self.stop_reason.as_deref());
+        res.id = self.id;
+        res.model = self.model;
         Ok(res)
     }
 }

@@ -231,7 +231,7 @@ fn a_streamed_answer_with_thinking_and_a_call() {
     for (event, data) in [
         (
             "message_start",
-            r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}"#,
+            r#"{"type":"message_start","message":{"id":"msg_01","model":"claude-sonnet-4-5","usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}"#,
         ),
         (
             "content_block_start",
@@ -317,6 +317,8 @@ fn a_streamed_answer_with_thinking_and_a_call() {
     );
     assert_eq!(res.usage, Usage::new(15, 42).with_cached(5));
     assert_eq!(res.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(res.id.as_deref(), Some("msg_01"));
+    assert_eq!(res.model.as_deref(), Some("claude-sonnet-4-5"));
 }
 
 #[test]

@@ -24,6 +24,8 @@ pub(super) fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct Chunk {
+    response_id: Option<String>,
+    model_version: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     candidates: Vec<Candidate>,
     usage_metadata: Option<WireUsage>,
@@ -107,12 +109,21 @@ pub(super) struct Decoder {
     finish: Option<String>,
     blocked: Option<String>,
     calls: usize,
+    /// The response's id and model version, as the chunks say.
+    id: Option<String>,
+    model: Option<String>,
 }
 
 impl Decoder {
     fn absorb(&mut self, chunk: Chunk, deltas: &mut Vec<Delta>) -> Result<(), Error> {
         if chunk.usage_metadata.is_some() {
             self.usage = chunk.usage_metadata;
+        }
+        if chunk.response_id.is_some() {
+            self.id = chunk.response_id;
+        }
+        if chunk.model_version.is_some() {
+            self.model = chunk.model_version;
         }
         if let Some(reason) = chunk
             .prompt_feedback
@@ -227,6 +238,8 @@ impl StreamDecoder for Decoder {
         let mut res = ModelResponse::from_parts(self.parts)
             .with_usage(self.usage.map(Into::into).unwrap_or_default());
         res.finish_reason = reason;
+        res.id = self.id;
+        res.model = self.model;
         Ok(res)
     }
 }

@@ -26,17 +26,22 @@ pub(super) fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
         .tool_calls
         .into_iter()
         .map(|c| ToolCall::raw(c.id, c.function.name, c.function.arguments));
-    Ok(response_of(
+    let mut res = response_of(
         reasoning,
         message.content,
         calls,
         choice.finish_reason.as_deref(),
         usage,
-    ))
+    );
+    res.id = response.id;
+    res.model = response.model;
+    Ok(res)
 }
 
 #[derive(Deserialize)]
 struct WireResponse {
+    id: Option<String>,
+    model: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     choices: Vec<WireChoice>,
     usage: Option<WireUsage>,

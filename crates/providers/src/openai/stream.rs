@@ -23,10 +23,15 @@ pub(super) struct Decoder {
     finish: Option<String>,
     usage: Option<WireUsage>,
     done: bool,
+    /// The response's id and model, as the first chunk that has them says.
+    id: Option<String>,
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct Chunk {
+    id: Option<String>,
+    model: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     choices: Vec<ChunkChoice>,
     usage: Option<WireUsage>,
@@ -114,6 +119,12 @@ impl StreamDecoder for Decoder {
         if chunk.usage.is_some() {
             self.usage = chunk.usage;
         }
+        if self.id.is_none() {
+            self.id = chunk.id.filter(|id| !id.is_empty());
+        }
+        if self.model.is_none() {
+            self.model = chunk.model.filter(|model| !model.is_empty());
+        }
         for choice in chunk.choices {
             let delta = choice.delta;
             if let Some(text) = delta
@@ -169,12 +180,15 @@ impl StreamDecoder for Decoder {
         }
         let mut calls = self.calls;
         calls.sort_by_key(|(index, _)| *index);
-        Ok(response_of(
+        let mut res = response_of(
             Some(self.reasoning),
             Some(self.text),
             calls.into_iter().map(|(_, call)| call),
             self.finish.as_deref(),
             self.usage.map(Into::into).unwrap_or_default(),
-        ))
+        );
+        res.id = self.id;
+        res.model = self.model;
+        Ok(res)
     }
 }
