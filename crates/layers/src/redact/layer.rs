@@ -37,9 +37,10 @@ use super::stream::RedactFilter;
 ///   ran with when they are not the model's (an approval's edit): both go into the session.
 ///
 /// - **Streamed output**: the deltas of the model's text and reasoning are redacted on their
-///   way up ([`stream`](tower_agent_core::stream)), each held back no more than
-///   [`Rules::holdback`] bytes, so a secret split across two deltas never reaches a reader
-///   whole; what the readers put together is the redacted message.
+///   way up ([`stream`](tower_agent_core::stream)), holding back only the tail in which a
+///   match could still be growing (on prose, the word being written; see
+///   [`RedactStream`](super::RedactStream)), so a secret split across two deltas never reaches
+///   a reader, not even in part; what the readers put together is the redacted message.
 ///
 /// ```
 /// use tower::{Layer, ServiceExt};

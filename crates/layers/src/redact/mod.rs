@@ -4,10 +4,24 @@
 //! [`Rules`] are named patterns whose matches have a bounded length (a pattern that could match
 //! any length is refused: no stream could hold back enough to catch it split in two).
 //! [`Rules::redact`] redacts a whole text; [`Rules::stream`] a text that arrives in pieces,
-//! holding back only what a match could still need ([`Rules::holdback`]), and releasing, piece
-//! by piece, exactly the redaction of the whole text (a property test cuts texts anywhere).
+//! releasing, piece by piece, exactly the redaction of the whole text (a property test cuts
+//! texts anywhere and checks what went up after every piece).
 //! [`RedactLayer`] applies them to the model's input, its output (streamed deltas included)
 //! and tool results.
+//!
+//! # What a stream holds back
+//!
+//! Only the tail in which a match could still be growing: the longest end of the text so far
+//! that is the beginning of a match of some rule (a whole match included, it could grow).
+//! Everything before it is released, redacted: every match that starts there ends before the
+//! text so far does, whatever comes next. An email cannot hold a space, so on prose the tail is
+//! at most the word being written (`Sure,` goes up at its comma, `write` at the space after
+//! it), which at 200 characters a second is 50 ms for a word of 10 characters. The tail grows
+//! past a space only where a match can: `Bearer ` (a token may follow), `+1 415` (a phone
+//! number). It is never longer than [`Rules::holdback`] bytes unless it is a whole match (it
+//! could grow). The beginnings of the rules' matches are one regular expression, derived from
+//! the patterns; should it be too large for the regex crate to compile, a stream falls back to
+//! holding back the last [`Rules::holdback`] bytes.
 
 mod layer;
 mod rules;

@@ -1,10 +1,12 @@
-//! The rules: patterns with a bounded length, one scan for all of them.
+//! The rules: patterns with a bounded length, one scan for all of them, and the beginnings of
+//! their matches (the tail a stream holds back).
 
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
 use regex::Regex;
+use regex_syntax::hir::{Hir, HirKind, Look, Repetition};
 use serde_json::Value;
 
 /// What replaces a match.
@@ -53,8 +55,10 @@ struct Rule {
 /// A set of redaction rules: named patterns, each with what replaces its matches, applied in
 /// one scan (the leftmost match wins; between matches at one place, the rule added first).
 ///
-/// Every pattern's matches have a bounded length, so a stream holds back only the bytes a
-/// match could still need ([`Rules::holdback`]): a secret split across two deltas is caught.
+/// Every pattern's matches have a bounded length, and a stream holds back only the tail of the
+/// text in which a match could still be growing (the beginning of a match of some rule; at
+/// most [`Rules::holdback`] bytes but for a whole match): a secret split across two deltas is
+/// caught, and prose streams a word at a time.
 ///
 /// ```
 /// use tower_agent_layers::redact::{Replace, Rules};
@@ -72,6 +76,12 @@ pub struct Rules {
     rules: Vec<Rule>,
     patterns: Vec<String>,
     regex: Option<Regex>,
+    /// The beginnings of every rule's matches ([`prefixes`]), one per rule.
+    beginnings: Vec<Hir>,
+    /// `(?:<the beginnings>)\z`: its leftmost match is the tail of a text in which a match
+    /// could still be growing. `None` without rules, or when it is too large to compile (then
+    /// a stream holds back [`Rules::holdback`] bytes).
+    growing: Option<Regex>,
     longest: usize,
     /// The groups of the combined expression so far.
     groups: usize,
@@ -116,6 +126,8 @@ impl Rules {
             rules: Vec::new(),
             patterns: Vec::new(),
             regex: None,
+            beginnings: Vec::new(),
+            growing: None,
             longest: 0,
             groups: 1,
         }
@@ -173,6 +185,12 @@ impl Rules {
         self.patterns.push(format!("({pattern})"));
         let regex = Regex::new(&self.patterns.join("|")).map_err(|e| invalid(e.to_string()))?;
         self.regex = Some(regex);
+        self.beginnings.push(prefixes(&without_assertions(&hir)));
+        let beginnings = Hir::concat(vec![
+            Hir::alternation(self.beginnings.clone()),
+            Hir::look(Look::End),
+        ]);
+        self.growing = Regex::new(&beginnings.to_string()).ok();
         self.longest = self.longest.max(longest);
         let group = self.groups;
         self.groups += 1 + own_groups;
@@ -189,11 +207,35 @@ impl Rules {
         self.rules.is_empty()
     }
 
-    /// The bytes a stream holds back: one less than the longest match any rule can make, in
-    /// bytes (`\d` and `\w` match any script's characters, up to 4 bytes each; `[0-9]` keeps
-    /// the hold-back short).
+    /// The bound of what a stream holds back: one less than the longest match any rule can
+    /// make, in bytes (`\d` and `\w` match any script's characters, up to 4 bytes each;
+    /// `[0-9]` keeps it short). A stream holds back only the tail in which a match could still
+    /// be growing ([`RedactStream`](super::RedactStream)): on prose a word at most, never more
+    /// than this unless the tail is a whole match (it could grow).
     pub fn holdback(&self) -> usize {
         self.longest.saturating_sub(1)
+    }
+
+    /// Where the tail of `text` in which a match could still be growing begins, at or after
+    /// byte `from`: the leftmost place from which the rest of `text` is the beginning of a
+    /// match of some rule (a whole match included), or the end of `text` when there is none.
+    /// Every match that starts before it ends before the end of `text`, whatever follows.
+    ///
+    /// When the rules' beginnings made an expression too large to compile, the tail is the
+    /// last [`Rules::holdback`] bytes: no match starting before it can reach past the end.
+    pub(super) fn growing(&self, text: &str, from: usize) -> usize {
+        match &self.growing {
+            Some(growing) => growing
+                .find_at(text, from)
+                .map_or(text.len(), |tail| tail.start()),
+            None => {
+                let mut at = text.len().saturating_sub(self.holdback());
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                at.max(from)
+            }
+        }
     }
 
     /// `text` with every match replaced.
@@ -296,4 +338,81 @@ impl Rules {
             },
         }
     }
+}
+
+/// `hir` with its assertions (`\b`, `^`, `$`, ...) taken as always true and its groups
+/// dropped: it matches every text `hir` matches, wherever it stands.
+fn without_assertions(hir: &Hir) -> Hir {
+    match hir.kind() {
+        HirKind::Look(_) => Hir::empty(),
+        HirKind::Capture(capture) => without_assertions(&capture.sub),
+        HirKind::Repetition(repetition) => {
+            Hir::repetition(repetition.with(without_assertions(&repetition.sub)))
+        }
+        HirKind::Concat(subs) => Hir::concat(subs.iter().map(without_assertions).collect()),
+        HirKind::Alternation(subs) => {
+            Hir::alternation(subs.iter().map(without_assertions).collect())
+        }
+        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) => hir.clone(),
+    }
+}
+
+/// The beginnings of `hir`'s matches: every text a match of `hir` starts with (the empty text
+/// and whole matches among them). `hir` has no assertions ([`without_assertions`]), so a
+/// text that ends with the beginning of a match of the rule matches this at its end.
+fn prefixes(hir: &Hir) -> Hir {
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => Hir::empty(),
+        // `abc`: `(?:a(?:b(?:c)?)?)?`.
+        HirKind::Literal(literal) => {
+            // A character at a time (a byte at a time if it is not UTF-8).
+            let pieces: Vec<Vec<u8>> = match std::str::from_utf8(&literal.0) {
+                Ok(text) => text.chars().map(|c| c.to_string().into_bytes()).collect(),
+                Err(_) => literal.0.iter().map(|&byte| vec![byte]).collect(),
+            };
+            pieces.into_iter().rev().fold(Hir::empty(), |rest, piece| {
+                optional(Hir::concat(vec![Hir::literal(piece), rest]))
+            })
+        }
+        HirKind::Class(_) => optional(hir.clone()),
+        HirKind::Capture(capture) => prefixes(&capture.sub),
+        // `abc`: the beginning of `a`, or `a` then the beginning of `bc`.
+        HirKind::Concat(subs) => concat_prefixes(subs),
+        HirKind::Alternation(subs) => Hir::alternation(subs.iter().map(prefixes).collect()),
+        // `a{m,n}`: fewer than `n` whole `a`, then the beginning of one more.
+        HirKind::Repetition(repetition) => match repetition.max {
+            Some(0) => Hir::empty(),
+            max => Hir::concat(vec![
+                Hir::repetition(Repetition {
+                    min: 0,
+                    max: max.map(|n| n - 1),
+                    greedy: repetition.greedy,
+                    sub: repetition.sub.clone(),
+                }),
+                prefixes(&repetition.sub),
+            ]),
+        },
+    }
+}
+
+/// The beginnings of the concatenation of `subs`.
+fn concat_prefixes(subs: &[Hir]) -> Hir {
+    match subs {
+        [] => Hir::empty(),
+        [last] => prefixes(last),
+        [first, rest @ ..] => Hir::alternation(vec![
+            prefixes(first),
+            Hir::concat(vec![first.clone(), concat_prefixes(rest)]),
+        ]),
+    }
+}
+
+/// `hir` or nothing.
+fn optional(hir: Hir) -> Hir {
+    Hir::repetition(Repetition {
+        min: 0,
+        max: Some(1),
+        greedy: true,
+        sub: Box::new(hir),
+    })
 }

@@ -1,5 +1,5 @@
 //! Redaction of a stream of text: the least held back that still catches a match split across
-//! pieces.
+//! pieces, the tail in which a match could still be growing.
 
 use std::sync::Arc;
 
@@ -9,17 +9,26 @@ use super::Rules;
 
 /// Redacts a text that arrives in pieces (a content block of a streamed message): what
 /// [`push`](RedactStream::push) and [`finish`](RedactStream::finish) return, put together, is
-/// what [`Rules::redact`] makes of the whole text. It holds back at most
-/// [`Rules::holdback`] bytes, and a match that ends where the text so far ends (it could still
-/// grow).
+/// what [`Rules::redact`] makes of the whole text, and what has gone up is always its
+/// beginning.
+///
+/// It holds back only the tail in which a match could still be growing: the longest end of the
+/// text so far that is the beginning of a match of some rule, a whole match included (see the
+/// [module](super#what-a-stream-holds-back)). On prose that is the word being written; never
+/// more than [`Rules::holdback`] bytes, but for a whole match that ends where the text so far
+/// ends.
 ///
 /// ```
 /// use tower_agent_layers::redact::Rules;
 ///
 /// let rules = Rules::new().emails();
 /// let mut stream = rules.stream();
+/// // `ada@exa` could be the beginning of an address: held; the rest goes up.
 /// let mut out = stream.push("write to ada@exa");
+/// assert_eq!(out, "write to ");
+/// // The address is whole (a space cannot be in one), `today` could begin another.
 /// out += &stream.push("mple.com today");
+/// assert_eq!(out, "write to [REDACTED:email] ");
 /// out += &stream.finish();
 /// assert_eq!(out, "write to [REDACTED:email] today");
 /// ```
@@ -70,10 +79,11 @@ impl Held {
         self.pending.push_str(piece);
         let len = self.pending.len();
         let matches = rules.matches(&self.pending, self.context);
-        // A match of any rule starting before `cut` is whole already: it cannot reach past the
-        // text so far.
-        let mut cut = floor_char(&self.pending, len.saturating_sub(rules.holdback()));
-        cut = cut.max(self.context);
+        // Hold back the tail in which a match could still be growing: a match of any rule
+        // starting before `cut` is whole already, it cannot reach past the text so far. One
+        // may reach into the tail (a key whose last digits could begin a phone number): it
+        // goes up whole.
+        let mut cut = rules.growing(&self.pending, self.context);
         for &(start, end, _) in &matches {
             if start < cut && (end > cut || end == len) {
                 // Release a whole match only when text follows it (it cannot grow, and its
@@ -109,7 +119,8 @@ impl Held {
 }
 
 /// The filter [`RedactLayer`](super::RedactLayer) puts on a model call's stream: text and
-/// reasoning each redacted as one stream, held back no more than [`Rules::holdback`] bytes.
+/// reasoning each redacted as one stream ([`RedactStream`]'s hold-back: the tail in which a
+/// match could still be growing).
 pub(super) struct RedactFilter {
     rules: Arc<Rules>,
     text: Held,
@@ -169,13 +180,4 @@ fn is_empty(delta: &Delta) -> bool {
         Delta::Text(text) | Delta::Reasoning(text) => text.is_empty(),
         _ => false,
     }
-}
-
-/// The largest char boundary of `text` at or before `at`.
-fn floor_char(text: &str, at: usize) -> usize {
-    let mut at = at.min(text.len());
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
