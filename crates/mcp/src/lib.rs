@@ -14,6 +14,8 @@
 //! | a JSON-RPC error (an unknown tool, bad arguments) | an error result the model reads |
 //! | arguments that are not a JSON object | an error result, nothing sent |
 //! | the transport is lost (the process exited, the connection dropped) | `Err` of kind [`Backend`](tower_agent_core::ErrorKind::Backend) with an [`McpError`] source; the next call connects again |
+//! | the HTTP server refused the call because it no longer knows the session (it restarted: HTTP 404, or a 400 that names the session), or refused the connection | a new session (the tools listed again), and the call sent once more; never a call the server may have run |
+//! | a server cannot be connected at [`McpTools::connect`] | its tools left out, a `tracing` warning, [`McpTools::unavailable`]; `Err` only for a [`required`](McpServer::required) server, or when none connects |
 //! | the call is dropped (the run cancelled, a timeout layer) | `notifications/cancelled` sent to the server |
 //! | `notifications/progress` for a call | an [`Event::ToolProgress`](tower_agent_core::Event::ToolProgress) of the run |
 //! | `notifications/tools/list_changed` | the tools listed again; the next round offers them |
@@ -57,6 +59,8 @@ compile_error!(
 
 mod convert;
 mod handler;
+#[cfg(feature = "http")]
+mod http;
 mod server;
 
 use std::collections::HashMap;
@@ -66,6 +70,8 @@ use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
+use futures_util::future::join_all;
+
 use tower_agent_core::{DescribeTools, Error, ToolRequest, ToolResponse, ToolSpec};
 use tower_service::Service;
 
@@ -74,6 +80,21 @@ pub use rmcp::model::ToolAnnotations;
 pub use server::McpServer;
 
 use server::Conn;
+
+/// Whether `error` (of a request) proves the server did not run the request: over HTTP, it
+/// refused it because it no longer knows the session, or the connection was refused before
+/// anything was sent.
+fn refused(error: &rmcp::ServiceError) -> bool {
+    #[cfg(feature = "http")]
+    {
+        http::refused(error)
+    }
+    #[cfg(not(feature = "http"))]
+    {
+        let _ = error;
+        false
+    }
+}
 
 /// What went wrong with an MCP server: the source of the [`Error`] a call or a connection
 /// returns.
@@ -105,6 +126,38 @@ pub enum McpError {
         /// What came.
         message: String,
     },
+    /// The server did not answer in time: connecting (see
+    /// [`McpServer::connect_timeout`]) or listing its tools (see
+    /// [`McpServer::list_timeout`]). The error's kind is
+    /// [`Timeout`](tower_agent_core::ErrorKind::Timeout).
+    #[error("MCP server `{server}`: no answer in time: {message}")]
+    Timeout {
+        /// The server's name.
+        server: String,
+        /// What was not answered.
+        message: String,
+    },
+    /// The server refused the call before running it, on its session and again on a new one
+    /// (HTTP): the call did not run. The next call connects again.
+    #[error("MCP server `{server}`: the call was refused: {message}")]
+    Refused {
+        /// The server's name.
+        server: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A server that could not be connected (or whose tools could not be listed) the last time
+/// it was tried: see [`McpTools::unavailable`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Unavailable {
+    /// The server's name.
+    pub server: String,
+    /// Why: of kind [`Backend`](tower_agent_core::ErrorKind::Backend) or
+    /// [`Timeout`](tower_agent_core::ErrorKind::Timeout), with an [`McpError`] source.
+    pub error: Error,
 }
 
 /// The tools of one or more MCP servers as one tool service.
@@ -135,12 +188,21 @@ struct Route {
 }
 
 impl McpTools {
-    /// Connect to every server and list its tools.
+    /// Connect to every server (at once) and list its tools.
+    ///
+    /// A server that cannot be started, reached or listed within its
+    /// [`connect_timeout`](McpServer::connect_timeout) and
+    /// [`list_timeout`](McpServer::list_timeout) does not fail the others: its tools are left
+    /// out, a warning goes to `tracing` (target `tower_agent_mcp`), and
+    /// [`McpTools::unavailable`] names it until [`McpTools::refresh`] connects it.
     ///
     /// # Errors
     ///
-    /// [`Backend`](tower_agent_core::ErrorKind::Backend) with an [`McpError`] source when a
-    /// server cannot be started or reached, or does not complete the handshake.
+    /// The error of a server marked [`required`](McpServer::required) that cannot be
+    /// connected, or, when no server at all can be, the first server's: of kind
+    /// [`Backend`](tower_agent_core::ErrorKind::Backend) (with an [`McpError::Connect`] or
+    /// [`McpError::Protocol`] source) or [`Timeout`](tower_agent_core::ErrorKind::Timeout)
+    /// (with an [`McpError::Timeout`] source).
     ///
     /// # Panics
     ///
@@ -164,24 +226,48 @@ impl McpTools {
                 routes: RwLock::default(),
             }),
         };
-        for conn in &tools.inner.servers {
-            conn.peer(&tools.inner).await?;
-        }
+        let inner = &tools.inner;
+        let results = join_all(
+            inner
+                .servers
+                .iter()
+                .map(|conn| async move { conn.peer(inner).await.map(drop) }),
+        )
+        .await;
+        inner.settle(results)?;
         Ok(tools)
     }
 
     /// List every server's tools again (a server that does not send
-    /// `notifications/tools/list_changed`, say).
+    /// `notifications/tools/list_changed`, say), connecting the servers that are not
+    /// connected (those [`McpTools::unavailable`] names, among them).
     ///
     /// # Errors
     ///
-    /// As [`McpTools::connect`], or when a server cannot list its tools.
+    /// As [`McpTools::connect`]: only a [`required`](McpServer::required) server, or every
+    /// server, failing fails it; the others are reported as [`McpTools::connect`] reports
+    /// them. A server that cannot list its tools keeps offering those listed before.
     pub async fn refresh(&self) -> Result<(), Error> {
-        for conn in &self.inner.servers {
-            let connected = conn.peer(&self.inner).await?;
-            conn.list(&self.inner, &connected.peer).await?;
-        }
-        Ok(())
+        let inner = &self.inner;
+        let results = join_all(inner.servers.iter().map(|conn| conn.refresh(inner))).await;
+        inner.settle(results)
+    }
+
+    /// The servers that could not be connected (or whose tools could not be listed) the last
+    /// time they were tried, with why, in the order they were given. A server leaves the list
+    /// when it connects: at [`McpTools::refresh`], or when a call of one of its tools (as
+    /// listed before) connects again.
+    pub fn unavailable(&self) -> Vec<Unavailable> {
+        self.inner
+            .servers
+            .iter()
+            .filter_map(|conn| {
+                conn.unavailable().map(|error| Unavailable {
+                    server: conn.name().to_owned(),
+                    error,
+                })
+            })
+            .collect()
     }
 
     /// The MCP annotations of the tool the model calls `name` (`readOnlyHint`,
@@ -211,19 +297,49 @@ impl Inner {
         Arc::clone(&self.routes.read().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Of the outcomes of connecting (or refreshing) every server, in order: the failures are
+    /// warned of; the error of a required server, or the first when every server failed.
+    fn settle(&self, results: Vec<Result<(), Error>>) -> Result<(), Error> {
+        let mut required = None;
+        let mut first = None;
+        let mut failed = 0;
+        for (conn, result) in self.servers.iter().zip(results) {
+            let Err(error) = result else {
+                continue;
+            };
+            failed += 1;
+            tracing::warn!(
+                server = conn.name(),
+                %error,
+                "MCP server unavailable: its tools are not offered until it connects"
+            );
+            if conn.config().is_required() && required.is_none() {
+                required = Some(error.clone());
+            }
+            first.get_or_insert(error);
+        }
+        match (required, first) {
+            (Some(error), _) => Err(error),
+            (None, Some(error)) if failed == self.servers.len() => Err(error),
+            _ => Ok(()),
+        }
+    }
+
     /// Offer every server's tools as they were last listed.
     fn rebuild(&self) {
+        // Under the lock: two servers listed at once each offer the other's tools too.
+        let mut routes = self.routes.write().unwrap_or_else(PoisonError::into_inner);
         let listed: Vec<(usize, Vec<rmcp::model::Tool>)> = self
             .servers
             .iter()
             .map(|conn| (conn.index(), conn.tools()))
             .collect();
-        let routes = convert::routes(
+        let listed_routes = convert::routes(
             listed
                 .iter()
                 .map(|(index, tools)| (*index, self.servers[*index].name(), tools.as_slice())),
         );
-        *self.routes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(routes);
+        *routes = Arc::new(listed_routes);
     }
 
     async fn call(self: Arc<Self>, req: ToolRequest) -> Result<ToolResponse, Error> {

@@ -25,10 +25,20 @@ pub struct McpServer {
     name: String,
     transport: Transport,
     ping: Duration,
+    connect_timeout: Duration,
+    list_timeout: Duration,
+    required: bool,
 }
 
 /// How often a server is pinged while a call waits for it, by default.
 const PING: Duration = Duration::from_secs(15);
+
+/// How long connecting (starting the process or reaching the URL, and MCP's `initialize`)
+/// may take, by default.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long listing the tools (every page) may take, by default.
+const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to reach a server. Both variants exist whatever the features; only a constructor of
 /// an enabled transport can make one.
@@ -62,6 +72,9 @@ impl McpServer {
                 dir: None,
             },
             ping: PING,
+            connect_timeout: CONNECT_TIMEOUT,
+            list_timeout: LIST_TIMEOUT,
+            required: false,
         }
     }
 
@@ -75,6 +88,9 @@ impl McpServer {
                 bearer: None,
             },
             ping: PING,
+            connect_timeout: CONNECT_TIMEOUT,
+            list_timeout: LIST_TIMEOUT,
+            required: false,
         }
     }
 
@@ -126,6 +142,38 @@ impl McpServer {
         self
     }
 
+    /// How long connecting may take: starting the process (stdio) or reaching the URL (HTTP),
+    /// and MCP's `initialize` handshake (30 s by default; zero: no limit). Past it the
+    /// connection fails with [`ErrorKind::Timeout`] and an [`McpError::Timeout`] source. It
+    /// applies to every connection: at [`McpTools::connect`](crate::McpTools::connect), and
+    /// when a call connects again. A first `npx -y` may download the server: give it longer.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long listing the server's tools (`tools/list`, every page) may take (30 s by
+    /// default; zero: no limit). Past it the listing fails with [`ErrorKind::Timeout`] and an
+    /// [`McpError::Timeout`] source; a connection whose tools cannot be listed is not used.
+    pub fn list_timeout(mut self, timeout: Duration) -> Self {
+        self.list_timeout = timeout;
+        self
+    }
+
+    /// Whether [`McpTools::connect`](crate::McpTools::connect) (and
+    /// [`refresh`](crate::McpTools::refresh)) fail when this server cannot be connected
+    /// (`false` by default: its tools are left out, a warning goes to `tracing`, and
+    /// [`McpTools::unavailable`](crate::McpTools::unavailable) names it).
+    pub fn required(mut self, required: bool) -> Self {
+        self.required = required;
+        self
+    }
+
+    /// Whether the server must be connected.
+    pub(crate) fn is_required(&self) -> bool {
+        self.required
+    }
+
     /// The ping interval while a call waits: HTTP only (a child process that exits closes
     /// its stream at once, and one busy with a call may not answer a ping), never when zero.
     fn ping(&self) -> Option<Duration> {
@@ -170,6 +218,8 @@ pub(crate) struct Conn {
     /// Held while the tools are listed and offered: two listings (a reconnect and a
     /// `list_changed`, or two `list_changed`) never interleave, so the last listed is offered.
     listing: tokio::sync::Mutex<()>,
+    /// Why the last attempt to connect (or to list the tools) failed, until one succeeds.
+    unavailable: Mutex<Option<Error>>,
 }
 
 struct Live {
@@ -187,6 +237,23 @@ pub(crate) struct Connected {
     progress: Arc<Progress>,
 }
 
+/// How one attempt of a call ended.
+enum Attempt {
+    /// An answer, or an error to return.
+    Done(Result<ToolResponse, Error>),
+    /// The server provably did not run the call: it refused it for its session, or the
+    /// connection was refused before anything was sent.
+    Refused(ServiceError),
+}
+
+/// Why the tools could not be listed.
+enum ListFailure {
+    /// No answer within the list timeout.
+    Timeout,
+    /// The request failed.
+    Failed(ServiceError),
+}
+
 impl Conn {
     pub(crate) fn new(index: usize, config: McpServer) -> Self {
         Self {
@@ -196,6 +263,7 @@ impl Conn {
             generation: AtomicU64::new(0),
             tools: Mutex::new(Vec::new()),
             listing: tokio::sync::Mutex::new(()),
+            unavailable: Mutex::new(None),
         }
     }
 
@@ -219,6 +287,22 @@ impl Conn {
             .clone()
     }
 
+    /// Why the last attempt to connect or list failed, unless one succeeded since.
+    pub(crate) fn unavailable(&self) -> Option<Error> {
+        self.unavailable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Remember the outcome of an attempt to connect or list.
+    fn record<T>(&self, result: &Result<T, Error>) {
+        *self
+            .unavailable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = result.as_ref().err().cloned();
+    }
+
     /// The live connection; connects (and lists the tools) first when there is none or it
     /// was lost.
     pub(crate) async fn peer(&self, inner: &Arc<Inner>) -> Result<Connected, Error> {
@@ -233,16 +317,10 @@ impl Conn {
             }
         }
         *live = None;
-        let progress = Arc::new(Progress::default());
-        let handler = Handler {
-            inner: Arc::downgrade(inner),
-            index: self.index,
-            progress: Arc::clone(&progress),
-        };
-        let service = self.start(handler).await?;
+        let connected = self.connect(inner).await;
+        self.record(&connected);
+        let (service, progress) = connected?;
         let peer = service.peer().clone();
-        // Listed before it is kept: a connection whose tools cannot be listed is not used.
-        self.list(inner, &peer).await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         *live = Some(Live {
             service,
@@ -253,6 +331,45 @@ impl Conn {
             peer,
             generation,
             progress,
+        })
+    }
+
+    /// A new connection whose tools are listed (and offered).
+    async fn connect(
+        &self,
+        inner: &Arc<Inner>,
+    ) -> Result<(RunningService<RoleClient, Handler>, Arc<Progress>), Error> {
+        let progress = Arc::new(Progress::default());
+        let handler = Handler {
+            inner: Arc::downgrade(inner),
+            index: self.index,
+            progress: Arc::clone(&progress),
+        };
+        let service = match within(self.config.connect_timeout, self.start(handler)).await {
+            Some(service) => service?,
+            None => {
+                return Err(self.timed_out(
+                    "cannot connect",
+                    format!(
+                        "not connected within {:?} (McpServer::connect_timeout)",
+                        self.config.connect_timeout
+                    ),
+                ));
+            }
+        };
+        // Listed before it is kept: a connection whose tools cannot be listed is not used.
+        self.list(inner, service.peer()).await?;
+        Ok((service, progress))
+    }
+
+    fn timed_out(&self, what: &str, message: String) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!("MCP server `{}`: {what}", self.config.name),
+        )
+        .with_source(McpError::Timeout {
+            server: self.config.name.clone(),
+            message,
         })
     }
 
@@ -291,27 +408,10 @@ impl Conn {
                     .map_err(|error| failed(error.to_string()))
             }
             #[cfg(feature = "http")]
-            Transport::Http { url, bearer } => {
-                use rmcp::transport::StreamableHttpClientTransport;
-                use rmcp::transport::common::client_side_sse::ExponentialBackoff;
-                use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
-                // A broken event stream is resumed a few times (0.25 s, 0.5 s, 1 s), then the
-                // connection counts as lost: rmcp's default retries forever, and a call
-                // would wait for a server that is gone.
-                let mut retry = ExponentialBackoff::default();
-                retry.max_times = Some(3);
-                retry.base_duration = std::time::Duration::from_millis(250);
-                config.retry_config = Arc::new(retry);
-                if let Some(bearer) = bearer {
-                    config = config.auth_header(bearer.clone());
-                }
-                let transport = StreamableHttpClientTransport::from_config(config);
-                handler
-                    .serve(transport)
-                    .await
-                    .map_err(|error| failed(error.to_string()))
-            }
+            Transport::Http { url, bearer } => handler
+                .serve(crate::http::transport(url, bearer.as_deref()))
+                .await
+                .map_err(|error| failed(error.to_string())),
             #[cfg(not(feature = "stdio"))]
             Transport::Stdio { .. } => Err(failed("the `stdio` feature is off".to_owned())),
             #[cfg(not(feature = "http"))]
@@ -321,20 +421,56 @@ impl Conn {
 
     /// List the server's tools (every page) and offer them.
     pub(crate) async fn list(&self, inner: &Inner, peer: &Peer<RoleClient>) -> Result<(), Error> {
-        let _listing = self.listing.lock().await;
-        let tools = peer.list_all_tools().await.map_err(|error| {
-            Error::backend(format!(
+        self.try_list(inner, peer)
+            .await
+            .map_err(|failure| self.list_error(failure))
+    }
+
+    fn list_error(&self, failure: ListFailure) -> Error {
+        match failure {
+            ListFailure::Timeout => self.timed_out(
+                "cannot list its tools",
+                format!(
+                    "tools/list not answered within {:?} (McpServer::list_timeout)",
+                    self.config.list_timeout
+                ),
+            ),
+            ListFailure::Failed(error) => Error::backend(format!(
                 "MCP server `{}`: cannot list its tools",
                 self.config.name
             ))
             .with_source(McpError::Protocol {
                 server: self.config.name.clone(),
                 message: error.to_string(),
-            })
-        })?;
+            }),
+        }
+    }
+
+    async fn try_list(&self, inner: &Inner, peer: &Peer<RoleClient>) -> Result<(), ListFailure> {
+        let _listing = self.listing.lock().await;
+        let tools = within(self.config.list_timeout, peer.list_all_tools())
+            .await
+            .ok_or(ListFailure::Timeout)?
+            .map_err(ListFailure::Failed)?;
         *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
         inner.rebuild();
         Ok(())
+    }
+
+    /// Connect when not connected, and list the tools again. A listing the server refused
+    /// because it forgot the session (it restarted) connects again, which lists them.
+    pub(crate) async fn refresh(&self, inner: &Arc<Inner>) -> Result<(), Error> {
+        let connected = self.peer(inner).await?;
+        let result = match self.try_list(inner, &connected.peer).await {
+            Ok(()) => Ok(()),
+            Err(ListFailure::Failed(error)) if crate::refused(&error) => {
+                self.lost(connected.generation).await;
+                self.peer(inner).await.map(drop)
+            }
+            Err(failure) => Err(self.list_error(failure)),
+        };
+        self.record(&result);
+        result
     }
 
     /// Forget the connection of `generation` (not a newer one another call made).
@@ -345,7 +481,9 @@ impl Conn {
         }
     }
 
-    /// Call the server's tool `remote` for `req`.
+    /// Call the server's tool `remote` for `req`. A call the server provably did not run (it
+    /// refused it because it no longer knows the session, or the connection was refused)
+    /// connects again and is sent once more; a call whose outcome is unknown never is.
     pub(crate) async fn call(
         &self,
         inner: &Arc<Inner>,
@@ -353,11 +491,53 @@ impl Conn {
         arguments: Option<JsonObject>,
         req: &ToolRequest,
     ) -> Result<ToolResponse, Error> {
+        let connected = self.peer(inner).await?;
+        let generation = connected.generation;
+        let refused = match self
+            .attempt(connected, remote.clone(), arguments.clone(), req)
+            .await
+        {
+            Attempt::Done(result) => return result,
+            Attempt::Refused(error) => error,
+        };
+        tracing::info!(
+            server = %self.config.name,
+            error = %refused,
+            "MCP call refused before it ran: connecting again and sending it once more"
+        );
+        self.lost(generation).await;
+        let connected = self.peer(inner).await?;
+        let generation = connected.generation;
+        match self.attempt(connected, remote, arguments, req).await {
+            Attempt::Done(result) => result,
+            Attempt::Refused(error) => {
+                // Refused on a new session too: nothing ran; the next call connects again.
+                self.lost(generation).await;
+                let server = self.config.name.clone();
+                Err(Error::backend(format!(
+                    "MCP server `{server}`: the call was refused, sent twice"
+                ))
+                .with_source(McpError::Refused {
+                    server,
+                    message: error.to_string(),
+                }))
+            }
+        }
+    }
+
+    /// Send the call once on `connected`.
+    async fn attempt(
+        &self,
+        connected: Connected,
+        remote: String,
+        arguments: Option<JsonObject>,
+        req: &ToolRequest,
+    ) -> Attempt {
         let Connected {
             peer,
             generation,
             progress,
-        } = self.peer(inner).await?;
+        } = connected;
         let mut params = CallToolRequestParams::new(remote);
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -366,7 +546,7 @@ impl Conn {
             .await
         {
             Ok(handle) => handle,
-            Err(error) => return Err(self.failed(error, generation).await),
+            Err(error) => return Attempt::Done(Err(self.failed(error, generation).await)),
         };
         // Dropped before the answer (a cancelled run, a timeout): the server hears of it.
         let mut cancel = CancelOnDrop {
@@ -381,11 +561,12 @@ impl Conn {
             answer = handle.await_response() => answer,
             lost = lost(cancel.peer.as_ref(), self.config.ping()) => {
                 cancel.peer = None;
-                return Err(self.failed(lost, generation).await);
+                // The call was sent and may be running: its outcome is unknown.
+                return Attempt::Done(Err(self.failed(lost, generation).await));
             }
         };
         cancel.peer = None;
-        match answer {
+        Attempt::Done(match answer {
             Ok(ServerResult::CallToolResult(result)) => Ok(ToolResponse::new(ToolResult {
                 call_id: req.call.id.clone(),
                 name: req.call.name.clone(),
@@ -413,8 +594,9 @@ impl Conn {
                     reason.as_deref().unwrap_or("no reason given")
                 ),
             )),
+            Err(error) if crate::refused(&error) => return Attempt::Refused(error),
             Err(error) => Err(self.failed(error, generation).await),
-        }
+        })
     }
 
     /// The error of a call that did not get an answer. A lost transport is forgotten, so the
@@ -442,6 +624,14 @@ impl Conn {
             ),
         }
     }
+}
+
+/// `future`'s output, or `None` when `timeout` (not zero: zero is no limit) passes first.
+async fn within<F: Future>(timeout: Duration, future: F) -> Option<F::Output> {
+    if timeout.is_zero() {
+        return Some(future.await);
+    }
+    tokio::time::timeout(timeout, future).await.ok()
 }
 
 /// Waits until a ping to `peer` fails or gets no answer in `every`: the transport error (a
