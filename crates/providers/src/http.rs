@@ -35,6 +35,72 @@ pub(crate) struct Client<W> {
     pub(crate) price: Option<ModelPrice>,
     /// Where this provider keeps a run's encoded messages (its own, not another provider's).
     pub(crate) encoded: encode::CacheKey,
+    /// The `max_tokens` of a request that sets none.
+    pub(crate) max_tokens: u32,
+    /// Fields the host adds to every request body.
+    pub(crate) extra_body: ExtraBody,
+}
+
+/// Fields added to every request body, encoded as `,"key":value` pairs; its `Debug` shows
+/// only their names (a value may be a secret).
+#[derive(Clone, Default)]
+pub(crate) struct ExtraBody {
+    names: Vec<String>,
+    fields: Vec<u8>,
+}
+
+impl ExtraBody {
+    /// The fields of `object`.
+    pub(crate) fn of(object: serde_json::Value) -> Result<Self, Error> {
+        let serde_json::Value::Object(map) = object else {
+            return Err(Error::bad_request(
+                "the extra body must be a JSON object of fields",
+            ));
+        };
+        let mut extra = ExtraBody::default();
+        for (name, value) in map {
+            extra.fields.push(b',');
+            let pair = serde_json::to_vec(&serde_json::json!({ &name: value }))
+                .map_err(|e| Error::bad_request(format!("the extra body: {e}")))?;
+            // `{"name":value}` without its braces.
+            extra.fields.extend_from_slice(&pair[1..pair.len() - 1]);
+            extra.names.push(name);
+        }
+        Ok(extra)
+    }
+
+    /// `body` (a JSON object) with the fields added at its end.
+    fn add_to(&self, mut body: Vec<u8>) -> Vec<u8> {
+        if self.fields.is_empty() || body.last() != Some(&b'}') {
+            return body;
+        }
+        let end = body.len() - 1;
+        // An empty object takes no leading comma.
+        let fields = match body[..end].iter().rev().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => &self.fields[1..],
+            _ => &self.fields[..],
+        };
+        body.splice(end..end, fields.iter().copied());
+        body
+    }
+}
+
+impl std::fmt::Debug for ExtraBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.names).finish()
+    }
+}
+
+/// The `max_tokens` a provider sends when the request sets none: enough for a long answer,
+/// short of a runaway that streams to the end of the context.
+pub(crate) const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// `req` with `max_tokens` set when it sets none.
+fn with_max_tokens(mut req: ModelRequest, max_tokens: u32) -> ModelRequest {
+    if req.options.max_tokens.is_none() {
+        req.options.max_tokens = Some(max_tokens);
+    }
+    req
 }
 
 impl<W> Client<W> {
@@ -50,6 +116,8 @@ impl<W> Client<W> {
             capture_content: false,
             price: None,
             encoded: encode::CacheKey::new(),
+            max_tokens: DEFAULT_MAX_TOKENS,
+            extra_body: ExtraBody::default(),
         }
     }
 }
@@ -75,6 +143,7 @@ pub(crate) fn call<W: Format>(
     client: Arc<Client<W>>,
     req: ModelRequest,
 ) -> BoxFuture<'static, Result<ModelResponse, Error>> {
+    let req = with_max_tokens(req, client.max_tokens);
     let span = telemetry::span::<W>(&client.endpoint, client.capture_content, &req);
     let record = span.clone();
     Box::pin(
@@ -127,7 +196,8 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     let mut again = true;
     let response = loop {
         let across = Some(&client.encoded);
-        let body = Bytes::from(encode::body(wire, endpoint, req, client.stream, across)?);
+        let body = encode::body(wire, endpoint, req, client.stream, across)?;
+        let body = Bytes::from(client.extra_body.add_to(body));
         let post = || {
             let sent = client
                 .http
@@ -493,8 +563,10 @@ pub(crate) fn request_body<W: Format>(
     client: &Client<W>,
     req: &ModelRequest,
 ) -> Result<Vec<u8>, Error> {
+    let req = with_max_tokens(req.clone(), client.max_tokens);
     let across = Some(&client.encoded);
-    encode::body(&client.wire, &client.endpoint, req, client.stream, across)
+    let body = encode::body(&client.wire, &client.endpoint, &req, client.stream, across)?;
+    Ok(client.extra_body.add_to(body))
 }
 
 /// The response a recorded body gives: a server-sent event stream when `client` streams, a

@@ -23,7 +23,7 @@ impl<W: Format> Wire for W {}
 /// A model service over one provider's HTTP API: [`OpenAi`](crate::OpenAi),
 /// [`Anthropic`](crate::Anthropic) and [`Gemini`](crate::Gemini) are this type over their
 /// [`Wire`] format. Every method here works for each of them; a provider's own options are
-/// in its module (`Anthropic::max_tokens`).
+/// in its module (`Anthropic::prompt_cache`).
 ///
 /// A `Service<ModelRequest, Response = ModelResponse, Error = Error>`. Cloning is cheap (the
 /// configuration and the HTTP client are shared). `poll_ready` is always ready: put tower's
@@ -185,6 +185,40 @@ impl<W: Wire> Provider<W> {
     /// The model's name.
     pub fn model(&self) -> &str {
         &self.client.endpoint.model
+    }
+
+    /// The `max_tokens` of a request whose options set none (default 4096, for every
+    /// provider): a first run without one could stream for minutes to the end of the
+    /// model's context. A request's own `max_tokens` wins. An answer that reaches it ends
+    /// cut off ([`FinishReason::Length`](tower_agent_core::FinishReason::Length)), which the
+    /// agent never acts on as complete.
+    pub fn max_tokens(self, max_tokens: u32) -> Self {
+        self.edit(|c| c.max_tokens = max_tokens.max(1))
+    }
+
+    /// Fields added to every request body, for what this library does not model: OpenAI's
+    /// `parallel_tool_calls`, a server's `top_k`, llama.cpp's `cache_prompt`. They go after
+    /// the library's own fields; a field the library sets too is then sent twice, and most
+    /// servers keep the last (yours). Its `Debug` shows only the fields' names.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_providers::OpenAi;
+    ///
+    /// let model = OpenAi::new("local")
+    ///     .base_url("http://127.0.0.1:8080/v1")
+    ///     .extra_body(json!({"cache_prompt": true, "top_k": 40}))
+    ///     .expect("an object");
+    /// # let _ = model;
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::BadRequest`](tower_agent_core::ErrorKind::BadRequest) when `fields` is
+    /// not a JSON object.
+    pub fn extra_body(self, fields: serde_json::Value) -> Result<Self, Error> {
+        let extra = http::ExtraBody::of(fields)?;
+        Ok(self.edit(|c| c.extra_body = extra))
     }
 
     /// Change the configuration (copied first if a clone shares it).

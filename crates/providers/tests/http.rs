@@ -533,3 +533,44 @@ async fn gemini_context_cache_is_made_once_and_named_after() {
         assert!(whole(&body), "{body}");
     }
 }
+
+#[tokio::test]
+async fn every_request_has_a_max_tokens_and_the_hosts_extra_fields() {
+    let server = Server::start([
+        Canned::fixture("openai/text.json"),
+        Canned::fixture("openai/text.json"),
+        Canned::fixture("gemini/calls.json"),
+    ])
+    .await;
+    let model = OpenAi::new("local")
+        .base_url(format!("{}/v1", server.url))
+        .streaming(false)
+        .extra_body(json!({"cache_prompt": true, "top_k": 40, "token": "tok-SECRET"}))
+        .expect("an object");
+    assert!(
+        !format!("{model:?}").contains("tok-SECRET"),
+        "the extra fields' values never show"
+    );
+    call(model.clone(), request()).await.expect("answered");
+    let sent = server.received()[0].json();
+    assert_eq!(sent["max_tokens"], 4096, "the default: {sent}");
+    assert_eq!(sent["cache_prompt"], true);
+    assert_eq!(sent["top_k"], 40);
+    // A request's own wins; the provider's default can be set.
+    call(model.max_tokens(256), request()).await.expect("answered");
+    assert_eq!(server.received()[1].json()["max_tokens"], 256);
+    let gemini = Gemini::new("gemini-2.5-flash")
+        .base_url(format!("{}/v1beta", server.url))
+        .api_key(KEY)
+        .streaming(false);
+    call(gemini, request()).await.expect("answered");
+    assert_eq!(
+        server.received()[2].json()["generationConfig"]["maxOutputTokens"],
+        4096
+    );
+    let refused = OpenAi::new("m").extra_body(json!(["not", "an", "object"]));
+    assert_eq!(
+        refused.expect_err("not an object").kind(),
+        ErrorKind::BadRequest
+    );
+}

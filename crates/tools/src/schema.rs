@@ -296,3 +296,33 @@ mod tests {
         assert_eq!(parameters_schema::<()>()["type"], "object");
     }
 }
+
+#[cfg(test)]
+mod order {
+    use super::*;
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Refund {
+        order_id: String,
+        amount: u32,
+        currency: String,
+    }
+
+    /// A small model follows a schema's keys in the order it reads them: they stay in
+    /// declaration order, in the value and in the JSON sent.
+    #[test]
+    fn properties_keep_their_declaration_order() {
+        let schema = parameters_schema::<Refund>();
+        let keys: Vec<&str> = schema["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["order_id", "amount", "currency"]);
+        let text = schema.to_string();
+        let at = |key: &str| text.find(&format!("\"{key}\"")).expect("the key");
+        assert!(at("order_id") < at("amount") && at("amount") < at("currency"), "{text}");
+    }
+}

@@ -11,7 +11,7 @@
 //! | reasoning with a signature | a `thinking` block, sent back unchanged (the API requires it during tool use) |
 //! | reasoning whose signature starts with `redacted_thinking:` | a `redacted_thinking` block |
 //! | reasoning without a signature (from another provider) | not sent |
-//! | `GenerationOptions` | `max_tokens` (required: [`Provider::max_tokens`](Provider#method.max_tokens) when the request has none, default 4096), `temperature`, `top_p`, `stop_sequences`, `tool_choice` |
+//! | `GenerationOptions` | `max_tokens` (required: [`Provider::max_tokens`](Provider#method.max_tokens) when the request has none, default 4096, as for every provider), `temperature`, `top_p`, `stop_sequences`, `tool_choice` |
 //! | `usage` | `input_tokens` = input + cache reads + cache writes; `cached_input_tokens` = cache reads |
 //!
 //! Streaming (the default): `text_delta` and `thinking_delta` go to the run's event sink as
@@ -65,14 +65,12 @@ pub type Anthropic = Provider<AnthropicWire>;
 /// The wire format of Anthropic Messages, with its options: see [`Anthropic`].
 #[derive(Clone, Debug)]
 pub struct AnthropicWire {
-    max_tokens: u32,
     cache: Option<CacheTtl>,
 }
 
 impl Default for AnthropicWire {
     fn default() -> Self {
         Self {
-            max_tokens: 4096,
             cache: Some(CacheTtl::FiveMinutes),
         }
     }
@@ -97,11 +95,6 @@ impl Provider<AnthropicWire> {
 
     /// The `anthropic-beta` header sent with [`CacheTtl::OneHour`].
     pub const EXTENDED_CACHE_TTL_BETA: &'static str = "extended-cache-ttl-2025-04-11";
-
-    /// `max_tokens` for requests that do not set it (the API requires one). Default 4096.
-    pub fn max_tokens(self, max_tokens: u32) -> Self {
-        self.edit(|c| c.wire.max_tokens = max_tokens)
-    }
 
     /// Prompt caching: cache markers with this lifetime (the default, five minutes), or none.
     /// Up to four: on the system prompt's last stable blocks (each block keeps the blank line
@@ -160,7 +153,13 @@ impl Format for AnthropicWire {
     }
 
     fn frame(&self, endpoint: &Endpoint, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
-        frame(&endpoint.model, self.max_tokens, self.cache, req, stream)
+        frame(
+            &endpoint.model,
+            crate::http::DEFAULT_MAX_TOKENS,
+            self.cache,
+            req,
+            stream,
+        )
     }
 
     fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {
