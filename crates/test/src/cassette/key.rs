@@ -1,9 +1,13 @@
-//! What a request is keyed by and written as: its canonical JSON, its hash, redaction.
+//! What a request is keyed by and written as: its canonical JSON and its hash.
+
+use std::io::{BufWriter, Write};
 
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tower_agent_core::{Error, GenerationOptions, History, ModelRequest};
+
+use super::scrub;
 
 /// The request as the provider is asked it: system, messages, tool specs (what providers
 /// send of them), options. Hashed as it is encoded, without a copy of the request.
@@ -48,12 +52,20 @@ pub(super) struct ToolCanonical<'a> {
     pub(super) arguments: &'a str,
 }
 
-/// The SHA-256 of `request`'s JSON as the cassette writes it (key-like text redacted: a
-/// replayed request that carries a redacted answer has the recorded request's key), in hex.
+/// The SHA-256 of `request`'s JSON as the cassette writes it, every string scrubbed (a
+/// replayed request that carries a scrubbed answer has the recorded request's key), in hex.
+/// Hashed as it is encoded, without a copy of the request.
 pub(super) fn key_of(request: &impl Serialize) -> Result<String, Error> {
-    let json = serde_json::to_string(request)
+    let mut hasher = Sha256::new();
+    // The encoder writes a few bytes at a time: the hasher takes them in blocks.
+    let mut writer = BufWriter::with_capacity(8 * 1024, &mut hasher);
+    scrub::to_writer(&mut writer, request)
+        .map_err(|error| error.to_string())
+        .and_then(|()| writer.flush().map_err(|error| error.to_string()))
         .map_err(|error| Error::other(format!("cannot encode the request: {error}")))?;
-    Ok(Sha256::digest(redact(&json).as_bytes())
+    drop(writer);
+    Ok(hasher
+        .finalize()
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect())
@@ -64,42 +76,12 @@ pub(super) fn to_value(request: &impl Serialize) -> Result<Value, Error> {
         .map_err(|error| Error::other(format!("cannot encode the request: {error}")))
 }
 
+/// `value` scrubbed, indented, for a diff.
 pub(super) fn pretty(value: &Value) -> String {
-    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    let scrubbed = scrub::to_string(value)
+        .and_then(|text| serde_json::from_str::<Value>(&text))
+        .unwrap_or_default();
+    let mut text = serde_json::to_string_pretty(&scrubbed).unwrap_or_default();
     text.push('\n');
     text
-}
-
-/// Text that looks like a credential, replaced: a known prefix at the start of a word, then
-/// at least 16 characters of a key.
-pub(super) fn redact(text: &str) -> String {
-    const PREFIXES: [&str; 8] = [
-        "sk-ant-", "sk-", "AIza", "ghp_", "xoxb-", "xoxp-", "Bearer ", "bearer ",
-    ];
-    const MIN: usize = 16;
-    let is_key = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        let boundary = i == 0 || !is_key(bytes[i - 1]);
-        if boundary && matches!(bytes[i], b's' | b'A' | b'g' | b'x' | b'B' | b'b') {
-            let found = PREFIXES.iter().find_map(|prefix| {
-                let tail = text[i..].strip_prefix(prefix)?;
-                let secret = tail.bytes().take_while(|b| is_key(*b)).count();
-                (secret >= MIN).then_some(prefix.len() + secret)
-            });
-            if let Some(length) = found {
-                out.push_str(&text[copied..i]);
-                out.push_str("[REDACTED]");
-                i += length;
-                copied = i;
-                continue;
-            }
-        }
-        i += 1;
-    }
-    out.push_str(&text[copied..]);
-    out
 }

@@ -24,10 +24,26 @@
 //! again, so a cassette survives them. Above them, a recorded request would be what the loop
 //! asked, and the replay would skip what the layers do.
 //!
-//! **Secrets:** API keys travel in the provider's headers, never in a request; text in the
-//! requests and responses that looks like a key (a word starting `sk-`, `sk-ant-`, `AIza`,
-//! `ghp_`, `xoxb-`, `xoxp-` or `Bearer `, then 16 or more key characters) is written as
-//! `[REDACTED]` all the same, and requests are keyed as written.
+//! **Secrets:** API keys travel in the provider's headers, never in a request; all the same,
+//! every string of a line (in requests, responses, tool arguments and results, object keys) is
+//! scrubbed as text, decoded, before it is encoded, written or hashed: a key after a line break
+//! or a tab starts a word there, where in the encoded line it followed the escape `\n`.
+//! Written as `[REDACTED]`:
+//!
+//! - a key: a word starting `sk-`, `sk-ant-`, `AIza`, `ghp_`, `xoxb-`, `xoxp-` or `Bearer `,
+//!   then 16 or more key characters. A word starts at the start of the text, after a character
+//!   that is not a key's (a line break, a tab, a quote, `=`), or after an escape standing for
+//!   one in JSON or a URL held in a string (`\n`, `\u000a`, `%0A`);
+//! - a value a name marks as a secret, 8 characters or more: in a header or a `.env`
+//!   (`x-api-key: ...`, `Authorization: Basic ...`, `OPENAI_API_KEY=...`), a URL
+//!   (`?key=...&api_key=...`), JSON (`"client_secret": "..."`); names are `api_key`, `apikey`,
+//!   `access_key`, `secret_key`, `private_key`, `token`, `secret`, `password`, `passwd`,
+//!   `authorization`, alone or ending a longer name, and `key` or `auth` before `=`.
+//!
+//! Requests are keyed as written; scrubbing what is scrubbed changes nothing, so a replayed
+//! request that carries a scrubbed answer still matches (and one with nothing to scrub is keyed
+//! as before). A secret with neither a known prefix nor a name (a bare password in prose) is
+//! not recognised: keep real ones out of what a recorded run reads.
 //!
 //! ```
 //! use tower::{ServiceBuilder, ServiceExt};
@@ -75,11 +91,12 @@ use tower_layer::Layer;
 use crate::lock;
 
 mod key;
+mod scrub;
 mod service;
 #[cfg(test)]
 mod tests;
 
-use key::{pretty, redact};
+use key::pretty;
 pub use service::{CassetteLayer, CassetteModel, CassetteToolLayer, CassetteTools, NoModel};
 
 /// What a cassette does with a request.
@@ -293,10 +310,9 @@ impl Cassette {
 
     /// Write a line (`Line` with its key) and keep its answer as the file holds it.
     fn write(&self, line: &Line<'_>) -> Result<Answer, Error> {
-        let line = serde_json::to_string(line)
-            .map(|line| redact(&line))
+        let line = scrub::to_string(line)
             .map_err(|error| Error::other(format!("cannot encode a recorded call: {error}")))?;
-        // What is replayed is what the file holds: the redacted answer.
+        // What is replayed is what the file holds: the scrubbed answer.
         let (key, answer) = serde_json::from_str::<Stored>(&line)
             .ok()
             .and_then(Stored::answer)
