@@ -557,7 +557,9 @@ async fn every_request_has_a_max_tokens_and_the_hosts_extra_fields() {
     assert_eq!(sent["cache_prompt"], true);
     assert_eq!(sent["top_k"], 40);
     // A request's own wins; the provider's default can be set.
-    call(model.max_tokens(256), request()).await.expect("answered");
+    call(model.max_tokens(256), request())
+        .await
+        .expect("answered");
     assert_eq!(server.received()[1].json()["max_tokens"], 256);
     let gemini = Gemini::new("gemini-2.5-flash")
         .base_url(format!("{}/v1beta", server.url))

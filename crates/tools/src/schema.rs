@@ -323,6 +323,9 @@ mod order {
         assert_eq!(keys, ["order_id", "amount", "currency"]);
         let text = schema.to_string();
         let at = |key: &str| text.find(&format!("\"{key}\"")).expect("the key");
-        assert!(at("order_id") < at("amount") && at("amount") < at("currency"), "{text}");
+        assert!(
+            at("order_id") < at("amount") && at("amount") < at("currency"),
+            "{text}"
+        );
     }
 }
