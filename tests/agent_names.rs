@@ -6,9 +6,12 @@ use std::sync::{Arc, Mutex};
 use tower_agent::prelude::*;
 use tower_agent_test::ScriptedModel;
 
-/// The `otel.name` and `gen_ai.agent.name` of every `invoke_agent` span, in order.
+/// A span's `otel.name` and `gen_ai.agent.name`.
+type Named = (String, Option<String>);
+
+/// The names of every `invoke_agent` span, in order.
 #[derive(Clone, Default)]
-struct Names(Arc<Mutex<Vec<(String, Option<String>)>>>);
+struct Names(Arc<Mutex<Vec<Named>>>);
 
 struct Fields(String, Option<String>);
 
@@ -42,7 +45,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Names {
     }
 }
 
-async fn names_of(run: impl std::future::Future<Output = ()>) -> Vec<(String, Option<String>)> {
+async fn names_of(run: impl std::future::Future<Output = ()>) -> Vec<Named> {
     use tracing::instrument::WithSubscriber;
     let names = Names::default();
     let subscriber = tracing_subscriber::layer::SubscriberExt::with(
@@ -50,8 +53,7 @@ async fn names_of(run: impl std::future::Future<Output = ()>) -> Vec<(String, Op
         names.clone(),
     );
     run.with_subscriber(subscriber).await;
-    let found = names.0.lock().expect("not poisoned").clone();
-    found
+    names.0.lock().expect("not poisoned").clone()
 }
 
 #[tokio::test]

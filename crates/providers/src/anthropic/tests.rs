@@ -16,10 +16,7 @@ fn wire() -> (AnthropicWire, Endpoint) {
         key: None,
     };
     (
-        AnthropicWire {
-            max_tokens: 1000,
-            cache: None,
-        },
+        AnthropicWire { cache: None },
         endpoint,
     )
 }
@@ -196,6 +193,8 @@ fn turns_alternate_and_thinking_goes_back() {
         Message::system("be brief"),
     ]);
     req.system = Some("sys".into());
+    // The provider sets a request's `max_tokens` when it has none (4096 by default).
+    req.options.max_tokens = Some(1000);
     let body: Value = serde_json::from_slice(
         &encode::body(&wire().0, &wire().1, &req, false, None).expect("encodes"),
     )
