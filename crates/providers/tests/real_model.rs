@@ -747,3 +747,149 @@ async fn a_call_cut_off_at_max_tokens_never_runs_nor_poisons_the_session() {
         assert_valid_history(&res.session.history);
     }
 }
+
+/// Where the worker process of the kill test saves its session: a file, written whole
+/// (renamed into place) at each save.
+struct FileSaver(std::path::PathBuf);
+
+impl tower_agent_core::Saver for FileSaver {
+    fn save<'a>(
+        &'a self,
+        session: &'a Session,
+    ) -> tower_agent_core::event::BoxFuture<'a, Result<(), tower_agent_core::Error>> {
+        Box::pin(async move {
+            let json = serde_json::to_vec(session).expect("a session serializes");
+            let part = self.0.with_extension("part");
+            std::fs::write(&part, json).expect("written");
+            std::fs::rename(&part, &self.0).expect("renamed");
+            Ok(())
+        })
+    }
+}
+
+/// The worker of `a_process_killed_mid_tool_call_resumes_without_running_it_again`, not a
+/// test of its own: that test runs it as a child process (this test binary, this function
+/// alone, with `KILL_WORKER` set to a directory) and kills it.
+#[tokio::test]
+#[ignore = "the worker process of a_process_killed_mid_tool_call_resumes_without_running_it_again"]
+async fn kill_worker() {
+    let dir = std::env::var("KILL_WORKER").expect("run by the kill test");
+    let dir = std::path::PathBuf::from(dir);
+    let url = std::env::var("KILL_WORKER_URL").expect("the server's URL");
+    let started = dir.join("started");
+    let tools = ToolSet::new().tool(tower_agent_tools::tool_fn(
+        "lookup_order",
+        "Look up an order by its id.",
+        move |_: Order| {
+            let started = started.clone();
+            async move {
+                // The call has started: the test kills this process now.
+                std::fs::write(&started, b"").expect("marked");
+                tokio::time::sleep(Duration::from_secs(120)).await;
+                Ok::<_, tower_agent_core::Error>("never")
+            }
+        },
+    ));
+    let model = OpenAi::new("smollm2").base_url(&url).api_key("none");
+    let agent = Agent::builder()
+        .system(SUPPORT)
+        .options(one_call())
+        .build(model, tools);
+    let request = AgentRequest::new(Session::with_id("killed"), "Where is my order B-7?")
+        .with_saver(FileSaver(dir.join("session.json")));
+    let _ = agent.oneshot(request).await;
+    panic!("the worker was not killed during its tool call");
+}
+
+#[tokio::test]
+async fn a_process_killed_mid_tool_call_resumes_without_running_it_again() {
+    let Some(llama) = Llama::start_calling_tools(4096).await else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("tower-agent-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let mut worker = Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "kill_worker", "--ignored", "--nocapture"])
+        .env("KILL_WORKER", &dir)
+        .env("KILL_WORKER_URL", &llama.url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the worker starts");
+    let started = Instant::now();
+    while !dir.join("started").exists() {
+        if let Ok(Some(status)) = worker.try_wait() {
+            panic!("the worker ended before its tool call started: {status}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the worker's tool call did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // kill -9 in the middle of the tool call.
+    let status = Command::new("kill")
+        .args(["-KILL", &worker.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let _ = worker.wait();
+
+    // What the dead process saved: the call, in flight, without a result.
+    let saved: Session =
+        serde_json::from_slice(&std::fs::read(dir.join("session.json")).expect("the worker saved"))
+            .expect("a session");
+    let _ = std::fs::remove_dir_all(&dir);
+    let call = saved
+        .history
+        .iter()
+        .flat_map(Message::tool_calls)
+        .next()
+        .cloned()
+        .expect("the call was saved before it ran");
+    assert!(
+        saved
+            .history
+            .iter()
+            .flat_map(Message::tool_results)
+            .next()
+            .is_none(),
+        "it was in flight"
+    );
+
+    // Another process resumes: the call is answered as not completed, never run again.
+    let looked = Looked::default();
+    let agent = Agent::builder()
+        .system(SUPPORT)
+        .options(one_call())
+        .max_rounds(1)
+        .build(llama.openai(), lookup_order(&looked));
+    let res = agent
+        .oneshot(AgentRequest::new(
+            saved,
+            tower_agent_core::AgentInput::Continue,
+        ))
+        .await
+        .expect("the resumed run");
+    assert_valid_history(&res.session.history);
+    let result = res
+        .session
+        .history
+        .iter()
+        .flat_map(Message::tool_results)
+        .find(|r| r.call_id == call.id)
+        .expect("the call is answered");
+    assert_eq!(result.content, tower_agent_core::ToolResult::UNANSWERED);
+    let ran_again = looked.lock().expect("lock").len();
+    let calls_after = res
+        .session
+        .history
+        .iter()
+        .flat_map(Message::tool_calls)
+        .count();
+    // Only a new call of the model's (never the one in flight) may have run.
+    assert!(
+        ran_again < calls_after,
+        "{ran_again} runs of {calls_after} calls"
+    );
+}

@@ -15,10 +15,7 @@ fn wire() -> (AnthropicWire, Endpoint) {
         base_url: "http://x".into(),
         key: None,
     };
-    (
-        AnthropicWire { cache: None },
-        endpoint,
-    )
+    (AnthropicWire { cache: None }, endpoint)
 }
 
 /// The body of `req` with cache markers of `ttl`, as a run's call makes it (the messages'
