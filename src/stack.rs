@@ -191,6 +191,60 @@ impl Builtins {
         }
     }
 
+    /// [`AgentBuilder::system`]: the loop's settings go before or after the built-ins alike.
+    pub fn system(mut self, system: impl Into<Arc<str>>) -> Self {
+        self.agent = self.agent.system(system);
+        self
+    }
+
+    /// [`AgentBuilder::max_rounds`].
+    pub fn max_rounds(mut self, max_rounds: u32) -> Self {
+        self.agent = self.agent.max_rounds(max_rounds);
+        self
+    }
+
+    /// [`AgentBuilder::sequential_tools`].
+    pub fn sequential_tools(mut self) -> Self {
+        self.agent = self.agent.sequential_tools();
+        self
+    }
+
+    /// [`AgentBuilder::concurrent_tools`].
+    pub fn concurrent_tools(mut self, limit: usize) -> Self {
+        self.agent = self.agent.concurrent_tools(limit);
+        self
+    }
+
+    /// [`AgentBuilder::tool_specs`].
+    pub fn tool_specs(mut self, specs: impl Into<Arc<[tower_agent_core::ToolSpec]>>) -> Self {
+        self.agent = self.agent.tool_specs(specs);
+        self
+    }
+
+    /// [`AgentBuilder::options`].
+    pub fn options(mut self, options: tower_agent_core::GenerationOptions) -> Self {
+        self.agent = self.agent.options(options);
+        self
+    }
+
+    /// [`AgentBuilder::early_tool_start`].
+    pub fn early_tool_start(mut self, early: bool) -> Self {
+        self.agent = self.agent.early_tool_start(early);
+        self
+    }
+
+    /// [`AgentBuilder::when_truncated`].
+    pub fn when_truncated(mut self, truncation: tower_agent_loop::Truncation) -> Self {
+        self.agent = self.agent.when_truncated(truncation);
+        self
+    }
+
+    /// [`AgentBuilder::name`].
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.agent = self.agent.name(name);
+        self
+    }
+
     /// Keep the runs' sessions in `store`: a request names its session by id, and the run
     /// saves it at every step (see [`StoreLayer`]). Outermost at the agent: every built-in sees
     /// the stored session, and what each did is saved.
@@ -687,6 +741,55 @@ pub trait BuiltinsExt: Sized {
     /// [`Builtins::evict`].
     fn evict(self, evict: EvictLayer) -> Builtins {
         self.builtins().evict(evict)
+    }
+
+    /// [`Builtins::agent_layer`]: a host slot needs no built-in before it.
+    fn agent_layer<L>(self, layer: L) -> Builtins
+    where
+        L: Layer<BoxAgent> + Send + Sync + 'static,
+        L::Service: Service<AgentRequest, Response = AgentResponse> + Clone + Send + 'static,
+        <L::Service as Service<AgentRequest>>::Error: Into<BoxError>,
+        <L::Service as Service<AgentRequest>>::Future: Send + 'static,
+    {
+        self.builtins().agent_layer(layer)
+    }
+
+    /// [`Builtins::model_layer`].
+    fn model_layer<L>(self, layer: L) -> Builtins
+    where
+        L: Layer<BoxModel> + Send + Sync + 'static,
+        L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+        <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
+        <L::Service as Service<ModelRequest>>::Future: Send + 'static,
+    {
+        self.builtins().model_layer(layer)
+    }
+
+    /// [`Builtins::provider_layer`].
+    fn provider_layer<L>(self, layer: L) -> Builtins
+    where
+        L: Layer<BoxModel> + Send + Sync + 'static,
+        L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+        <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
+        <L::Service as Service<ModelRequest>>::Future: Send + 'static,
+    {
+        self.builtins().provider_layer(layer)
+    }
+
+    /// [`Builtins::tool_layer`].
+    fn tool_layer<L>(self, layer: L) -> Builtins
+    where
+        L: Layer<BoxTools> + Send + Sync + 'static,
+        L::Service: Service<ToolRequest, Response = ToolResponse>
+            + DescribeTools
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as Service<ToolRequest>>::Error: Into<BoxError>,
+        <L::Service as Service<ToolRequest>>::Future: Send + 'static,
+    {
+        self.builtins().tool_layer(layer)
     }
 }
 

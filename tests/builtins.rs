@@ -326,3 +326,40 @@ async fn each_model_of_the_fallback_chain_gets_the_retry_and_the_provider_layers
     assert_eq!((primary.request_count(), backup.request_count()), (2, 2));
     assert_eq!(seen.lock().expect("not poisoned").len(), 4);
 }
+
+/// The loop's settings and the host slots go anywhere in the chain: before the built-ins,
+/// between them, after them (a first build of `Agent::builder().patch().system(..)` used to
+/// fail to compile, and a host slot needed a built-in before it).
+#[tokio::test]
+async fn the_builder_takes_its_settings_in_any_order() {
+    let seen: Log = Arc::default();
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let provider_layer = {
+        let seen = Arc::clone(&seen);
+        tower::layer::layer_fn(move |inner: tower_agent::BoxModel| {
+            let seen = Arc::clone(&seen);
+            tower::service_fn(move |req: ModelRequest| {
+                push(&seen, format!("provider: {:?}", req.options.max_tokens));
+                inner.clone().oneshot(req)
+            })
+        })
+    };
+    // A host slot first, then a built-in, then the loop's settings.
+    let agent = Agent::builder()
+        .provider_layer(provider_layer)
+        .patch()
+        .system("Be brief.")
+        .max_rounds(3)
+        .options(GenerationOptions::new().max_tokens(64))
+        .name("desk")
+        .build(model.clone(), ToolSet::new());
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "hi"))
+        .await
+        .expect("the run");
+    assert_eq!(res.text().as_deref(), Some("ok"));
+    let request = &model.requests()[0];
+    assert_eq!(request.system.as_deref(), Some("Be brief."));
+    assert_eq!(request.options.max_tokens, Some(64));
+    assert_eq!(*seen.lock().expect("lock"), ["provider: Some(64)"]);
+}
