@@ -286,6 +286,7 @@ pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
 /// one (no arguments at all: `{}`), else the text it wrote under `_arguments` (a call cut off,
 /// or malformed: the session keeps the text; the wire stays valid, so a server never refuses
 /// the whole conversation for it).
+#[cfg(any(feature = "anthropic", feature = "gemini"))]
 pub(crate) fn arguments_object(call: &tower_agent_core::ToolCall) -> serde_json::Value {
     if call.arguments.trim().is_empty() {
         return serde_json::Value::Object(serde_json::Map::new());
@@ -296,8 +297,9 @@ pub(crate) fn arguments_object(call: &tower_agent_core::ToolCall) -> serde_json:
     }
 }
 
-/// [`arguments_object`] as the text a wire sends in a string (OpenAI's `arguments`): the
+/// The arguments as the text a wire sends in a string (OpenAI's `arguments`): the
 /// model's own text when it is a JSON object.
+#[cfg(feature = "openai")]
 pub(crate) fn arguments_text(call: &tower_agent_core::ToolCall) -> Cow<'_, str> {
     if call.arguments.trim().is_empty() {
         return Cow::Borrowed("{}");
