@@ -87,7 +87,7 @@ pub use history::{
 pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
 pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, PromptCache, ResponseFormat,
-    ToolChoice, ToolSpec, Usage,
+    ResponseOrigin, ToolChoice, ToolSpec, Usage,
 };
 pub use price::{ModelPrice, PriceTable};
 pub use saver::{RunSaves, SaveReply, Saver};

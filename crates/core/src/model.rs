@@ -489,7 +489,17 @@ pub struct ModelResponse {
     /// usage.
     #[serde(default, skip_serializing_if = "Usage::is_zero")]
     pub side_usage: Usage,
-    /// The provider's id of this response, when it gave one (`gen_ai.response.id`).
+    /// Where the response came from, when the provider said: its id and the model that
+    /// answered ([`ModelResponse::response_id`], [`ModelResponse::response_model`]). Boxed: a
+    /// response passes through every layer by value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Box<ResponseOrigin>>,
+}
+
+/// Where a model response came from ([`ModelResponse::origin`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseOrigin {
+    /// The provider's id of the response (`gen_ai.response.id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// The model that answered, as the provider named it (`gen_ai.response.model`: may be
@@ -514,9 +524,24 @@ impl ModelResponse {
             stop: None,
             refused: false,
             side_usage: Usage::default(),
-            id: None,
-            model: None,
+            origin: None,
         }
+    }
+
+    /// The provider's id of this response, when it gave one.
+    pub fn response_id(&self) -> Option<&str> {
+        self.origin.as_ref()?.id.as_deref()
+    }
+
+    /// The model that answered, as the provider named it, when it did.
+    pub fn response_model(&self) -> Option<&str> {
+        self.origin.as_ref()?.model.as_deref()
+    }
+
+    /// Say where the response came from (nothing when neither is known).
+    pub fn set_origin(&mut self, id: Option<String>, model: Option<String>) {
+        self.origin =
+            (id.is_some() || model.is_some()).then(|| Box::new(ResponseOrigin { id, model }));
     }
 
     /// A call a layer blocked: the run ends here with `reason`

@@ -73,10 +73,10 @@ impl<C: Saver + ?Sized> Saver for Arc<C> {
 /// ([`RunContext::update`](crate::RunContext::update)) saves it this way as it goes, so a
 /// process that dies keeps it: a sub-agent saves each of its steps into the parent's session.
 ///
-/// The loop gives one to every call it runs when its run has a saver
-/// ([`ToolRequest::saves`](crate::ToolRequest::saves)), and saves for it between its own
-/// saves, never at the same time. A call started early (while the model still streams) waits
-/// in [`save`](RunSaves::save) until its call is saved and the round runs.
+/// When its run has a saver, the loop puts one in the run's context
+/// ([`RunSaves::of`]) and saves for the calls that ask, between its own saves, never at the
+/// same time. A call started early (while the model still streams) waits in
+/// [`save`](RunSaves::save) until the round runs.
 ///
 /// ```
 /// use tower_agent_core::{Error, RunSaves};
@@ -106,6 +106,11 @@ impl RunSaves {
     pub fn channel() -> (Self, tokio::sync::mpsc::UnboundedReceiver<SaveReply>) {
         let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
         (Self { asks }, asked)
+    }
+
+    /// The handle of the run `ctx` belongs to, when the run saves (the loop put it there).
+    pub fn of(ctx: &crate::RunContext) -> Option<RunSaves> {
+        ctx.extension::<RunSaves>()
     }
 
     /// Have the run save its session now, with the state as it stands. Fails with the save's

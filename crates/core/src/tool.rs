@@ -29,10 +29,6 @@ pub struct ToolRequest {
     /// start): the model's final message may yet discard it. A layer that counts calls (a
     /// limit, a checkpoint) gives back what it counted if that happens ([`Tentative`]).
     pub early: Option<Tentative>,
-    /// How the call has its run save the session while it runs (with what it wrote into the
-    /// run's state), when the run saves ([`RunSaves`](crate::RunSaves)): a sub-agent saves
-    /// each of its steps this way.
-    pub saves: Option<crate::saver::RunSaves>,
 }
 
 impl ToolRequest {
@@ -43,7 +39,6 @@ impl ToolRequest {
             ctx,
             resume: None,
             early: None,
-            saves: None,
         }
     }
 }

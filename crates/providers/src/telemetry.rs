@@ -80,11 +80,11 @@ pub(crate) fn record(
                     int(res.usage.cache_write_input_tokens),
                 );
             }
-            if let Some(id) = &res.id {
-                span.record("gen_ai.response.id", id.as_str());
+            if let Some(id) = res.response_id() {
+                span.record("gen_ai.response.id", id);
             }
-            if let Some(model) = &res.model {
-                span.record("gen_ai.response.model", model.as_str());
+            if let Some(model) = res.response_model() {
+                span.record("gen_ai.response.model", model);
             }
             let reason = finish_reason_name(&res.finish_reason);
             span.record("gen_ai.response.finish_reasons", reason);

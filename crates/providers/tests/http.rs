@@ -293,8 +293,8 @@ async fn gemini_streams_and_calls_with_signatures() {
     let res = call(model.clone(), req).await.expect("streamed");
     assert_eq!(res.message.text(), "Paris is the capital of France.");
     assert_eq!(res.usage, Usage::new(9, 31));
-    assert_eq!(res.id.as_deref(), Some("x1"));
-    assert_eq!(res.model.as_deref(), Some("gemini-2.5-flash"));
+    assert_eq!(res.response_id(), Some("x1"));
+    assert_eq!(res.response_model(), Some("gemini-2.5-flash"));
     assert_eq!(recorder.text_deltas().len(), 2);
     let sent = &server.received()[0];
     assert_eq!(

@@ -42,7 +42,7 @@ pub const SUBAGENT_STATE_KEY: StateKey<BTreeMap<String, Value>> =
 /// - When the parent run saves (a session store), the sub-agent saves each of its steps into
 ///   the parent's session: its session is kept in the parent's session state (under
 ///   [`SUBAGENT_STATE_KEY`], by call id) and the parent's session is saved with it
-///   ([`ToolRequest::saves`]), so a process that dies keeps the steps it took. The entry goes
+///   ([`RunSaves`]), so a process that dies keeps the steps it took. The entry goes
 ///   when the call ends. A parent that goes on after such a crash answers the call as not
 ///   done and leaves the entry, unused.
 /// - A sub-agent that stops, is cancelled or fails gives an error result the parent's model
@@ -156,12 +156,9 @@ async fn run(
     use tower::ServiceExt;
 
     let ToolRequest {
-        call,
-        ctx,
-        resume,
-        saves,
-        ..
+        call, ctx, resume, ..
     } = req;
+    let saves = RunSaves::of(&ctx);
     // Each kept session read alone: one that cannot be read does not spoil the others.
     let saved = ctx
         .get(&SUBAGENT_STATE_KEY)

@@ -165,8 +165,6 @@ where
                     ctx: self.ctx.clone(),
                     resume: None,
                     early: Some(tentative.clone()),
-                    // A read-only call has nothing to save.
-                    saves: None,
                 };
                 let token = self.ctx.cancellation_token().clone();
                 let run = tokio::spawn(async move {

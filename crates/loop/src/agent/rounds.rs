@@ -67,6 +67,8 @@ where
         // The session's durable state lives in the context during the run.
         self.ctx
             .absorb_state(std::mem::take(&mut self.session.state));
+        // A call that keeps progress (a sub-agent) finds there how to have the run save.
+        self.saving.offer(&self.ctx);
         let result = self.drive(input, replay).await;
         self.finish(result).await
     }

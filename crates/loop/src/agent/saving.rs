@@ -34,9 +34,11 @@ impl Saving {
         self.saver.is_some()
     }
 
-    /// The handle a tool call gets to have the run save while it runs.
-    pub(super) fn for_calls(&self) -> Option<RunSaves> {
-        self.calls.as_ref().map(|(saves, _)| saves.clone())
+    /// Put the handle calls ask for saves with in the run's context ([`RunSaves::of`]).
+    pub(super) fn offer(&self, ctx: &RunContext) {
+        if let Some((saves, _)) = &self.calls {
+            ctx.insert_extension(saves.clone());
+        }
     }
 
     /// Save the session as it stands (its history, the run's state, the interrupts it waits
@@ -78,16 +80,16 @@ impl Saving {
         let _ = reply.send(saved);
     }
 
-    /// Wait for `running` (tool calls) while serving the saves they ask for.
+    /// Wait for `running` (a tool call) while serving the saves it asks for through `asks`
+    /// (taken with [`Saving::take_asks`], given back here).
     pub(super) async fn serving<F: Future>(
         &mut self,
+        asks: (RunSaves, UnboundedReceiver<SaveReply>),
         session: &Session,
         ctx: &RunContext,
         running: F,
     ) -> F::Output {
-        let Some((saves, mut asked)) = self.calls.take() else {
-            return running.await;
-        };
+        let (saves, mut asked) = asks;
         let mut running = std::pin::pin!(running);
         let out = loop {
             tokio::select! {

@@ -113,29 +113,31 @@ where
                             continue;
                         }
                     }
-                    let started = emit!(
-                        self.ctx,
-                        started(round, call_at(&self.session.history, at, pos))
-                    );
-                    if let Err(error) = started {
+                    if let Err(error) = emit!(self.ctx, started(round, call)) {
                         out.error = Some(error);
                         let call = call_at(&self.session.history, at, pos);
                         self.answer(ToolResult::error(call, RUN_FAILED));
                         continue;
                     }
-                    let call = call_at(&self.session.history, at, pos);
                     let adopted =
                         adopted.or_else(|| early.as_ref().and_then(|early| early.adopt(call)));
                     let outcome = match adopted {
                         Some(run) => run.finish().await,
                         None => {
-                            let saves = self.saving.for_calls();
-                            let request = tool_request(call, &self.ctx, round, resume, saves);
+                            let request = tool_request(call, &self.ctx, round, resume);
                             let span = tool_span(call);
-                            let running =
-                                call::call(&mut self.tools, request, &token, span, record_tool);
-                            // The saves the call asks for while it runs (a sub-agent's steps).
-                            self.saving.serving(&self.session, &self.ctx, running).await
+                            let tools = &mut self.tools;
+                            // The saves the call asks for while it runs (a sub-agent's
+                            // steps), when the run saves.
+                            match self.saving.take_asks() {
+                                None => call::call(tools, request, &token, span, record_tool).await,
+                                Some(asks) => {
+                                    let running =
+                                        call::call(tools, request, &token, span, record_tool);
+                                    let (session, ctx) = (&self.session, &self.ctx);
+                                    self.saving.serving(asks, session, ctx, running).await
+                                }
+                            }
                         }
                     };
                     let is_error = self.absorb(&mut out, at, pos, outcome, &token).await;
@@ -150,8 +152,7 @@ where
                 let running: Vec<_> = (0..count)
                     .map(|k| {
                         let call = call_at(&self.session.history, at, position(k));
-                        let saves = self.saving.for_calls();
-                        let request = tool_request(call, &self.ctx, round, resume, saves);
+                        let request = tool_request(call, &self.ctx, round, resume);
                         let adopted = early.as_ref().and_then(|early| early.adopt(call));
                         run_one(k, self.tools.clone(), request, adopted)
                     })
@@ -273,7 +274,6 @@ fn tool_request(
     ctx: &RunContext,
     round: u32,
     resume: Option<&Decisions>,
-    saves: Option<RunSaves>,
 ) -> ToolRequest {
     ToolRequest {
         call: call.clone(),
@@ -283,7 +283,6 @@ fn tool_request(
             None => None,
         },
         early: None,
-        saves,
     }
 }
 

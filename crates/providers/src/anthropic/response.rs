@@ -19,8 +19,7 @@ pub(super) fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
         .collect();
     let mut res = ModelResponse::from_parts(parts).with_usage(response.usage.into());
     res.finish_reason = finish_reason(response.stop_reason.as_deref());
-    res.id = response.id;
-    res.model = response.model;
+    res.set_origin(response.id, response.model);
     Ok(res)
 }
 

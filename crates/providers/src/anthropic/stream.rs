@@ -229,8 +229,7 @@ impl StreamDecoder for Decoder {
         }
         let mut res = ModelResponse::from_parts(parts).with_usage(self.usage.into());
         res.finish_reason = finish_reason(self.stop_reason.as_deref());
-        res.id = self.id;
-        res.model = self.model;
+        res.set_origin(self.id, self.model);
         Ok(res)
     }
 }

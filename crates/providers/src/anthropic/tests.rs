@@ -313,8 +313,8 @@ fn a_streamed_answer_with_thinking_and_a_call() {
     );
     assert_eq!(res.usage, Usage::new(15, 42).with_cached(5));
     assert_eq!(res.finish_reason, FinishReason::ToolCalls);
-    assert_eq!(res.id.as_deref(), Some("msg_01"));
-    assert_eq!(res.model.as_deref(), Some("claude-sonnet-4-5"));
+    assert_eq!(res.response_id(), Some("msg_01"));
+    assert_eq!(res.response_model(), Some("claude-sonnet-4-5"));
 }
 
 #[test]

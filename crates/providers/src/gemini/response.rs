@@ -238,8 +238,7 @@ impl StreamDecoder for Decoder {
         let mut res = ModelResponse::from_parts(self.parts)
             .with_usage(self.usage.map(Into::into).unwrap_or_default());
         res.finish_reason = reason;
-        res.id = self.id;
-        res.model = self.model;
+        res.set_origin(self.id, self.model);
         Ok(res)
     }
 }

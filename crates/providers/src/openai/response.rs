@@ -33,8 +33,7 @@ pub(super) fn decode(body: &[u8]) -> Result<ModelResponse, Error> {
         choice.finish_reason.as_deref(),
         usage,
     );
-    res.id = response.id;
-    res.model = response.model;
+    res.set_origin(response.id, response.model);
     Ok(res)
 }
 

@@ -187,8 +187,7 @@ impl StreamDecoder for Decoder {
             self.finish.as_deref(),
             self.usage.map(Into::into).unwrap_or_default(),
         );
-        res.id = self.id;
-        res.model = self.model;
+        res.set_origin(self.id, self.model);
         Ok(res)
     }
 }
