@@ -141,8 +141,8 @@ where
                         }
                     };
                     let is_error = self.absorb(&mut out, at, pos, outcome, &token).await;
-                    let call = call_at(&self.session.history, at, pos);
-                    if let Err(error) = emit!(self.ctx, finished(round, call, is_error)) {
+                    let call = || call_at(&self.session.history, at, pos);
+                    if let Err(error) = emit!(self.ctx, finished(round, call(), is_error)) {
                         out.error.get_or_insert(error);
                     }
                 }
