@@ -178,9 +178,12 @@ async fn an_agent_run_is_one_trace_in_phoenix() {
         (input, output),
         (res.usage.input_tokens, res.usage.output_tokens)
     );
+    // An array of strings, as the conventions type it.
     let reasons: Vec<_> = chats
         .iter()
-        .filter_map(|chat| chat["attributes"]["gen_ai.response.finish_reasons"].as_str())
+        .filter_map(|chat| chat["attributes"]["gen_ai.response.finish_reasons"].as_array())
+        .flatten()
+        .filter_map(|reason| reason.as_str())
         .collect();
     assert!(
         reasons.contains(&"tool_calls") && reasons.contains(&"stop"),

@@ -87,7 +87,7 @@ pub(crate) fn record(
                 span.record("gen_ai.response.model", model);
             }
             let reason = finish_reason_name(&res.finish_reason);
-            span.record("gen_ai.response.finish_reasons", reason);
+            finish_reasons(span, reason);
             if capture_content {
                 let output = json!([message(&res.message, Some(reason))]);
                 span.record("gen_ai.output.messages", output.to_string().as_str());
@@ -98,6 +98,26 @@ pub(crate) fn record(
             span.record("otel.status_code", "error");
         }
     }
+}
+
+/// `gen_ai.response.finish_reasons`: an array of one string on a span that OpenTelemetry
+/// exports (feature `otel`), as the conventions type it; a `tracing` field holds no array, so
+/// any other subscriber gets the one string.
+fn finish_reasons(span: &tracing::Span, reason: &str) {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        // A context with a span only under `tracing-opentelemetry`'s layer; the field stays
+        // unrecorded there, so the attribute is not exported twice.
+        if span.context().has_active_span() {
+            let reason = opentelemetry::StringValue::from(reason.to_owned());
+            let reasons = opentelemetry::Value::Array(opentelemetry::Array::String(vec![reason]));
+            span.set_attribute("gen_ai.response.finish_reasons", reasons);
+            return;
+        }
+    }
+    span.record("gen_ai.response.finish_reasons", reason);
 }
 
 /// A count as a signed integer: `tracing-opentelemetry` exports `i64` fields as integers, and
