@@ -11,6 +11,8 @@
 
 use std::future::ready;
 use std::hint::black_box;
+use tower_agent::DescribedTools;
+use tower_agent::layers::PatchDanglingLayer;
 
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 use tower_agent::ModelRequest;
@@ -78,8 +80,8 @@ fn main() {
     // The same built-ins placed by the builder: every layer boxed.
     let boxed = Agent::builder()
         .max_rounds(ROUNDS)
-        .patch()
-        .instructions(tower_agent::layers::InstructionsLayer::from("Be brief."))
+        .with(PatchDanglingLayer::new())
+        .with(tower_agent::layers::InstructionsLayer::from("Be brief."))
         .build(model, tools.clone());
     let history_stack = with_history_stack(model, tools);
     for workload in workloads {

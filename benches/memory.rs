@@ -8,6 +8,8 @@
 //! costs per run. Run each mode in its own process (the peak is the process's).
 
 use std::time::{Duration, Instant};
+use tower::Service;
+use tower_agent::DescribedTools;
 
 use tower::{ServiceExt, service_fn};
 use tower_agent::prelude::*;

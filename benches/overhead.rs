@@ -26,6 +26,11 @@ use std::future::{Future, ready};
 use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
+use tower_agent::AroundCallback;
+use tower_agent::AroundLayer;
+use tower_agent::ModelNext;
+use tower_agent::Next;
+use tower_agent::ObserveLayer;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::layer::util::Identity;

@@ -18,6 +18,10 @@
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_agent::CancellationToken;
+use tower_agent::Decisions;
+use tower_agent::Progress;
+use tower_agent::tools::NoArgs;
 
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -24,6 +24,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tower_agent::Role;
 
 use schemars::JsonSchema;
 use serde::Deserialize;

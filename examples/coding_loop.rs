@@ -13,6 +13,7 @@
 //! ```
 
 use std::time::Duration;
+use tower_agent::Role;
 
 use serde_json::json;
 use tower::util::BoxCloneSyncService;

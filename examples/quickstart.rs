@@ -18,6 +18,8 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use tower_agent::layers::PatchDanglingLayer;
+use tower_agent::layers::RetryLayer;
 use tower_agent::layers::retry::RetryPolicy;
 use tower_agent::prelude::*;
 use tower_agent_test::ScriptedModel;
@@ -104,8 +106,8 @@ async fn main() -> Result<(), Error> {
     // provider's transient failures) and your own layers in named places.
     let builder = Agent::builder()
         .system("You are a helpful assistant.")
-        .patch()
-        .retry(RetryPolicy::new())
+        .with(PatchDanglingLayer::new())
+        .with(RetryLayer::new(RetryPolicy::new()))
         // A custom before_model callback: add the round to the system prompt of every call
         // (a request-only edit: the session is not changed).
         .model_layer(before_model(|mut req: ModelRequest| async move {
@@ -129,7 +131,10 @@ async fn main() -> Result<(), Error> {
         Some(file) => {
             let store = tower_agent::sessions::SqliteSessions::open(file).await?;
             // A request names its session by id; the store supplies the rest.
-            (builder.store(store), Session::with_id("quickstart"))
+            (
+                builder.with(tower_agent::sessions::StoreLayer::new(store)),
+                Session::with_id("quickstart"),
+            )
         }
         #[cfg(not(feature = "sqlite"))]
         Some(_) => {

@@ -157,7 +157,7 @@ pub mod workflow {
 /// Session stores: the [`SessionStore`](sessions::SessionStore) trait, the
 /// [`InMemorySessions`](sessions::InMemorySessions) store, and
 /// [`StoreLayer`](sessions::StoreLayer), which runs an agent on stored sessions and saves each
-/// at every step ([`Builtins::store`] places it). With `sessions` (default); the SQLite store
+/// at every step (it takes its slot with [`Builtins::with`]). With `sessions` (default); the SQLite store
 /// with `sqlite`, the Postgres store with `postgres`.
 #[cfg(feature = "sessions")]
 pub mod sessions {
@@ -175,29 +175,24 @@ pub mod mcp {
 }
 
 pub mod chat;
-#[cfg(feature = "layers")]
-mod stack;
-#[cfg(feature = "layers")]
-pub use stack::{BoxAgent, BoxModel, BoxTools, Builtins, BuiltinsExt};
+pub use tower_agent_core::{BoxAgent, BoxModel, BoxTools, Builtin};
+pub use tower_agent_loop::Builtins;
 
 /// What most host applications need, in one import.
 pub mod prelude {
-    pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+    pub use tower::{ServiceBuilder, ServiceExt};
+    pub use tower_agent_core::ServiceBuilderExt as _;
     pub use tower_agent_core::{
-        AfterCallback, AfterLayer, AgentInput, AgentNext, AgentRequest, AgentResponse,
-        AroundCallback, AroundLayer, BeforeCallback, BeforeLayer, BoxError, CancellationToken,
-        ContentPart, Decision, DecisionKind, Decisions, DescribeTools, DescribedTools, Error,
-        ErrorKind, Event, Flow, GenerationOptions, Interrupt, Message, ModelNext, ModelRequest,
-        ModelResponse, Next, ObserveLayer, Observer, Outcome, Progress, Role, RunContext,
-        ServiceBuilderExt, Session, StateKey, StopReason, ToolAction, ToolCall, ToolChoice,
-        ToolNext, ToolRequest, ToolResponse, ToolResult, ToolSpec, Usage, after_agent, after_model,
-        after_tool, around_agent, around_model, around_tool, before_agent, before_model,
-        before_tool, observer_fn,
+        AgentInput, AgentRequest, AgentResponse, BoxAgent, BoxModel, BoxTools, Decision, Error,
+        ErrorKind, Event, Flow, Message, ModelRequest, ModelResponse, Outcome, RunContext, Session,
+        StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, ToolSpec, after_agent,
+        after_model, after_tool, around_agent, around_model, around_tool, before_agent,
+        before_model, before_tool, observer_fn,
     };
     pub use tower_agent_loop::{Agent, AgentServiceExt};
 
     #[cfg(feature = "tools")]
-    pub use tower_agent_tools::{NoArgs, Reply, Tool, ToolContext, ToolSet, tool_fn};
+    pub use tower_agent_tools::{Tool, ToolSet, tool_fn};
 
     #[cfg(any(
         feature = "patch",
@@ -221,9 +216,6 @@ pub mod prelude {
 
     #[cfg(feature = "workflow")]
     pub use tower_agent_workflow::WorkflowBuilderExt as _;
-
-    #[cfg(feature = "layers")]
-    pub use crate::BuiltinsExt;
 }
 
 /// Long-form guides. Their code examples are compiled and run as doctests.

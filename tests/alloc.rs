@@ -9,6 +9,12 @@ use std::future::{Future, ready};
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use tower_agent::AroundCallback;
+use tower_agent::AroundLayer;
+use tower_agent::ModelNext;
+use tower_agent::Next;
+use tower_agent::ObserveLayer;
+use tower_agent::Role;
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tower::{Layer, Service, ServiceBuilder, service_fn};

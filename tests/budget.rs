@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use tower_agent::layers::RetryLayer;
 
 use serde_json::json;
 use tower::ServiceExt;
@@ -53,7 +54,7 @@ async fn twenty_concurrent_sub_agents_on_a_budget_for_ten_calls_dispatch_ten() {
     let budget = BudgetLayer::new(PRICE).per_run(Cost::from_nanodollars(10 * CALL.nanodollars()));
     let researcher = Agent::builder()
         .options(GenerationOptions::new().max_tokens(100))
-        .budget(budget)
+        .with(budget)
         .build(counted.model(), ToolSet::new());
     let tools = ToolSet::new().tool(AgentTool::new(
         "research",
@@ -128,8 +129,8 @@ async fn a_retried_call_reserves_once_and_settles_once() {
     let team = Budget::new(Cost::from_dollars(1.0));
     let agent = Agent::builder()
         .options(GenerationOptions::new().max_tokens(100))
-        .budget(BudgetLayer::new(PRICE).shared("team", team.clone()))
-        .retry(RetryPolicy::new())
+        .with(BudgetLayer::new(PRICE).shared("team", team.clone()))
+        .with(RetryLayer::new(RetryPolicy::new()))
         .build(model, ToolSet::new());
     let res = agent
         .oneshot(AgentRequest::new(Session::new(), "hi"))
@@ -151,7 +152,7 @@ async fn an_exhausted_budget_stops_the_run_with_a_valid_history_that_resumes() {
     let build = |team: Budget| {
         Agent::builder()
             .options(GenerationOptions::new().max_tokens(100))
-            .budget(BudgetLayer::new(PRICE).shared("team", team))
+            .with(BudgetLayer::new(PRICE).shared("team", team))
             .build(
                 model.clone(),
                 ToolSet::new().tool(tower_agent_test::StubTool::returning("clock", "12:00")),

@@ -2,6 +2,11 @@
 //! host's layers sees from its named place, and the full stack in one run.
 
 use std::sync::{Arc, Mutex};
+use tower_agent::GenerationOptions;
+use tower_agent::ModelNext;
+use tower_agent::layers::PatchDanglingLayer;
+use tower_agent::layers::RetryLayer;
+use tower_agent::sessions::StoreLayer;
 
 use serde_json::json;
 use tower_agent::layers::approval::{ApprovalLayer, Gate};
@@ -24,36 +29,38 @@ fn push(log: &Log, line: String) {
 #[test]
 fn the_canonical_order() {
     let every = Agent::builder()
-        .store(tower_agent::sessions::InMemorySessions::new())
-        .memory(MemoryLayer::new())
-        .patch()
-        .limits(CallLimitsLayer::new())
-        .instructions(InstructionsLayer::new())
-        .tool_select(tower_agent::layers::select::ToolSelectLayer::by(|_| {
+        .with(StoreLayer::new(
+            tower_agent::sessions::InMemorySessions::new(),
+        ))
+        .with(MemoryLayer::new())
+        .with(PatchDanglingLayer::new())
+        .with(CallLimitsLayer::new())
+        .with(InstructionsLayer::new())
+        .with(tower_agent::layers::select::ToolSelectLayer::by(|_| {
             Vec::new()
         }))
-        .summarize(SummarizeLayer::new(ScriptedModel::new([])))
-        .clear_tool_results(tower_agent::layers::clear::ClearToolResultsLayer::new())
-        .budget(tower_agent::layers::budget::BudgetLayer::new(
+        .with(SummarizeLayer::new(ScriptedModel::new([])))
+        .with(tower_agent::layers::clear::ClearToolResultsLayer::new())
+        .with(tower_agent::layers::budget::BudgetLayer::new(
             tower_agent::ModelPrice::per_million(1.0, 0.1, 2.0),
         ))
-        .retry(RetryPolicy::new())
-        .fallback(tower_agent::layers::fallback::FallbackLayer::new())
-        .redact(tower_agent::layers::redact::RedactLayer::new(
+        .with(RetryLayer::new(RetryPolicy::new()))
+        .with(tower_agent::layers::fallback::FallbackLayer::new())
+        .with(tower_agent::layers::redact::RedactLayer::new(
             tower_agent::layers::redact::Rules::new().emails(),
         ))
-        .guardrail(tower_agent::layers::guardrail::GuardrailLayer::new())
-        .approval(ApprovalLayer::builder().build().expect("valid"))
-        .checkpoint(tower_agent::layers::checkpoint::CheckpointLayer::interrupting().every(10))
-        .evict(EvictLayer::new(InMemory::new()))
+        .with(tower_agent::layers::guardrail::GuardrailLayer::new())
+        .with(ApprovalLayer::builder().build().expect("valid"))
+        .with(tower_agent::layers::checkpoint::CheckpointLayer::interrupting().every(10))
+        .with(EvictLayer::new(InMemory::new()))
         .agent_layer(tower::layer::util::Identity::new())
         .model_layer(tower::layer::util::Identity::new())
         .provider_layer(tower::layer::util::Identity::new())
         .tool_layer(tower::layer::util::Identity::new());
     #[cfg(feature = "structured")]
-    let every = every.structured(tower_agent::layers::structured::StructuredLayer::new());
+    let every = every.with(tower_agent::layers::structured::StructuredLayer::new());
     #[cfg(feature = "cache")]
-    let every = every.tool_cache(tower_agent::layers::cache::ToolCacheLayer::new());
+    let every = every.with(tower_agent::layers::cache::ToolCacheLayer::new());
     let [(_, agent), (_, model), (_, tools)] = every.order();
     assert_eq!(
         agent,
@@ -155,12 +162,12 @@ async fn each_place_sees_what_its_slot_promises() {
     let (m, p, t) = (log.clone(), log.clone(), log.clone());
     let agent = Agent::builder()
         .system("You help.")
-        .memory(memory)
-        .patch()
-        .instructions(InstructionsLayer::new().text("Answer briefly."))
-        .retry(RetryPolicy::new().max_attempts(3))
-        .approval(approval)
-        .evict(EvictLayer::new(InMemory::new()).limit(1_000))
+        .with(memory)
+        .with(PatchDanglingLayer::new())
+        .with(InstructionsLayer::new().text("Answer briefly."))
+        .with(RetryLayer::new(RetryPolicy::new().max_attempts(3)))
+        .with(approval)
+        .with(EvictLayer::new(InMemory::new()).limit(1_000))
         .model_layer(around_model(
             move |req: ModelRequest, mut next: ModelNext| {
                 let system = req.system.as_deref().unwrap_or_default().to_owned();
@@ -256,17 +263,17 @@ async fn the_full_stack_in_a_dozen_lines() {
 
     // The host app: every built-in, one line each.
     let agent = Agent::builder()
-        .memory(MemoryLayer::new())
-        .patch()
-        .limits(CallLimitsLayer::new().model_calls(Limit::per_run(6)))
-        .approval(ApprovalLayer::builder().build().expect("valid"))
-        .evict(EvictLayer::new(InMemory::new()))
-        .summarize(
+        .with(MemoryLayer::new())
+        .with(PatchDanglingLayer::new())
+        .with(CallLimitsLayer::new().model_calls(Limit::per_run(6)))
+        .with(ApprovalLayer::builder().build().expect("valid"))
+        .with(EvictLayer::new(InMemory::new()))
+        .with(
             SummarizeLayer::new(summarizer)
                 .trigger(Trigger::messages(6))
                 .keep(Keep::messages(2)),
         )
-        .retry(RetryPolicy::new())
+        .with(RetryLayer::new(RetryPolicy::new()))
         .build(model, tools);
 
     let res = agent
@@ -299,13 +306,13 @@ async fn each_model_of_the_fallback_chain_gets_the_retry_and_the_provider_layers
     let seen: Log = Arc::default();
     let record = Arc::clone(&seen);
     let agent = Agent::builder()
-        .retry(
+        .with(RetryLayer::new(
             RetryPolicy::new()
                 .max_attempts(2)
                 .base(std::time::Duration::from_millis(10))
                 .budget(None),
-        )
-        .fallback(FallbackLayer::new().to("backup", backup.clone()))
+        ))
+        .with(FallbackLayer::new().to("backup", backup.clone()))
         .provider_layer(before_model(move |req: ModelRequest| {
             let record = Arc::clone(&record);
             async move {
@@ -328,7 +335,7 @@ async fn each_model_of_the_fallback_chain_gets_the_retry_and_the_provider_layers
 }
 
 /// The loop's settings and the host slots go anywhere in the chain: before the built-ins,
-/// between them, after them (a first build of `Agent::builder().patch().system(..)` used to
+/// between them, after them (a first build of `Agent::builder().with(PatchDanglingLayer::new()).system(..)` used to
 /// fail to compile, and a host slot needed a built-in before it).
 #[tokio::test]
 async fn the_builder_takes_its_settings_in_any_order() {
@@ -347,7 +354,7 @@ async fn the_builder_takes_its_settings_in_any_order() {
     // A host slot first, then a built-in, then the loop's settings.
     let agent = Agent::builder()
         .provider_layer(provider_layer)
-        .patch()
+        .with(PatchDanglingLayer::new())
         .system("Be brief.")
         .max_rounds(3)
         .options(GenerationOptions::new().max_tokens(64))
@@ -362,4 +369,69 @@ async fn the_builder_takes_its_settings_in_any_order() {
     assert_eq!(request.system.as_deref(), Some("Be brief."));
     assert_eq!(request.options.max_tokens, Some(64));
     assert_eq!(*seen.lock().expect("lock"), ["provider: Some(64)"]);
+}
+
+/// The picture of the canonical stack in `docs/ordering.md` is the slot lists', written out:
+/// reordering a list (or adding a slot) without the guide fails here.
+#[test]
+fn the_ordering_guide_is_read_from_the_slot_lists() {
+    use tower_agent_core::{AgentSlot, ModelSlot, ToolSlot};
+    fn line(
+        stack: &str,
+        names: impl Iterator<Item = &'static str>,
+        innermost: &'static str,
+    ) -> String {
+        let names: Vec<&str> = names.chain([innermost]).collect();
+        format!("{stack}: {}", names.join(" → "))
+    }
+    let picture = [
+        line(
+            "agent",
+            AgentSlot::ALL.iter().map(|slot| slot.name()),
+            AgentSlot::INNERMOST,
+        ),
+        line(
+            "model",
+            ModelSlot::ALL.iter().map(|slot| slot.name()),
+            ModelSlot::INNERMOST,
+        ),
+        line(
+            "tools",
+            ToolSlot::ALL.iter().map(|slot| slot.name()),
+            ToolSlot::INNERMOST,
+        ),
+    ]
+    .join("\n");
+    let guide = include_str!("../docs/ordering.md");
+    assert!(
+        guide.contains(&format!("```text\n{picture}\n```")),
+        "docs/ordering.md should show, in a text block:\n{picture}"
+    );
+}
+
+/// A tool stack boxed by tower does not describe itself; given with its specs
+/// (`BoxTools::with_specs`), the builder takes it, offers its tools and routes calls to it.
+#[tokio::test]
+async fn a_tool_stack_boxed_by_tower_is_taken_with_its_specs() {
+    let tools = ToolSet::new().tool(StubTool::returning("clock", "12:00"));
+    let specs = tools.specs().to_vec();
+    let boxed = tower::util::BoxCloneSyncService::new(tools);
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([ToolCall::new("c1", "clock", json!({}))]),
+        ModelResponse::text("It is noon."),
+    ]);
+    let agent = Agent::builder()
+        .with(PatchDanglingLayer::new())
+        .build(model.clone(), BoxTools::with_specs(boxed, specs));
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "What time is it?"))
+        .await
+        .expect("a run");
+    assert_eq!(res.text().as_deref(), Some("It is noon."));
+    assert_eq!(model.requests()[0].tools[0].name, "clock");
+    let result = res.session.history[2]
+        .tool_results()
+        .next()
+        .expect("a result");
+    assert_eq!((result.content.as_str(), result.is_error), ("12:00", false));
 }

@@ -2,6 +2,9 @@
 //! its own: patching, call limits, summarization, retry, approval by interrupt, eviction.
 
 use std::time::Duration;
+use tower_agent::layers::PatchDanglingLayer;
+use tower_agent::layers::RetryLayer;
+use tower_agent::sessions::StoreLayer;
 
 use tower_agent::layers::approval::{ApprovalLayer, Gate};
 use tower_agent::layers::evict::EvictLayer;
@@ -20,26 +23,26 @@ async fn the_built_in_stack_keeps_every_invariant() {
         .run(|model, tools| {
             Agent::builder()
                 .max_rounds(8)
-                .patch()
-                .limits(CallLimitsLayer::new().tool_calls(Limit::per_run(6)))
-                .summarize(
+                .with(PatchDanglingLayer::new())
+                .with(CallLimitsLayer::new().tool_calls(Limit::per_run(6)))
+                .with(
                     SummarizeLayer::in_stack()
                         .trigger(Trigger::messages(12))
                         .keep(Keep::messages(4)),
                 )
-                .retry(
+                .with(RetryLayer::new(
                     RetryPolicy::new()
                         .max_attempts(3)
                         .jitter(Duration::ZERO)
                         .max_delay(Duration::ZERO),
-                )
-                .approval(
+                ))
+                .with(
                     ApprovalLayer::builder()
                         .gate("write", Gate::new())
                         .build()
                         .expect("valid"),
                 )
-                .evict(EvictLayer::new(InMemory::new()).limit(1_000))
+                .with(EvictLayer::new(InMemory::new()).limit(1_000))
                 .build(model, tools)
         })
         .await;
@@ -64,7 +67,7 @@ async fn the_built_in_stack_keeps_every_invariant() {
 /// reaches no saved version, event or error; an input the guardrail trips on never stays; a
 /// call answered in a saved version is never answered otherwise; no call runs twice; and a
 /// saved version drawn at random from each case resumes. The check plays the store: it gives
-/// each run the saver `.store(..)` would, and keeps every version.
+/// each run the saver `.with(StoreLayer::new(..))` would, and keeps every version.
 #[tokio::test(flavor = "current_thread")]
 async fn every_built_in_at_once_keeps_every_invariant() {
     // Every span and log line of the runs is read for the secret as it is recorded (the layer
@@ -146,7 +149,7 @@ async fn every_built_in_at_once_on_two_threads() {
     every_built_in_at_once(64, 300, false).await;
 }
 
-/// The same with a session store (`.store(..)`): each run names its session by id, the store
+/// The same with a session store (`StoreLayer`): each run names its session by id, the store
 /// loads and saves it, and a run killed goes on from what the store holds.
 #[tokio::test(flavor = "current_thread")]
 async fn every_built_in_at_once_with_a_store() {
@@ -255,53 +258,53 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
         let every = builder
             .max_rounds(8)
             .early_tool_start(true)
-            .memory(MemoryLayer::from_storage(
+            .with(MemoryLayer::from_storage(
                 files.clone(),
                 ["/memories/AGENTS.md"],
             ))
-            .patch()
-            .redact(RedactLayer::new(Rules::new().emails()))
-            .guardrail(guardrail)
-            .limits(
+            .with(PatchDanglingLayer::new())
+            .with(RedactLayer::new(Rules::new().emails()))
+            .with(guardrail)
+            .with(
                 CallLimitsLayer::new()
                     .tool_calls(Limit::per_run(6))
                     .model_calls(Limit::per_session(60)),
             )
-            .instructions(InstructionsLayer::new().text("Be careful."))
-            .tool_select(ToolSelectLayer::by(|req| {
+            .with(InstructionsLayer::new().text("Be careful."))
+            .with(ToolSelectLayer::by(|req| {
                 req.tools.iter().map(|spec| spec.name.clone()).collect()
             }))
-            .summarize(
+            .with(
                 SummarizeLayer::in_stack()
                     .trigger(Trigger::messages(12))
                     .keep(Keep::messages(4)),
             )
-            .clear_tool_results(ClearToolResultsLayer::new())
+            .with(ClearToolResultsLayer::new())
             // Small enough that a long history's request does not fit now and then.
-            .budget(
+            .with(
                 BudgetLayer::new(ModelPrice::per_million(1.0, 0.1, 2.0))
                     .assume_output_tokens(1_000)
                     .per_run(Cost::from_nanodollars(8_000_000)),
             )
-            .retry(
+            .with(RetryLayer::new(
                 RetryPolicy::new()
                     .max_attempts(2)
                     .jitter(Duration::ZERO)
                     .max_delay(Duration::ZERO),
-            )
-            .fallback(FallbackLayer::new().to("second", model.clone()))
-            .approval(
+            ))
+            .with(FallbackLayer::new().to("second", model.clone()))
+            .with(
                 ApprovalLayer::builder()
                     .gate("write", Gate::new())
                     .build()
                     .expect("valid"),
             )
-            .checkpoint(CheckpointLayer::interrupting().every(5))
-            .evict(EvictLayer::new(InMemory::new()).limit(1_000));
+            .with(CheckpointLayer::interrupting().every(5))
+            .with(EvictLayer::new(InMemory::new()).limit(1_000));
         #[cfg(feature = "structured")]
-        let every = every.structured(tower_agent::layers::structured::StructuredLayer::new());
+        let every = every.with(tower_agent::layers::structured::StructuredLayer::new());
         #[cfg(feature = "cache")]
-        let every = every.tool_cache(tower_agent::layers::cache::ToolCacheLayer::new());
+        let every = every.with(tower_agent::layers::cache::ToolCacheLayer::new());
         every
     };
     let report = match stored {
@@ -317,7 +320,9 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
                         inner: tower_agent::sessions::InMemorySessions::new(),
                         saves,
                     };
-                    every(&model).store(store).build(model, tools)
+                    every(&model)
+                        .with(StoreLayer::new(store))
+                        .build(model, tools)
                 })
                 .await
         }

@@ -3,6 +3,9 @@
 //! outcome and usage as the live run.
 
 use serde_json::json;
+use tower_agent::ModelNext;
+use tower_agent::ToolNext;
+use tower_agent::Usage;
 use tower_agent::layers::approval::{ApprovalLayer, Gate, ReviewRequest, approver_fn};
 use tower_agent::layers::limits::{CallLimitsLayer, Limit};
 use tower_agent::layers::summarize::{Keep, SummarizeLayer, Trigger, is_summary};

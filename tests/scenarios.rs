@@ -5,6 +5,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_agent::AgentNext;
+use tower_agent::ModelNext;
+use tower_agent::ObserveLayer;
+use tower_agent::ToolNext;
 
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -4,6 +4,11 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tower::Layer;
+use tower_agent::CancellationToken;
+use tower_agent::layers::PatchDanglingLayer;
+use tower_agent::sessions::StoreLayer;
+use tower_agent::tools::NoArgs;
 
 use tower_agent::layers::guardrail::{Guardrail, GuardrailLayer, Verdict};
 use tower_agent::layers::limits::{CallLimitsLayer, Limit};
@@ -72,9 +77,9 @@ async fn the_input_is_redacted_before_the_first_save() {
     let store = Recording::default();
     let model = ScriptedModel::new([ModelResponse::text("Noted.")]);
     let agent = Agent::builder()
-        .store(store.clone())
-        .redact(RedactLayer::new(Rules::new().emails()))
-        .patch()
+        .with(StoreLayer::new(store.clone()))
+        .with(RedactLayer::new(Rules::new().emails()))
+        .with(PatchDanglingLayer::new())
         .build(model.clone(), ToolSet::new());
     let res = agent
         .oneshot(AgentRequest::new(
@@ -103,8 +108,8 @@ async fn a_run_cancelled_during_the_model_call_returns_and_saves_its_input_redac
         std::future::pending::<Result<ModelResponse, Error>>().await
     });
     let agent = Agent::builder()
-        .store(store.clone())
-        .redact(RedactLayer::new(Rules::new().emails()))
+        .with(StoreLayer::new(store.clone()))
+        .with(RedactLayer::new(Rules::new().emails()))
         .build(model, ToolSet::new());
     let token = CancellationToken::new();
     let cancel = token.clone();
@@ -160,10 +165,10 @@ async fn a_tripped_input_does_not_stick(parallel: bool) {
         false => ScriptedModel::new([ModelResponse::text("Hi there.")]),
     };
     let agent = Agent::builder()
-        .store(store.clone())
-        .redact(RedactLayer::new(Rules::new().emails()))
-        .guardrail(guard)
-        .patch()
+        .with(StoreLayer::new(store.clone()))
+        .with(RedactLayer::new(Rules::new().emails()))
+        .with(guard)
+        .with(PatchDanglingLayer::new())
         .build(model.clone(), ToolSet::new());
 
     let first = agent
@@ -233,9 +238,9 @@ async fn an_input_refused_by_a_call_limit_is_not_appended() {
     let store = Recording::default();
     let model = ScriptedModel::new([ModelResponse::text("first answer")]);
     let agent = Agent::builder()
-        .store(store.clone())
-        .limits(CallLimitsLayer::new().model_calls(Limit::per_session(1)))
-        .patch()
+        .with(StoreLayer::new(store.clone()))
+        .with(CallLimitsLayer::new().model_calls(Limit::per_session(1)))
+        .with(PatchDanglingLayer::new())
         .build(model.clone(), ToolSet::new());
     let id = || Session::with_id("limited");
     agent
@@ -396,8 +401,8 @@ async fn the_input_check_reads_what_the_model_would_and_the_trip_is_told_to_read
     let guard = GuardrailLayer::new().input(no_passwords(seen.clone()));
     let model = ScriptedModel::new([ModelResponse::text("never")]);
     let agent = Agent::builder()
-        .guardrail(guard)
-        .patch()
+        .with(guard)
+        .with(PatchDanglingLayer::new())
         .build(model.clone(), ToolSet::new());
     // A session of the host's own that ends with a user message: the model would read it with
     // the new input, so the check reads both.

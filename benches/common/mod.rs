@@ -5,6 +5,8 @@
 use std::future::{Ready, ready};
 use std::hint::black_box;
 use std::sync::Arc;
+use tower_agent::DescribeTools;
+use tower_agent::DescribedTools;
 
 use tower::{Service, service_fn};
 use tower_agent::prelude::*;

@@ -303,15 +303,15 @@ pub(crate) async fn session_clearing(
         // About 1,150 tokens: over the shortest prefix Sonnet caches.
         .system("You are a careful research assistant. ".repeat(120))
         .max_rounds(ROUNDS + 5)
-        .memory(MemoryLayer::from_storage(storage, ["/memories/AGENTS.md"]))
-        .instructions(instructions)
-        .summarize(
+        .with(MemoryLayer::from_storage(storage, ["/memories/AGENTS.md"]))
+        .with(instructions)
+        .with(
             summarizer
                 .trigger(Trigger::messages(60))
                 .keep(Keep::messages(20)),
         );
     let agent = match clear {
-        Some(clear) => agent.clear_tool_results(clear),
+        Some(clear) => agent.with(clear),
         None => agent,
     }
     .build(server.clone(), tools);

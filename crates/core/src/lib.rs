@@ -64,6 +64,8 @@ mod saver;
 pub mod session;
 #[cfg(feature = "tower")]
 mod side;
+#[cfg(feature = "tower")]
+pub mod stack;
 mod state;
 pub mod stream;
 pub mod tool;
@@ -94,6 +96,10 @@ pub use saver::{RunSaves, SaveReply, Saver};
 pub use session::{Progress, SessionMark, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;
+#[cfg(feature = "tower")]
+pub use stack::{
+    AgentSlot, BoxAgent, BoxModel, BoxTools, Builtin, Inside, ModelSlot, Stacks, ToolSlot,
+};
 pub use state::StateKey;
 pub use stream::{Delta, Deltas, StreamFilter};
 pub use tokio_util::sync::CancellationToken;

@@ -9,7 +9,7 @@ use tower::{Service, ServiceExt};
 use crate::error::{BoxError, Error};
 use crate::model::{ModelRequest, ModelResponse};
 
-type Boxed = BoxCloneService<ModelRequest, ModelResponse, Error>;
+type Boxed = crate::BoxModel;
 
 /// A model service a layer asks on the side of a run (the summarizer, a loop's judge, progress
 /// lines): any model service, boxed once, shared by the layer's clones.

@@ -44,23 +44,20 @@ use std::task::{Context, Poll};
 
 use tower::ServiceExt;
 use tower::util::BoxCloneService;
-use tower_agent_core::{BoxError, Error, ErrorKind, ModelRequest, ModelResponse, Usage};
+use tower_agent_core::{BoxError, BoxModel, Error, ErrorKind, ModelRequest, ModelResponse, Usage};
 use tower_layer::Layer;
 use tower_service::Service;
-
-/// A model of the chain, boxed.
-pub type ChainModel = BoxCloneService<ModelRequest, ModelResponse, Error>;
 
 /// A model of the chain with its name. Behind a lock only so that the layer is `Sync` (a boxed
 /// service is not): each call clones the model.
 #[derive(Clone)]
 struct Link {
     name: Arc<str>,
-    model: Arc<Mutex<ChainModel>>,
+    model: Arc<Mutex<BoxModel>>,
 }
 
 impl Link {
-    fn model(&self) -> ChainModel {
+    fn model(&self) -> BoxModel {
         self.model
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -142,7 +139,7 @@ impl FallbackLayer {
 
     /// The models to fall back to, each wrapped by `wrap` (the agent builder gives them the
     /// primary's retry and provider layers).
-    pub fn map_models(mut self, wrap: impl Fn(ChainModel) -> ChainModel) -> Self {
+    pub fn map_models(mut self, wrap: impl Fn(BoxModel) -> BoxModel) -> Self {
         for link in &mut self.models {
             link.model = Arc::new(Mutex::new(wrap(link.model())));
         }
@@ -314,5 +311,16 @@ impl FallbackLayer {
                 }
             }
         }
+    }
+}
+
+/// The fallback on the model, outside the retry: each model of the chain gets the layers inside
+/// the fallback's slot (the retry, the host's provider layers), as the primary does.
+impl tower_agent_core::Builtin for FallbackLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::ModelSlot;
+        stacks.model_with(ModelSlot::Fallback, move |inside| {
+            self.clone().map_models(|model| inside.wrap(model))
+        });
     }
 }

@@ -221,6 +221,14 @@ where
     }
 }
 
+/// Instruction blocks on the model, outside tool selection and summarization.
+impl tower_agent_core::Builtin for InstructionsLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::ModelSlot;
+        stacks.model(ModelSlot::Instructions, self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

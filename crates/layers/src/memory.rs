@@ -508,6 +508,15 @@ fn clip(text: &str, max_bytes: usize) -> &str {
     &text[..end]
 }
 
+/// Memory files loaded once per run on the agent, and shown to the model.
+impl tower_agent_core::Builtin for MemoryLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::{AgentSlot, ModelSlot};
+        stacks.agent(AgentSlot::Memory, self.clone());
+        stacks.model(ModelSlot::Memory, self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

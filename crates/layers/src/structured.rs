@@ -23,8 +23,8 @@
 //! that did not match ([`Event::Retract`]), then an [`Event::Retrying`] names the mismatch.
 //! The tokens of the answers that did not match are added to the side usage.
 //!
-//! `Agent::builder().structured(..)` places it inside the host's model layers, outside the
-//! fallback and the retry: every repair is a model call of its own, retried and fallen back
+//! `Agent::builder().with(StructuredLayer::new())` places it inside the host's model layers,
+//! outside the fallback and the retry: every repair is a model call of its own, retried and fallen back
 //! like any other, and the guardrails and model layers see only the answer that matched.
 //!
 //! ```
@@ -364,4 +364,14 @@ fn validate(
             }
         })
         .collect())
+}
+
+/// Structured output on the model, inside the patch, outside the budget, the fallback and the
+/// retry: each repair is a call of its own; the host's model layers see only the answer that
+/// matched.
+impl tower_agent_core::Builtin for StructuredLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::ModelSlot;
+        stacks.model(ModelSlot::Structured, self);
+    }
 }

@@ -7,5 +7,5 @@
 mod agent;
 mod run;
 
-pub use agent::{Agent, AgentBuilder, AgentConfig, ToolExecution, Truncation};
+pub use agent::{Agent, AgentBuilder, AgentConfig, Builtins, ToolExecution, Truncation};
 pub use run::{AgentServiceExt, Blocking, RunHandle};

@@ -21,7 +21,7 @@
 //! let model = ScriptedModel::new([]); // a provider, in a real service
 //! let tools = ToolSet::new().tool(StubTool::returning("deploy", "deployed"));
 //! let agent = Agent::builder()
-//!     .approval(ApprovalLayer::builder().gate("deploy", Gate::new()).build().expect("valid"))
+//!     .with(ApprovalLayer::builder().gate("deploy", Gate::new()).build().expect("valid"))
 //!     .provider_layer(JournalLayer) // each model call a journaled step
 //!     .tool_layer(JournalLayer) // each tool call a journaled step
 //!     .build(model, tools);

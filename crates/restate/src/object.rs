@@ -18,8 +18,7 @@ use tower_service::Service;
 
 use crate::journal::{BoxFuture, Journaled, Step, Steps, within};
 
-/// An agent service, boxed: what [`DurableAgent`] runs.
-pub type BoxAgent = BoxCloneService<AgentRequest, AgentResponse, Error>;
+pub use tower_agent_core::BoxAgent;
 
 /// The state key of the session.
 const SESSION: &str = "session";

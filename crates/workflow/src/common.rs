@@ -13,8 +13,7 @@ use tower_agent_core::{
 };
 use tower_service::Service;
 
-/// An agent service, boxed.
-pub(crate) type BoxAgent = BoxCloneService<AgentRequest, AgentResponse, Error>;
+pub(crate) use tower_agent_core::BoxAgent;
 
 /// A workflow's step or inner agent: boxed, and behind a lock so that the workflow is `Sync`
 /// without asking it of the agent. Each run takes a clone.

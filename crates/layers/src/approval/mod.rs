@@ -350,3 +350,11 @@ async fn warn(ctx: &RunContext, call: &ToolCall, reason: &str) {
             .await;
     }
 }
+
+/// Human approval of gated tool calls, on the tools.
+impl tower_agent_core::Builtin for ApprovalLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::ToolSlot;
+        stacks.tools(ToolSlot::Approval, self);
+    }
+}

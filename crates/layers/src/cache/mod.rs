@@ -73,6 +73,16 @@
 //! [`ToolSpec::read_only`]: tower_agent_core::ToolSpec::read_only
 
 mod service;
+/// The cache on the tools, right inside approval: the calls it answers are still counted by the
+/// limits and asked for approval; the host's tool layers run only for the calls that reach the
+/// tools.
+impl tower_agent_core::Builtin for ToolCacheLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::ToolSlot;
+        stacks.tools(ToolSlot::Cache, self);
+    }
+}
+
 #[cfg(test)]
 mod tests;
 

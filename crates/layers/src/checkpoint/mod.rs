@@ -267,3 +267,11 @@ impl<S: fmt::Debug> fmt::Debug for Checkpoint<S> {
             .finish_non_exhaustive()
     }
 }
+
+/// The checkpoint on the tools, inside the limits, outside approval.
+impl tower_agent_core::Builtin for CheckpointLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::ToolSlot;
+        stacks.tools(ToolSlot::Checkpoint, self);
+    }
+}

@@ -388,5 +388,14 @@ fn to_clear(config: &Config, history: &History) -> Vec<Slot> {
         .collect()
 }
 
+/// Clearing on the model, right inside summarization: the summarizer folds the whole results,
+/// the model is sent the cleared ones.
+impl tower_agent_core::Builtin for ClearToolResultsLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::ModelSlot;
+        stacks.model(ModelSlot::Clear, self);
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -438,6 +438,17 @@ where
     }
 }
 
+/// Guardrails on every stack, inside the redaction: the input checked on the agent before the
+/// run saves anything; the model's output and tool results before they are redacted.
+impl tower_agent_core::Builtin for GuardrailLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::{AgentSlot, ModelSlot, ToolSlot};
+        stacks.agent(AgentSlot::Guardrail, self.clone());
+        stacks.model(ModelSlot::Guardrail, self.clone());
+        stacks.tools(ToolSlot::Guardrail, self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -505,3 +505,11 @@ impl<S> Layer<S> for SummarizeLayer {
         Summarize::from_config(inner, Arc::clone(&self.config))
     }
 }
+
+/// Summarization on the model, inside the instructions and tool selection, outside clearing.
+impl tower_agent_core::Builtin for SummarizeLayer {
+    fn place(self, stacks: &mut tower_agent_core::Stacks) {
+        use tower_agent_core::ModelSlot;
+        stacks.model(ModelSlot::Summarize, self);
+    }
+}

@@ -43,6 +43,7 @@ macro_rules! emit {
 }
 
 mod builder;
+mod builtins;
 mod call;
 mod early;
 mod input;
@@ -54,6 +55,7 @@ mod tools;
 mod truncated;
 
 pub use builder::{AgentBuilder, AgentConfig, ToolExecution, Truncation};
+pub use builtins::Builtins;
 
 use state::Run;
 
