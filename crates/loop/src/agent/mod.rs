@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures_util::FutureExt;
 #[cfg(doc)]
 use tower_agent_core::Outcome;
 use tower_agent_core::{
@@ -233,29 +234,30 @@ where
             before_input: None,
             deltas: Deltas::default(),
         };
+        // A combinator, not an async block around the run: the block would keep the run it
+        // moved into the run's future, a second copy in every run's allocation.
         ResponseFuture {
-            inner: Box::pin(
-                async move {
-                    let result = run.run(input).await;
-                    let span = tracing::Span::current();
-                    let usage = match &result {
-                        Ok(response) => response.usage,
-                        Err(error) => {
-                            span.record("error.type", error.kind().name());
-                            span.record("otel.status_code", "error");
-                            error.usage()
-                        }
-                    };
-                    // As `i64`: `tracing-opentelemetry` exports `u64` fields as text.
-                    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-                    span.record("gen_ai.usage.input_tokens", int(usage.input_tokens));
-                    span.record("gen_ai.usage.output_tokens", int(usage.output_tokens));
-                    result
-                }
-                .instrument(span),
-            ),
+            inner: Box::pin(run.run(input).map(record_end).instrument(span)),
         }
     }
+}
+
+/// The run's end on its span (the current one): its tokens, and the error's kind.
+fn record_end(result: Result<AgentResponse, Error>) -> Result<AgentResponse, Error> {
+    let span = tracing::Span::current();
+    let usage = match &result {
+        Ok(response) => response.usage,
+        Err(error) => {
+            span.record("error.type", error.kind().name());
+            span.record("otel.status_code", "error");
+            error.usage()
+        }
+    };
+    // As `i64`: `tracing-opentelemetry` exports `u64` fields as text.
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    span.record("gen_ai.usage.input_tokens", int(usage.input_tokens));
+    span.record("gen_ai.usage.output_tokens", int(usage.output_tokens));
+    result
 }
 
 /// The response future of [`Agent`]: a run.

@@ -62,7 +62,7 @@ where
         // An input that does not fit the session is refused before anything changes.
         let replay = match started.and_then(|()| check_input(&self.session, &input)) {
             Ok(replay) => replay,
-            Err(error) => return self.refuse(error).await,
+            Err(error) => return Box::pin(self.refuse(error)).await,
         };
         // The session's durable state lives in the context during the run.
         self.ctx
@@ -70,13 +70,17 @@ where
         // A call that keeps progress (a sub-agent) finds there how to have the run save.
         self.saving.offer(&self.ctx);
         let result = self.drive(input, replay).await;
-        self.finish(result).await
+        // Boxed, as the resume and a concurrent round are: ending a run takes its own copy of
+        // the run, and every run's future would carry it from the start.
+        Box::pin(self.finish(result)).await
     }
 
     /// The rounds: call the model, append its message, run its tool calls, append their
     /// results; until the model calls no tool or something ends the run.
     async fn drive(&mut self, input: AgentInput, replay: bool) -> Result<Outcome, Error> {
-        if let Some(outcome) = self.prepare(input, replay).await? {
+        // Boxed: resuming runs the decided calls, a future as large as a round's tools that
+        // every run's future would carry for its whole life (it holds its largest step).
+        if let Some(outcome) = Box::pin(self.prepare(input, replay)).await? {
             return Ok(outcome);
         }
         // The input (and the results of calls a resume decided) are saved before the model
@@ -253,8 +257,8 @@ where
         // The model side of the round: every model layer's work, a provider's `chat` spans
         // beneath.
         let span = tracing::info_span!("model", round = i64::from(round));
-        let token = self.ctx.cancellation_token().clone();
-        let answer = call(&mut self.model, request, &token, span, ignore).await;
+        let token = self.ctx.cancellation_token();
+        let answer = call(&mut self.model, request, token, span, ignore).await;
         // Every return below without a message drops `early`: its runs are aborted.
         if let Some(early) = &early {
             early.close();

@@ -87,131 +87,157 @@ where
         resume: Option<&Decisions>,
         early: Option<Early>,
     ) -> RoundTools {
+        match self.config.tool_execution {
+            ToolExecution::Sequential => self.sequential(round, at, only, resume, early).await,
+            // Boxed: the concurrent round's future is large, and every run's future would be
+            // as large (a run's future holds its largest step, whichever it is waiting on).
+            ToolExecution::Concurrent { limit } => {
+                Box::pin(self.concurrent(limit, round, at, only, resume, early)).await
+            }
+        }
+    }
+
+    /// The calls one after the other, in call order.
+    async fn sequential(
+        &mut self,
+        round: u32,
+        at: usize,
+        only: Option<&[usize]>,
+        resume: Option<&Decisions>,
+        early: Option<Early>,
+    ) -> RoundTools {
+        let mut out = RoundTools::default();
+        let count = count(&self.session.history, at, only);
+        let position = |k: usize| only.map_or(k, |positions| positions[k]);
+        out.in_order = only.is_none();
+        for k in 0..count {
+            let (at, pos) = (at, position(k));
+            let call = call_at(&self.session.history, at, pos);
+            let mut adopted = None;
+            if let Some(result) = out.unrun(call) {
+                // A call that started early ran, or runs, and counted as it started:
+                // after a stop by an earlier call it keeps its result (after a
+                // failure or a cancellation it is dropped with the others).
+                if out.error.is_none() && !out.cancelled {
+                    adopted = early.as_ref().and_then(|early| early.adopt(call));
+                }
+                if adopted.is_none() {
+                    self.answer(result);
+                    continue;
+                }
+            }
+            if let Err(error) = emit!(self.ctx, started(round, call)) {
+                out.error = Some(error);
+                let call = call_at(&self.session.history, at, pos);
+                self.answer(ToolResult::error(call, RUN_FAILED));
+                continue;
+            }
+            let adopted = adopted.or_else(|| early.as_ref().and_then(|early| early.adopt(call)));
+            let outcome = match adopted {
+                Some(run) => run.finish().await,
+                None => {
+                    let request = tool_request(call, &self.ctx, round, resume);
+                    let span = tool_span(call);
+                    let (tools, token) = (&mut self.tools, self.ctx.cancellation_token());
+                    // The saves the call asks for while it runs (a sub-agent's
+                    // steps), when the run saves.
+                    match self.saving.take_asks() {
+                        None => call::call(tools, request, token, span, record_tool).await,
+                        Some(asks) => {
+                            let running = call::call(tools, request, token, span, record_tool);
+                            let (session, ctx) = (&self.session, &self.ctx);
+                            // Boxed, as the concurrent round is: only runs that save
+                            // and have a call that asks pay for it.
+                            Box::pin(self.saving.serving(asks, session, ctx, running)).await
+                        }
+                    }
+                }
+            };
+            let is_error = self.absorb(&mut out, at, pos, outcome).await;
+            let call = || call_at(&self.session.history, at, pos);
+            if let Err(error) = emit!(self.ctx, finished(round, call(), is_error)) {
+                out.error.get_or_insert(error);
+            }
+        }
+        out
+    }
+
+    /// Up to `limit` calls at once; each result goes into the history as it comes.
+    async fn concurrent(
+        &mut self,
+        limit: usize,
+        round: u32,
+        at: usize,
+        only: Option<&[usize]>,
+        resume: Option<&Decisions>,
+        early: Option<Early>,
+    ) -> RoundTools {
         let mut out = RoundTools::default();
         let token = self.ctx.cancellation_token().clone();
-        let count = match only {
-            Some(positions) => positions.len(),
-            None => self.session.history[at].tool_calls().count(),
-        };
+        let count = count(&self.session.history, at, only);
         let position = |k: usize| only.map_or(k, |positions| positions[k]);
-        match self.config.tool_execution {
-            ToolExecution::Sequential => {
-                out.in_order = only.is_none();
-                for k in 0..count {
-                    let (at, pos) = (at, position(k));
+        // Each future owns what it needs (no borrows), which keeps the run future `Send`.
+        let running: Vec<_> = (0..count)
+            .map(|k| {
+                let call = call_at(&self.session.history, at, position(k));
+                let request = tool_request(call, &self.ctx, round, resume);
+                let adopted = early.as_ref().and_then(|early| early.adopt(call));
+                run_one(k, self.tools.clone(), request, adopted)
+            })
+            .collect();
+        let mut running = stream::iter(running).buffer_unordered(limit.max(1));
+        let mut done = vec![false; count];
+        // The saves the calls ask for while they run (a sub-agent's steps), served
+        // between the results' saves.
+        let mut asks = self.saving.take_asks();
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = token.cancelled() => break,
+                Some(reply) = next_ask(&mut asks) => {
+                    self.saving.serve(reply, &self.session, &self.ctx).await;
+                    continue;
+                }
+                next = running.next() => next,
+            };
+            let Some((k, outcome)) = next else { break };
+            match outcome {
+                // Cancelled before it ended: answered below.
+                Ok(None) => {}
+                Ok(Some(outcome)) => {
+                    done[k] = true;
+                    let is_error = is_error(&outcome);
+                    let pos = position(k);
+                    self.absorb(&mut out, at, pos, Some(outcome)).await;
                     let call = call_at(&self.session.history, at, pos);
-                    let mut adopted = None;
-                    if let Some(result) = out.unrun(call) {
-                        // A call that started early ran, or runs, and counted as it started:
-                        // after a stop by an earlier call it keeps its result (after a
-                        // failure or a cancellation it is dropped with the others).
-                        if out.error.is_none() && !out.cancelled {
-                            adopted = early.as_ref().and_then(|early| early.adopt(call));
-                        }
-                        if adopted.is_none() {
-                            self.answer(result);
-                            continue;
-                        }
-                    }
-                    if let Err(error) = emit!(self.ctx, started(round, call)) {
-                        out.error = Some(error);
-                        let call = call_at(&self.session.history, at, pos);
-                        self.answer(ToolResult::error(call, RUN_FAILED));
-                        continue;
-                    }
-                    let adopted =
-                        adopted.or_else(|| early.as_ref().and_then(|early| early.adopt(call)));
-                    let outcome = match adopted {
-                        Some(run) => run.finish().await,
-                        None => {
-                            let request = tool_request(call, &self.ctx, round, resume);
-                            let span = tool_span(call);
-                            let tools = &mut self.tools;
-                            // The saves the call asks for while it runs (a sub-agent's
-                            // steps), when the run saves.
-                            match self.saving.take_asks() {
-                                None => call::call(tools, request, &token, span, record_tool).await,
-                                Some(asks) => {
-                                    let running =
-                                        call::call(tools, request, &token, span, record_tool);
-                                    let (session, ctx) = (&self.session, &self.ctx);
-                                    self.saving.serving(asks, session, ctx, running).await
-                                }
-                            }
-                        }
-                    };
-                    let is_error = self.absorb(&mut out, at, pos, outcome, &token).await;
-                    let call = || call_at(&self.session.history, at, pos);
-                    if let Err(error) = emit!(self.ctx, finished(round, call(), is_error)) {
+                    let told = emit!(self.ctx, finished(round, call, is_error));
+                    if let Err(error) = told {
                         out.error.get_or_insert(error);
                     }
-                }
-            }
-            ToolExecution::Concurrent { limit } => {
-                // Each future owns what it needs (no borrows), which keeps the run future `Send`.
-                let running: Vec<_> = (0..count)
-                    .map(|k| {
-                        let call = call_at(&self.session.history, at, position(k));
-                        let request = tool_request(call, &self.ctx, round, resume);
-                        let adopted = early.as_ref().and_then(|early| early.adopt(call));
-                        run_one(k, self.tools.clone(), request, adopted)
-                    })
-                    .collect();
-                let mut running = stream::iter(running).buffer_unordered(limit.max(1));
-                let mut done = vec![false; count];
-                // The saves the calls ask for while they run (a sub-agent's steps), served
-                // between the results' saves.
-                let mut asks = self.saving.take_asks();
-                loop {
-                    let next = tokio::select! {
-                        biased;
-                        _ = token.cancelled() => break,
-                        Some(reply) = next_ask(&mut asks) => {
-                            self.saving.serve(reply, &self.session, &self.ctx).await;
-                            continue;
-                        }
-                        next = running.next() => next,
-                    };
-                    let Some((k, outcome)) = next else { break };
-                    match outcome {
-                        // Cancelled before it ended: answered below.
-                        Ok(None) => {}
-                        Ok(Some(outcome)) => {
-                            done[k] = true;
-                            let is_error = is_error(&outcome);
-                            let pos = position(k);
-                            self.absorb(&mut out, at, pos, Some(outcome), &token).await;
-                            let call = call_at(&self.session.history, at, pos);
-                            let told = emit!(self.ctx, finished(round, call, is_error));
-                            if let Err(error) = told {
-                                out.error.get_or_insert(error);
-                            }
-                            if out.error.is_some() {
-                                break;
-                            }
-                        }
-                        Err(error) => {
-                            out.error = Some(error);
-                            break;
-                        }
+                    if out.error.is_some() {
+                        break;
                     }
                 }
-                drop(running);
-                self.saving.put_back(asks);
-                for (k, done) in done.into_iter().enumerate() {
-                    if done {
-                        continue;
-                    }
-                    let call = call_at(&self.session.history, at, position(k));
-                    let result = if out.error.is_some() {
-                        ToolResult::error(call, RUN_FAILED)
-                    } else {
-                        out.cancelled = true;
-                        ToolResult::cancelled(call)
-                    };
-                    self.answer(result);
+                Err(error) => {
+                    out.error = Some(error);
+                    break;
                 }
             }
+        }
+        drop(running);
+        self.saving.put_back(asks);
+        for (k, done) in done.into_iter().enumerate() {
+            if done {
+                continue;
+            }
+            let call = call_at(&self.session.history, at, position(k));
+            let result = if out.error.is_some() {
+                ToolResult::error(call, RUN_FAILED)
+            } else {
+                out.cancelled = true;
+                ToolResult::cancelled(call)
+            };
+            self.answer(result);
         }
         out
     }
@@ -230,9 +256,9 @@ where
         at: usize,
         pos: usize,
         outcome: Option<ToolOutcome>,
-        token: &CancellationToken,
     ) -> bool {
         let call = call_at(&self.session.history, at, pos);
+        let token = self.ctx.cancellation_token();
         let Some((result, arguments)) = absorb(out, call, outcome, token) else {
             return false;
         };
@@ -257,6 +283,14 @@ where
             }
         }
         is_error
+    }
+}
+
+/// How many calls of the message at `at` run: those at the positions `only` lists, or all.
+fn count(history: &History, at: usize, only: Option<&[usize]>) -> usize {
+    match only {
+        Some(positions) => positions.len(),
+        None => history[at].tool_calls().count(),
     }
 }
 
