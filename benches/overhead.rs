@@ -159,7 +159,7 @@ fn agent_loop(c: &mut Criterion) {
 
     let human = {
         use tower_agent::layers::approval::{ApprovalLayer, Gate};
-        use tower_agent::layers::checkpoint::{CheckpointLayer, checkpointer_fn};
+        use tower_agent::layers::checkpoint::{CheckpointLayer, human_fn};
         use tower_agent::layers::limits::{CallLimitsLayer, Limit};
         let limits = CallLimitsLayer::new()
             .model_calls(Limit::per_run(1_000))
@@ -169,8 +169,7 @@ fn agent_loop(c: &mut Criterion) {
             .gate("rm", Gate::new())
             .build()
             .expect("valid");
-        let checkpoint =
-            CheckpointLayer::inline(checkpointer_fn(|_, _| async { Ok(true) })).every(1_000);
+        let checkpoint = CheckpointLayer::inline(human_fn(|_, _| async { Ok(true) })).every(1_000);
         let model = ServiceBuilder::new()
             .call_limits(limits.clone())
             .service(stub_model());

@@ -32,7 +32,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, mpsc};
 use tower::util::BoxCloneService;
-use tower_agent::layers::approval::{ApprovalLayer, Gate, ReviewRequest, approver_fn};
+use tower_agent::layers::approval::{ApprovalLayer, Gate, ReviewRequest, human_fn};
 use tower_agent::layers::retry::RetryPolicy;
 use tower_agent::layers::summarize::{SummarizeLayer, Trigger};
 use tower_agent::prelude::*;
@@ -222,7 +222,7 @@ async fn main() -> Result<(), Error> {
     let approvals = lines.clone();
     let prompted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let asked = prompted.clone();
-    let approver = approver_fn(move |review: ReviewRequest, _: RunContext| {
+    let approver = human_fn(move |review: ReviewRequest, _: RunContext| {
         let lines = approvals.clone();
         let asked = asked.clone();
         async move {

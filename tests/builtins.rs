@@ -153,7 +153,7 @@ async fn each_place_sees_what_its_slot_promises() {
         .tool(StubTool::returning("rm", "removed"));
     let approval = ApprovalLayer::builder()
         .gate("rm", Gate::new())
-        .inline(tower_agent::layers::approval::approver_fn(
+        .inline(tower_agent::layers::approval::human_fn(
             |_review, _ctx| async { Ok(Decision::reject("not today")) },
         ))
         .build()

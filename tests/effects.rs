@@ -6,7 +6,7 @@ use serde_json::json;
 use tower_agent::ModelNext;
 use tower_agent::ToolNext;
 use tower_agent::Usage;
-use tower_agent::layers::approval::{ApprovalLayer, Gate, ReviewRequest, approver_fn};
+use tower_agent::layers::approval::{ApprovalLayer, Gate, ReviewRequest, human_fn};
 use tower_agent::layers::limits::{CallLimitsLayer, Limit};
 use tower_agent::layers::summarize::{Keep, SummarizeLayer, Trigger, is_summary};
 use tower_agent::prelude::*;
@@ -32,11 +32,9 @@ async fn run(journaled: bool) -> AgentResponse {
     let limits = CallLimitsLayer::new().model_calls(Limit::per_run(3));
     let approval = ApprovalLayer::builder()
         .gate("shell", Gate::new())
-        .inline(approver_fn(
-            |_review: ReviewRequest, _ctx: RunContext| async {
-                Ok(Decision::edit(json!({"cmd": "ls"})))
-            },
-        ))
+        .inline(human_fn(|_review: ReviewRequest, _ctx: RunContext| async {
+            Ok(Decision::edit(json!({"cmd": "ls"})))
+        }))
         .build()
         .expect("a valid configuration");
     let shell = StubTool::from_fn("shell", |req: &ToolRequest| {

@@ -98,7 +98,8 @@ pub use session::{Progress, SessionMark, Step};
 pub use side::SideModel;
 #[cfg(feature = "tower")]
 pub use stack::{
-    AgentSlot, BoxAgent, BoxModel, BoxTools, Builtin, Inside, ModelSlot, Stacks, ToolSlot,
+    AgentLayer, AgentSlot, BoxAgent, BoxModel, BoxTools, Builtin, Inside, ModelLayer, ModelSlot,
+    Stacks, ToolLayer, ToolSlot,
 };
 pub use state::StateKey;
 pub use stream::{Delta, Deltas, StreamFilter};

@@ -226,6 +226,99 @@ slots!(
     }
 );
 
+/// A layer for the agent service, as [`Stacks::agent`] and the builder's `agent_layer` take
+/// it: any `tower::Layer` over [`BoxAgent`] whose service answers agent requests.
+pub trait AgentLayer:
+    Layer<
+        BoxAgent,
+        Service: Service<
+            AgentRequest,
+            Response = AgentResponse,
+            Error: Into<BoxError>,
+            Future: Send + 'static,
+        > + Clone
+                     + Send
+                     + 'static,
+    > + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<L> AgentLayer for L
+where
+    L: Layer<BoxAgent> + Send + Sync + 'static,
+    L::Service: Service<AgentRequest, Response = AgentResponse> + Clone + Send + 'static,
+    <L::Service as Service<AgentRequest>>::Error: Into<BoxError>,
+    <L::Service as Service<AgentRequest>>::Future: Send + 'static,
+{
+}
+
+/// A layer for the model service, as [`Stacks::model`] and the builder's `model_layer` and
+/// `provider_layer` take it: any `tower::Layer` over [`BoxModel`] whose service answers model
+/// requests.
+pub trait ModelLayer:
+    Layer<
+        BoxModel,
+        Service: Service<
+            ModelRequest,
+            Response = ModelResponse,
+            Error: Into<BoxError>,
+            Future: Send + 'static,
+        > + Clone
+                     + Send
+                     + 'static,
+    > + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<L> ModelLayer for L
+where
+    L: Layer<BoxModel> + Send + Sync + 'static,
+    L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
+    <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
+    <L::Service as Service<ModelRequest>>::Future: Send + 'static,
+{
+}
+
+/// A layer for the tool service, as [`Stacks::tools`] and the builder's `tool_layer` take it:
+/// any `tower::Layer` over [`BoxTools`] whose service answers tool requests and says which
+/// tools it serves (every tower-agent layer does).
+pub trait ToolLayer:
+    Layer<
+        BoxTools,
+        Service: Service<
+            ToolRequest,
+            Response = ToolResponse,
+            Error: Into<BoxError>,
+            Future: Send + 'static,
+        > + DescribeTools
+                     + Clone
+                     + Send
+                     + Sync
+                     + 'static,
+    > + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<L> ToolLayer for L
+where
+    L: Layer<BoxTools> + Send + Sync + 'static,
+    L::Service: Service<ToolRequest, Response = ToolResponse>
+        + DescribeTools
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    <L::Service as Service<ToolRequest>>::Error: Into<BoxError>,
+    <L::Service as Service<ToolRequest>>::Future: Send + 'static,
+{
+}
+
 /// A built-in: a value that takes its slots on the agent's stacks.
 ///
 /// Each built-in implements it next to its own code; the agent's builder calls
@@ -305,27 +398,21 @@ impl fmt::Debug for Inside<'_> {
 
 impl Stacks {
     /// `layer` in `slot` of the agent service.
-    pub fn agent<L>(&mut self, slot: AgentSlot, layer: L)
-    where
-        L: Layer<BoxAgent> + Send + Sync + 'static,
-        L::Service: Service<AgentRequest, Response = AgentResponse> + Clone + Send + 'static,
-        <L::Service as Service<AgentRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<AgentRequest>>::Future: Send + 'static,
-    {
-        self.agent.push((slot, wrap(layer)));
+    pub fn agent(&mut self, slot: AgentSlot, layer: impl AgentLayer) {
+        self.agent.push((
+            slot,
+            Arc::new(move |inner| BoxCloneService::new(layer.layer(inner).map_err(into_error))),
+        ));
     }
 
     /// `layer` in `slot` of the model service.
-    pub fn model<L>(&mut self, slot: ModelSlot, layer: L)
-    where
-        L: Layer<BoxModel> + Send + Sync + 'static,
-        L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
-        <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ModelRequest>>::Future: Send + 'static,
-    {
-        let wrap = wrap(layer);
-        self.model
-            .push((slot, Arc::new(move |inner, _: &Inside<'_>| wrap(inner))));
+    pub fn model(&mut self, slot: ModelSlot, layer: impl ModelLayer) {
+        self.model.push((
+            slot,
+            Arc::new(move |inner, _: &Inside<'_>| {
+                BoxCloneService::new(layer.layer(inner).map_err(into_error))
+            }),
+        ));
     }
 
     /// A model layer in `slot` made at build time, given the slots inside it to wrap other
@@ -333,10 +420,7 @@ impl Stacks {
     pub fn model_with<F, L>(&mut self, slot: ModelSlot, make: F)
     where
         F: Fn(&Inside<'_>) -> L + Send + Sync + 'static,
-        L: Layer<BoxModel>,
-        L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
-        <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ModelRequest>>::Future: Send + 'static,
+        L: ModelLayer,
     {
         self.model.push((
             slot,
@@ -346,20 +430,8 @@ impl Stacks {
         ));
     }
 
-    /// `layer` in `slot` of the tool service. Its service must say which tools it serves:
-    /// every tower-agent layer does.
-    pub fn tools<L>(&mut self, slot: ToolSlot, layer: L)
-    where
-        L: Layer<BoxTools> + Send + Sync + 'static,
-        L::Service: Service<ToolRequest, Response = ToolResponse>
-            + DescribeTools
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        <L::Service as Service<ToolRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ToolRequest>>::Future: Send + 'static,
-    {
+    /// `layer` in `slot` of the tool service.
+    pub fn tools(&mut self, slot: ToolSlot, layer: impl ToolLayer) {
         self.tools.push((
             slot,
             Arc::new(move |inner| BoxTools::new(layer.layer(inner))),
@@ -438,17 +510,4 @@ fn wrap_model(layers: &[(ModelSlot, ModelWrap)], model: BoxModel) -> BoxModel {
 
 fn into_error(error: impl Into<BoxError>) -> Error {
     Error::from_boxed(error.into())
-}
-
-/// A layer over a boxed service, boxing again what it makes.
-fn wrap<Req, Res, L>(layer: L) -> Wrap<BoxCloneService<Req, Res, Error>>
-where
-    Req: 'static,
-    Res: 'static,
-    L: Layer<BoxCloneService<Req, Res, Error>> + Send + Sync + 'static,
-    L::Service: Service<Req, Response = Res> + Clone + Send + 'static,
-    <L::Service as Service<Req>>::Error: Into<BoxError>,
-    <L::Service as Service<Req>>::Future: Send + 'static,
-{
-    Arc::new(move |inner| BoxCloneService::new(layer.layer(inner).map_err(into_error)))
 }

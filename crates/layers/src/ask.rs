@@ -1,4 +1,5 @@
-//! Asking a human, what the approval and checkpoint layers share: the question asked inline,
+//! Asking a human, what the approval and checkpoint layers share: the one trait a host
+//! implements to answer inline ([`Human`], or [`human_fn`] from a closure), the question asked
 //! within a timeout that fails closed ([`within`], [`inline`]), and the one response future
 //! both layers return ([`ResponseFuture`]): the inner call then a hook, an answer known now
 //! (the interrupt that pauses the run, a decision it resumed with), or the inline question.
@@ -10,11 +11,82 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tower_agent_core::{BoxError, ToolRequest, ToolResponse};
+use tower_agent_core::{BoxError, RunContext, ToolRequest, ToolResponse};
 use tower_service::Service;
 
 /// The default time a human has to answer inline: 15 minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// A human asked while the run waits (inline), whatever the question: the approval layer asks
+/// for a `Decision` on a gated call (`approval::ReviewRequest` to `Decision`), the checkpoint
+/// whether to go on (`checkpoint::CheckpointRequest` to `bool`). An error, or no answer within
+/// the layer's timeout, fails closed: the call is rejected, the run stopped.
+///
+/// Implement it for a type, or make one from an async closure with [`human_fn`].
+pub trait Human<Q, A>: Send + Sync + 'static {
+    /// Ask `question` about the run of `ctx`.
+    fn ask(
+        &self,
+        question: Q,
+        ctx: RunContext,
+    ) -> Pin<Box<dyn Future<Output = Result<A, BoxError>> + Send + 'static>>;
+}
+
+/// A [`Human`] from an async closure of the question and the run's context. Name the
+/// question's type in the closure: it says which question the closure answers.
+///
+/// ```
+/// use tower_agent_core::{Decision, RunContext};
+/// use tower_agent_layers::human_fn;
+/// # #[cfg(feature = "approval")]
+/// use tower_agent_layers::approval::{ApprovalLayer, Gate, ReviewRequest};
+///
+/// # #[cfg(feature = "approval")]
+/// # {
+/// let human = human_fn(|review: ReviewRequest, _ctx: RunContext| async move {
+///     if review.arguments["cmd"].as_str().is_some_and(|c| c.starts_with("ls")) {
+///         Ok(Decision::Approve)
+///     } else {
+///         Ok(Decision::reject("only listing is allowed"))
+///     }
+/// });
+/// let approval = ApprovalLayer::builder().gate("shell", Gate::new()).inline(human).build();
+/// # let _ = approval;
+/// # }
+/// ```
+pub fn human_fn<Q, A, F, Fut>(f: F) -> HumanFn<F>
+where
+    F: Fn(Q, RunContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<A, BoxError>> + Send + 'static,
+{
+    HumanFn { f }
+}
+
+/// The [`Human`] [`human_fn`] makes.
+#[derive(Clone)]
+pub struct HumanFn<F> {
+    f: F,
+}
+
+impl<F> fmt::Debug for HumanFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HumanFn").finish_non_exhaustive()
+    }
+}
+
+impl<Q, A, F, Fut> Human<Q, A> for HumanFn<F>
+where
+    F: Fn(Q, RunContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<A, BoxError>> + Send + 'static,
+{
+    fn ask(
+        &self,
+        question: Q,
+        ctx: RunContext,
+    ) -> Pin<Box<dyn Future<Output = Result<A, BoxError>> + Send + 'static>> {
+        Box::pin((self.f)(question, ctx))
+    }
+}
 
 /// How asking inline ended.
 #[derive(Debug)]

@@ -97,6 +97,8 @@ pub mod tokens;
 
 #[cfg(feature = "approval")]
 pub use approval::{Approval, ApprovalLayer};
+#[cfg(any(feature = "approval", feature = "checkpoint"))]
+pub use ask::{Human, HumanFn, human_fn};
 #[cfg(feature = "budget")]
 pub use budget::{Budget, BudgetLayer, Budgeted};
 #[cfg(feature = "cache")]

@@ -13,7 +13,7 @@ use tower_agent_core::{
     RunContext, Session, ToolCall, ToolRequest,
 };
 use tower_agent_layers::ServiceBuilderExt;
-use tower_agent_layers::approval::{ApprovalLayer, Gate, GateProblem, ReviewRequest, approver_fn};
+use tower_agent_layers::approval::{ApprovalLayer, Gate, GateProblem, ReviewRequest, human_fn};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
@@ -306,7 +306,7 @@ fn a_gate_allowing_no_decision_is_refused_when_built() {
 /// A tool stack decided inline by `approver`, with `timeout`.
 fn inline_agent(
     kit: &Kit,
-    approver: impl tower_agent_layers::approval::Approver,
+    approver: impl tower_agent_layers::Human<ReviewRequest, Decision>,
     timeout: Duration,
 ) -> Agent<ScriptedModel, tower_agent_layers::Approval<ToolSet>> {
     let approval = ApprovalLayer::builder()
@@ -330,7 +330,7 @@ async fn inline_approvers_decide_while_the_run_waits() {
     ]);
     let seen: Arc<Mutex<Vec<ReviewRequest>>> = Arc::default();
     let record = seen.clone();
-    let approver = approver_fn(move |review: ReviewRequest, _ctx: RunContext| {
+    let approver = human_fn(move |review: ReviewRequest, _ctx: RunContext| {
         record.lock().unwrap().push(review.clone());
         async move {
             Ok(if review.arguments["cmd"] == "ls" {
@@ -383,7 +383,7 @@ async fn inline_approval_fails_closed() {
             ModelResponse::text("ok"),
         ]);
         let answer = Arc::new(answer);
-        let approver = approver_fn(move |_: ReviewRequest, _: RunContext| {
+        let approver = human_fn(move |_: ReviewRequest, _: RunContext| {
             let decision = answer();
             async move { decision }
         });
@@ -410,7 +410,7 @@ async fn inline_approval_fails_closed() {
         ModelResponse::tool_calls([call("c1", "shell", json!({"cmd": "ls"}))]),
         ModelResponse::text("ok"),
     ]);
-    let approver = approver_fn(|_: ReviewRequest, _: RunContext| {
+    let approver = human_fn(|_: ReviewRequest, _: RunContext| {
         std::future::pending::<Result<Decision, BoxError>>()
     });
     let started = tokio::time::Instant::now();
@@ -512,7 +512,7 @@ async fn cancelling_while_an_inline_approver_waits_leaves_a_valid_history() {
         call("c1", "list", json!({})),
         call("c2", "shell", json!({"cmd": "ls"})),
     ])]);
-    let approver = approver_fn(|_: ReviewRequest, ctx: RunContext| async move {
+    let approver = human_fn(|_: ReviewRequest, ctx: RunContext| async move {
         ctx.cancel();
         std::future::pending::<Result<Decision, BoxError>>().await
     });

@@ -13,7 +13,7 @@ use tower_agent_core::{
     AgentRequest, AgentResponse, BoxError, Decision, DecisionKind, ModelResponse, Outcome,
     RunContext, Session, StopReason, ToolCall,
 };
-use tower_agent_layers::checkpoint::{CheckpointLayer, CheckpointRequest, checkpointer_fn};
+use tower_agent_layers::checkpoint::{CheckpointLayer, CheckpointRequest, human_fn};
 use tower_agent_loop::Agent;
 use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
@@ -58,13 +58,13 @@ async fn run(
 fn scripted(
     answers: Vec<bool>,
 ) -> (
-    impl tower_agent_layers::checkpoint::Checkpointer,
+    impl tower_agent_layers::Human<CheckpointRequest, bool>,
     Arc<Mutex<Vec<CheckpointRequest>>>,
 ) {
     let asked: Arc<Mutex<Vec<CheckpointRequest>>> = Arc::default();
     let record = asked.clone();
     let answers = Arc::new(Mutex::new(answers.into_iter()));
-    let checkpoint = checkpointer_fn(move |request: CheckpointRequest, _: RunContext| {
+    let checkpoint = human_fn(move |request: CheckpointRequest, _: RunContext| {
         record.lock().expect("lock").push(request);
         let answer = answers.lock().expect("lock").next().unwrap_or(false);
         async move { Ok::<_, BoxError>(answer) }
@@ -135,7 +135,7 @@ async fn the_default_budget_is_twenty_calls() {
 
 #[tokio::test(start_paused = true)]
 async fn no_answer_in_time_stops_the_run() {
-    let checkpoint = checkpointer_fn(|_: CheckpointRequest, _: RunContext| {
+    let checkpoint = human_fn(|_: CheckpointRequest, _: RunContext| {
         std::future::pending::<Result<bool, BoxError>>()
     });
     let step = StubTool::returning("step", "ok");
@@ -164,7 +164,7 @@ async fn no_answer_in_time_stops_the_run() {
 
 #[tokio::test]
 async fn a_failing_checkpoint_stops_the_run() {
-    let checkpoint = checkpointer_fn(|_: CheckpointRequest, _: RunContext| async {
+    let checkpoint = human_fn(|_: CheckpointRequest, _: RunContext| async {
         Err::<bool, BoxError>("chat unreachable".into())
     });
     let step = StubTool::returning("step", "ok");
@@ -193,7 +193,7 @@ async fn concurrent_calls_ask_one_at_a_time() {
     let overlap = Arc::new(AtomicUsize::new(0));
     let asked = Arc::new(AtomicUsize::new(0));
     let (a, o, n) = (asking.clone(), overlap.clone(), asked.clone());
-    let checkpoint = checkpointer_fn(move |_: CheckpointRequest, _: RunContext| {
+    let checkpoint = human_fn(move |_: CheckpointRequest, _: RunContext| {
         let (a, o, n) = (a.clone(), o.clone(), n.clone());
         async move {
             if a.fetch_add(1, Ordering::SeqCst) > 0 {
@@ -292,7 +292,7 @@ async fn the_checkpoint_can_be_answered_by_interrupting_and_resuming() {
 
 #[tokio::test]
 async fn cancelling_at_the_checkpoint_leaves_a_valid_history() {
-    let checkpoint = checkpointer_fn(|_: CheckpointRequest, ctx: RunContext| async move {
+    let checkpoint = human_fn(|_: CheckpointRequest, ctx: RunContext| async move {
         ctx.cancel();
         std::future::pending::<Result<bool, BoxError>>().await
     });

@@ -2,18 +2,15 @@
 //! with.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tower_agent_core::{
-    BoxError, Decision, DecisionKind, Interrupt, RunContext, ToolCall, UnknownDecision,
-};
+use tower_agent_core::{Decision, DecisionKind, Interrupt, ToolCall, UnknownDecision};
 
 use super::{ApprovalLayer, DEFAULT_TIMEOUT};
+use crate::ask::Human;
 use crate::by_name::ByName;
 
 type Predicate = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
@@ -144,7 +141,7 @@ impl Checked {
 }
 
 /// What a human is asked about one gated call: the payload of its interrupt, and what an
-/// inline [`Approver`] receives. Serializable, for a UI in another process.
+/// inline [`Human`] receives. Serializable, for a UI in another process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReviewRequest {
     /// The call's id: key the decision by it.
@@ -170,72 +167,11 @@ impl ReviewRequest {
     }
 }
 
-/// Decides gated calls while the run waits (inline mode).
-///
-/// Implement it for a type, or make one from a closure with [`approver_fn`].
-pub trait Approver: Send + Sync + 'static {
-    /// Decide on one call. An error rejects the call.
-    fn review(
-        &self,
-        request: ReviewRequest,
-        ctx: RunContext,
-    ) -> Pin<Box<dyn Future<Output = Result<Decision, BoxError>> + Send + 'static>>;
-}
-
-/// An [`Approver`] from an async closure.
-///
-/// ```
-/// use tower_agent_core::{Decision, RunContext};
-/// use tower_agent_layers::approval::{approver_fn, ReviewRequest};
-///
-/// let approver = approver_fn(|review: ReviewRequest, _ctx: RunContext| async move {
-///     if review.arguments["cmd"].as_str().is_some_and(|c| c.starts_with("ls")) {
-///         Ok(Decision::Approve)
-///     } else {
-///         Ok(Decision::reject("only listing is allowed"))
-///     }
-/// });
-/// # let _ = approver;
-/// ```
-pub fn approver_fn<F, Fut>(f: F) -> ApproverFn<F>
-where
-    F: Fn(ReviewRequest, RunContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Decision, BoxError>> + Send + 'static,
-{
-    ApproverFn { f }
-}
-
-/// The approver [`approver_fn`] makes.
-#[derive(Clone)]
-pub struct ApproverFn<F> {
-    f: F,
-}
-
-impl<F> fmt::Debug for ApproverFn<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApproverFn").finish_non_exhaustive()
-    }
-}
-
-impl<F, Fut> Approver for ApproverFn<F>
-where
-    F: Fn(ReviewRequest, RunContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Decision, BoxError>> + Send + 'static,
-{
-    fn review(
-        &self,
-        request: ReviewRequest,
-        ctx: RunContext,
-    ) -> Pin<Box<dyn Future<Output = Result<Decision, BoxError>> + Send + 'static>> {
-        Box::pin((self.f)(request, ctx))
-    }
-}
-
 #[derive(Clone)]
 pub(super) enum Mode {
     Interrupt,
     Inline {
-        approver: Arc<dyn Approver>,
+        approver: Arc<dyn Human<ReviewRequest, Decision>>,
         timeout: Duration,
     },
 }
@@ -272,7 +208,7 @@ pub enum GateProblem {
 #[derive(Default)]
 pub struct ApprovalBuilder {
     gates: Vec<(String, Gate)>,
-    approver: Option<Arc<dyn Approver>>,
+    approver: Option<Arc<dyn Human<ReviewRequest, Decision>>>,
     timeout: Option<Duration>,
 }
 
@@ -295,7 +231,7 @@ impl ApprovalBuilder {
     }
 
     /// Decide inline with `approver` instead of interrupting the run.
-    pub fn inline(mut self, approver: impl Approver) -> Self {
+    pub fn inline(mut self, approver: impl Human<ReviewRequest, Decision>) -> Self {
         self.approver = Some(Arc::new(approver));
         self
     }

@@ -4,7 +4,7 @@
 //! arguments match a predicate), which [`Decision`]s the human may take, and what to show
 //! them. Calls of other tools pass straight through. A gated call is decided either
 //!
-//! - **inline**: an [`Approver`] (a terminal prompt, a web socket to a UI) decides while the
+//! - **inline**: an [`Human`] (a terminal prompt, a web socket to a UI) decides while the
 //!   run waits; no answer within the timeout (15 minutes by default), or an approver error,
 //!   rejects the call (fail closed); or
 //! - **by interrupting** (the default): the call ends the run with
@@ -72,12 +72,9 @@ mod future;
 mod gate;
 
 pub use future::{ResponseFuture, STATE_KEY};
-pub use gate::{
-    ApprovalBuilder, Approver, ApproverFn, ConfigError, Gate, GateProblem, ReviewRequest,
-    approver_fn,
-};
+pub use gate::{ApprovalBuilder, ConfigError, Gate, GateProblem, ReviewRequest};
 
-pub use crate::ask::DEFAULT_TIMEOUT;
+pub use crate::ask::{DEFAULT_TIMEOUT, Human, HumanFn, human_fn};
 
 use std::fmt;
 use std::sync::Arc;
@@ -276,7 +273,7 @@ where
             Mode::Inline { approver, timeout } => {
                 let review = gate.review(&req.call);
                 let allowed = review.allowed_decisions.clone();
-                let asked = approver.review(review, req.ctx.clone());
+                let asked = approver.ask(review, req.ctx.clone());
                 let timeout = *timeout;
                 ask::inline(&mut self.inner, async move {
                     let decision = match ask::within(asked, timeout).await {

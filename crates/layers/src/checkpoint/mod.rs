@@ -10,7 +10,7 @@
 //!
 //! The question is answered either
 //!
-//! - **inline**, by a [`Checkpointer`] (a prompt, a message to the user's chat) while the run
+//! - **inline**, by a [`Human`] (a prompt, a message to the user's chat) while the run
 //!   waits; concurrent calls of one round wait for one answer, never ask twice; or
 //! - **by interrupting** the run at the call that would go over: the interrupt's payload is a
 //!   [`CheckpointRequest`], and it allows [`DecisionKind::Approve`] (go on) and
@@ -25,7 +25,7 @@
 //! use serde_json::json;
 //! use tower::{ServiceBuilder, ServiceExt};
 //! use tower_agent_core::{AgentRequest, ModelResponse, Outcome, RunContext, Session, ToolCall};
-//! use tower_agent_layers::checkpoint::{checkpointer_fn, CheckpointLayer, CheckpointRequest};
+//! use tower_agent_layers::checkpoint::{human_fn, CheckpointLayer, CheckpointRequest};
 //! use tower_agent_loop::Agent;
 //! use tower_agent_test::{ScriptedModel, StubTool};
 //! use tower_agent_tools::ToolSet;
@@ -33,7 +33,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), tower_agent_core::Error> {
 //! // Go on once (at 2 calls), stop the second time (at 4).
-//! let checkpoint = CheckpointLayer::inline(checkpointer_fn(|ask: CheckpointRequest, _: RunContext| async move {
+//! let checkpoint = CheckpointLayer::inline(human_fn(|ask: CheckpointRequest, _: RunContext| async move {
 //!     Ok(ask.progress.len() < 4)
 //! }))
 //! .every(2);
@@ -62,16 +62,14 @@ mod future;
 mod service;
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tower_agent_core::{BoxError, ExtensionKey, Interrupt, Progress, RunContext, StateKey};
+use tower_agent_core::{ExtensionKey, Interrupt, Progress, StateKey};
 use tower_layer::Layer;
 
-pub use crate::ask::DEFAULT_TIMEOUT;
+pub use crate::ask::{DEFAULT_TIMEOUT, Human, HumanFn, human_fn};
 pub use future::ResponseFuture;
 
 /// The default budget: 20 tool calls.
@@ -107,55 +105,10 @@ impl CheckpointRequest {
     }
 }
 
-/// Answers the checkpoint while the run waits: `true` to go on with a fresh budget.
-pub trait Checkpointer: Send + Sync + 'static {
-    /// Ask whether to go on. An error stops the run.
-    fn ask(
-        &self,
-        request: CheckpointRequest,
-        ctx: RunContext,
-    ) -> Pin<Box<dyn Future<Output = Result<bool, BoxError>> + Send + 'static>>;
-}
-
-/// A [`Checkpointer`] from an async closure.
-pub fn checkpointer_fn<F, Fut>(f: F) -> CheckpointerFn<F>
-where
-    F: Fn(CheckpointRequest, RunContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<bool, BoxError>> + Send + 'static,
-{
-    CheckpointerFn { f }
-}
-
-/// The checkpoint [`checkpointer_fn`] makes.
-#[derive(Clone)]
-pub struct CheckpointerFn<F> {
-    f: F,
-}
-
-impl<F> fmt::Debug for CheckpointerFn<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CheckpointerFn").finish_non_exhaustive()
-    }
-}
-
-impl<F, Fut> Checkpointer for CheckpointerFn<F>
-where
-    F: Fn(CheckpointRequest, RunContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<bool, BoxError>> + Send + 'static,
-{
-    fn ask(
-        &self,
-        request: CheckpointRequest,
-        ctx: RunContext,
-    ) -> Pin<Box<dyn Future<Output = Result<bool, BoxError>> + Send + 'static>> {
-        Box::pin((self.f)(request, ctx))
-    }
-}
-
 #[derive(Clone)]
 enum Mode {
     Interrupt,
-    Inline(Arc<dyn Checkpointer>),
+    Inline(Arc<dyn Human<CheckpointRequest, bool>>),
 }
 
 #[derive(Clone)]
@@ -175,7 +128,7 @@ pub struct CheckpointLayer {
 
 impl CheckpointLayer {
     /// Ask `checkpoint` while the run waits.
-    pub fn inline(checkpoint: impl Checkpointer) -> Self {
+    pub fn inline(checkpoint: impl Human<CheckpointRequest, bool>) -> Self {
         Self::with_mode(Mode::Inline(Arc::new(checkpoint)))
     }
 

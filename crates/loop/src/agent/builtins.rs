@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use tower::util::BoxCloneService;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 use tower_agent_core::{
-    AgentRequest, AgentResponse, AgentSlot, BoxAgent, BoxError, BoxModel, BoxTools, Builtin,
-    DescribeTools, Error, GenerationOptions, ModelRequest, ModelResponse, ModelSlot, Stacks,
+    AgentLayer, AgentSlot, BoxAgent, BoxError, BoxTools, Builtin, DescribeTools, Error,
+    GenerationOptions, ModelLayer, ModelRequest, ModelResponse, ModelSlot, Stacks, ToolLayer,
     ToolRequest, ToolResponse, ToolSlot, ToolSpec,
 };
 
@@ -135,13 +135,7 @@ impl Builtins {
 
     /// A layer of the host's on the agent service, inside the built-ins (it sees the repaired
     /// session); the first one added is the outermost.
-    pub fn agent_layer<L>(mut self, layer: L) -> Self
-    where
-        L: Layer<BoxAgent> + Send + Sync + 'static,
-        L::Service: Service<AgentRequest, Response = AgentResponse> + Clone + Send + 'static,
-        <L::Service as Service<AgentRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<AgentRequest>>::Future: Send + 'static,
-    {
+    pub fn agent_layer(mut self, layer: impl AgentLayer) -> Self {
         self.stacks.agent(AgentSlot::Host, layer);
         self
     }
@@ -168,13 +162,7 @@ impl Builtins {
     /// let gate = before_tool(|req: ToolRequest| async move { Ok(Flow::Continue(req)) });
     /// let _ = Agent::builder().tool_layer(gate);
     /// ```
-    pub fn model_layer<L>(mut self, layer: L) -> Self
-    where
-        L: Layer<BoxModel> + Send + Sync + 'static,
-        L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
-        <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ModelRequest>>::Future: Send + 'static,
-    {
+    pub fn model_layer(mut self, layer: impl ModelLayer) -> Self {
         self.stacks.model(ModelSlot::Host, layer);
         self
     }
@@ -182,13 +170,7 @@ impl Builtins {
     /// A layer of the host's right around the provider, inside the retry (a timeout per
     /// attempt, a durable journal), and around each model of the fallback chain; the first one
     /// added is the outermost.
-    pub fn provider_layer<L>(mut self, layer: L) -> Self
-    where
-        L: Layer<BoxModel> + Send + Sync + 'static,
-        L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
-        <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ModelRequest>>::Future: Send + 'static,
-    {
+    pub fn provider_layer(mut self, layer: impl ModelLayer) -> Self {
         self.stacks.model(ModelSlot::Provider, layer);
         self
     }
@@ -196,18 +178,7 @@ impl Builtins {
     /// A layer of the host's on the tool service, inside the built-ins (it sees only the
     /// calls they let through, and the tools' own results); the first one added is the
     /// outermost. Its service must say which tools it serves: every tower-agent layer does.
-    pub fn tool_layer<L>(mut self, layer: L) -> Self
-    where
-        L: Layer<BoxTools> + Send + Sync + 'static,
-        L::Service: Service<ToolRequest, Response = ToolResponse>
-            + DescribeTools
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        <L::Service as Service<ToolRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ToolRequest>>::Future: Send + 'static,
-    {
+    pub fn tool_layer(mut self, layer: impl ToolLayer) -> Self {
         self.stacks.tools(ToolSlot::Host, layer);
         self
     }
@@ -252,51 +223,22 @@ impl AgentBuilder {
     }
 
     /// [`Builtins::agent_layer`]: a host slot needs no built-in before it.
-    pub fn agent_layer<L>(self, layer: L) -> Builtins
-    where
-        L: Layer<BoxAgent> + Send + Sync + 'static,
-        L::Service: Service<AgentRequest, Response = AgentResponse> + Clone + Send + 'static,
-        <L::Service as Service<AgentRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<AgentRequest>>::Future: Send + 'static,
-    {
+    pub fn agent_layer(self, layer: impl AgentLayer) -> Builtins {
         Builtins::new(self).agent_layer(layer)
     }
 
     /// [`Builtins::model_layer`].
-    pub fn model_layer<L>(self, layer: L) -> Builtins
-    where
-        L: Layer<BoxModel> + Send + Sync + 'static,
-        L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
-        <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ModelRequest>>::Future: Send + 'static,
-    {
+    pub fn model_layer(self, layer: impl ModelLayer) -> Builtins {
         Builtins::new(self).model_layer(layer)
     }
 
     /// [`Builtins::provider_layer`].
-    pub fn provider_layer<L>(self, layer: L) -> Builtins
-    where
-        L: Layer<BoxModel> + Send + Sync + 'static,
-        L::Service: Service<ModelRequest, Response = ModelResponse> + Clone + Send + 'static,
-        <L::Service as Service<ModelRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ModelRequest>>::Future: Send + 'static,
-    {
+    pub fn provider_layer(self, layer: impl ModelLayer) -> Builtins {
         Builtins::new(self).provider_layer(layer)
     }
 
     /// [`Builtins::tool_layer`].
-    pub fn tool_layer<L>(self, layer: L) -> Builtins
-    where
-        L: Layer<BoxTools> + Send + Sync + 'static,
-        L::Service: Service<ToolRequest, Response = ToolResponse>
-            + DescribeTools
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        <L::Service as Service<ToolRequest>>::Error: Into<BoxError>,
-        <L::Service as Service<ToolRequest>>::Future: Send + 'static,
-    {
+    pub fn tool_layer(self, layer: impl ToolLayer) -> Builtins {
         Builtins::new(self).tool_layer(layer)
     }
 }
