@@ -310,7 +310,7 @@ async fn each_model_of_the_fallback_chain_gets_the_retry_and_the_provider_layers
             RetryPolicy::new()
                 .max_attempts(2)
                 .base(std::time::Duration::from_millis(10))
-                .budget(None),
+                .throttle(None),
         ))
         .with(FallbackLayer::new().to("backup", backup.clone()))
         .provider_layer(before_model(move |req: ModelRequest| {

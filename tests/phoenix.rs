@@ -103,7 +103,7 @@ async fn an_agent_run_is_one_trace_in_phoenix() {
     let model = ServiceBuilder::new()
         .retry_calls(
             RetryPolicy::new()
-                .budget(None)
+                .throttle(None)
                 .jitter(Duration::ZERO)
                 .max_delay(Duration::from_secs(2)),
         )

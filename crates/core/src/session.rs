@@ -183,7 +183,7 @@ pub enum StopReason {
         /// The number of calls it allows.
         limit: u32,
     },
-    /// The tool-budget checkpoint was answered "stop" (or not answered in time).
+    /// The checkpoint was answered "stop" (or not answered in time).
     Checkpoint {
         /// Tool calls made since the previous checkpoint.
         calls: u32,

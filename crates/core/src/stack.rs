@@ -215,7 +215,7 @@ slots!(
         Guardrail = "guardrail",
         /// Tool-call limits.
         Limits = "limits",
-        /// The tool-budget checkpoint.
+        /// The checkpoint.
         Checkpoint = "checkpoint",
         /// Human approval of gated calls.
         Approval = "approval",

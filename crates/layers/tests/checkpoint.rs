@@ -1,4 +1,4 @@
-//! The tool-budget checkpoint: fresh budgets, a stop with the run's progress, timeouts, one
+//! The checkpoint: fresh allowances, a stop with the run's progress, timeouts, one
 //! question for a concurrent round, and the interrupt-and-resume form.
 
 #![cfg(feature = "checkpoint")]
@@ -219,7 +219,7 @@ async fn concurrent_calls_ask_one_at_a_time() {
     assert_eq!(
         asked.load(Ordering::SeqCst),
         2,
-        "two fresh budgets for 3 calls"
+        "two fresh allowances for 3 calls"
     );
     assert_eq!(
         overlap.load(Ordering::SeqCst),
@@ -261,7 +261,7 @@ async fn the_checkpoint_can_be_answered_by_interrupting_and_resuming() {
         .oneshot(AgentRequest::resume_all(saved, Decision::Approve))
         .await
         .unwrap();
-    // The waiting call ran with a fresh budget (1 of 2), then the next round's (2 of 2).
+    // The waiting call ran with a fresh allowance (1 of 2), then the next round's (2 of 2).
     assert_eq!(done.text().as_deref(), Some("all done"));
     assert_eq!(step.calls().len(), 4);
     assert!(

@@ -48,7 +48,7 @@ fn flaky(
 }
 
 fn exact() -> RetryPolicy {
-    RetryPolicy::new().jitter(Duration::ZERO).budget(None)
+    RetryPolicy::new().jitter(Duration::ZERO).throttle(None)
 }
 
 fn waits(calls: &[(Instant, ModelRequest)]) -> Vec<u64> {
@@ -97,7 +97,7 @@ async fn the_providers_wait_wins_over_the_backoff_and_the_jitter() {
         ),
         server(),
     ];
-    let policy = RetryPolicy::new().jitter(Duration::ZERO).budget(None);
+    let policy = RetryPolicy::new().jitter(Duration::ZERO).throttle(None);
     let (result, calls) = call(policy, errors, ModelRequest::new(vec![])).await;
     assert!(result.is_ok());
     // 7 s and 90 s as asked (above the 60 s cap), then the backoff of the third retry.
@@ -109,7 +109,7 @@ async fn concurrent_requests_do_not_retry_in_lockstep() {
     // Ten requests through one stack (clones of one service), each failing once.
     let (model, calls) = flaky(vec![server(); 10]);
     let service = ServiceBuilder::new()
-        .retry_calls(RetryPolicy::new().budget(None))
+        .retry_calls(RetryPolicy::new().throttle(None))
         .service(model);
     let start = Instant::now();
     let runs = (0..10).map(|_| {
@@ -150,7 +150,7 @@ async fn concurrent_requests_do_not_retry_in_lockstep() {
 #[tokio::test(start_paused = true)]
 async fn the_longest_wait_is_max_delay_jitter_included() {
     let policy = RetryPolicy::new()
-        .budget(None)
+        .throttle(None)
         .max_attempts(10)
         .max_delay(Duration::from_secs(2))
         .jitter(Duration::from_secs(2));
@@ -244,7 +244,7 @@ async fn the_layer_makes_a_retry_service() {
 #[tokio::test(start_paused = true)]
 async fn jitter_stays_within_its_bound() {
     let policy = RetryPolicy::new()
-        .budget(None)
+        .throttle(None)
         .jitter(Duration::from_secs(2));
     let (_, calls) = call(policy, vec![server(); 3], ModelRequest::new(vec![])).await;
     let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1].0 - w[0].0).collect();
@@ -338,7 +338,7 @@ async fn an_empty_response_is_retried_with_a_nudged_prompt() {
 
 #[tokio::test(start_paused = true)]
 async fn the_budget_stops_retries_when_spent() {
-    let policy = exact().budget(Some(TpsBudget::new(Duration::from_secs(10), 0, 0.0)));
+    let policy = exact().throttle(Some(TpsBudget::new(Duration::from_secs(10), 0, 0.0)));
     let (result, calls) = call(policy, vec![server(); 3], ModelRequest::new(vec![])).await;
     assert_eq!(calls.len(), 1, "no budget, no retry");
     assert!(result.is_err());

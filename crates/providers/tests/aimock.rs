@@ -63,7 +63,7 @@ where
         .patch_dangling()
         .retry_calls(
             RetryPolicy::new()
-                .budget(None)
+                .throttle(None)
                 .jitter(Duration::ZERO)
                 .max_delay(Duration::from_secs(2)),
         )
@@ -161,7 +161,7 @@ async fn a_server_error_is_retried_then_returned_typed() {
     let mut model = ServiceBuilder::new()
         .retry_calls(
             RetryPolicy::new()
-                .budget(None)
+                .throttle(None)
                 .max_attempts(2)
                 .base(Duration::from_millis(10))
                 .jitter(Duration::ZERO),
@@ -203,7 +203,7 @@ async fn an_overloaded_provider_falls_back_to_another_one_and_readers_are_told_t
                 .max_attempts(2)
                 .base(Duration::from_millis(10))
                 .jitter(Duration::ZERO)
-                .budget(None),
+                .throttle(None),
         )
     };
     let model = FallbackLayer::new()

@@ -1,7 +1,7 @@
-//! The tool-budget checkpoint (`before_tool`): after every N tool calls of a run (20 by
+//! The checkpoint (`before_tool`): after every N tool calls of a run (20 by
 //! default), ask whether to go on.
 //!
-//! "Yes" gives a fresh budget of N calls (so it asks again at 40, 60...). "No", no answer
+//! "Yes" gives N more calls (so it asks again at 40, 60...). "No", no answer
 //! within the timeout (15 minutes by default) or a failing checkpoint stops the run before
 //! the call that would have gone over: the call gets a "not executed" result and the run ends
 //! [`Outcome::Stopped`] with [`StopReason::Checkpoint`] and a [`Progress`] of what was done,
@@ -17,7 +17,7 @@
 //!   [`DecisionKind::Reject`] (stop). The host asks the human between processes and resumes
 //!   with [`AgentInput::Resume`](tower_agent_core::AgentInput::Resume).
 //!
-//! The budget counts the calls of one run (a resumed run starts a fresh one); a call that
+//! The allowance counts the calls of one run (a resumed run starts a fresh one); a call that
 //! resumes after another layer's interrupt is not counted again. Put the checkpoint outside
 //! the approval layer, so a call it stopped is never shown to a human for approval.
 //!
@@ -57,7 +57,7 @@
 //! [`DecisionKind::Reject`]: tower_agent_core::DecisionKind::Reject
 //! [`StopReason::Checkpoint`]: tower_agent_core::StopReason::Checkpoint
 
-mod budget;
+mod allowance;
 mod future;
 mod service;
 
@@ -72,7 +72,7 @@ use tower_layer::Layer;
 pub use crate::ask::{DEFAULT_TIMEOUT, Human, HumanFn, human_fn};
 pub use future::ResponseFuture;
 
-/// The default budget: 20 tool calls.
+/// The default allowance: 20 tool calls.
 pub const DEFAULT_EVERY: u32 = 20;
 /// The key, in the session's JSON state, of the calls waiting at a checkpoint.
 pub const STATE_KEY: StateKey<Waiting> = StateKey::new("tower_agent.checkpoint");
@@ -85,11 +85,11 @@ pub struct Waiting {
     pub waiting: Vec<String>,
 }
 
-/// What the checkpoint is asked: how many calls were made since the budget was last given,
+/// What the checkpoint is asked: how many calls were made since the allowance was last given,
 /// what they were, and which call waits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointRequest {
-    /// Tool calls made since the budget was last given.
+    /// Tool calls made since the allowance was last given.
     pub calls: u32,
     /// The run's tool calls so far.
     pub progress: Progress,
@@ -116,11 +116,11 @@ struct Config {
     every: u32,
     timeout: Duration,
     mode: Mode,
-    /// Where this layer keeps the run's budget in the run's extensions.
-    budget: ExtensionKey<budget::Budget>,
+    /// Where this layer keeps the run's allowance in the run's extensions.
+    allowance: ExtensionKey<allowance::Allowance>,
 }
 
-/// The tool-budget checkpoint; see the [module docs](self).
+/// The checkpoint; see the [module docs](self).
 #[derive(Clone)]
 pub struct CheckpointLayer {
     config: Arc<Config>,
@@ -143,7 +143,7 @@ impl CheckpointLayer {
                 every: DEFAULT_EVERY,
                 timeout: DEFAULT_TIMEOUT,
                 mode,
-                budget: ExtensionKey::new(),
+                allowance: ExtensionKey::new(),
             }),
         }
     }

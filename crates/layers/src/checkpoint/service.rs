@@ -9,7 +9,7 @@ use serde_json::Value;
 use tower_agent_core::{Decision, DecisionKind, StopReason, ToolAction, ToolRequest, ToolResponse};
 use tower_service::Service;
 
-use super::budget::{Budget, add_waiting, not_executed, take_waiting};
+use super::allowance::{Allowance, add_waiting, not_executed, take_waiting};
 use super::future::ResponseFuture;
 use super::{Checkpoint, CheckpointRequest, Mode};
 use crate::ask::{self, Answer, Decided};
@@ -18,7 +18,7 @@ use crate::ask::{self, Answer, Decided};
 type Asked<S> = ask::ResponseFuture<
     <S as Service<ToolRequest>>::Future,
     <S as Service<ToolRequest>>::Error,
-    Budget,
+    Allowance,
 >;
 
 /// Passes on the tools of the service inside it.
@@ -55,38 +55,38 @@ where
 {
     fn decide(&mut self, mut req: ToolRequest) -> Asked<S> {
         let every = self.config.every;
-        let budget = Budget::of(&req.ctx, &self.config.budget);
+        let allowance = Allowance::of(&req.ctx, &self.config.allowance);
         if req.resume.is_some() {
             if !take_waiting(&req.ctx, &req.call.id) {
                 // Another layer's interrupt: counted when it first came through.
-                return ask::ResponseFuture::inner(self.inner.call(req), budget);
+                return ask::ResponseFuture::inner(self.inner.call(req), allowance);
             }
             let value = req.resume.take().unwrap_or(Value::Null);
             return match Decision::deserialize(&value) {
                 Ok(Decision::Approve) => {
-                    budget.renew();
-                    ask::ResponseFuture::inner(self.inner.call(req), budget)
+                    allowance.renew();
+                    ask::ResponseFuture::inner(self.inner.call(req), allowance)
                 }
                 _ => ask::ResponseFuture::ready(stopped(&req, every, "declined".to_owned())),
             };
         }
-        // Taken with the budget's generation read under its lock: a fresh budget given at the
+        // Taken with the allowance's generation read under its lock: a fresh allowance given at the
         // same time is never the one an early call gives back to.
         let taken = {
-            let counts = budget.counts();
-            budget.take(every).then_some(counts.generation)
+            let counts = allowance.counts();
+            allowance.take(every).then_some(counts.generation)
         };
         if let Some(generation) = taken {
             // An early call the loop discards counts against nothing.
             if let Some(early) = &req.early {
-                let taken = budget.clone();
+                let taken = allowance.clone();
                 early.on_discard(move || taken.give_back(generation));
             }
-            return ask::ResponseFuture::inner(self.inner.call(req), budget);
+            return ask::ResponseFuture::inner(self.inner.call(req), allowance);
         }
         let question = CheckpointRequest {
-            calls: budget.0.calls.load(Ordering::Acquire),
-            progress: budget.counts().progress.clone(),
+            calls: allowance.0.calls.load(Ordering::Acquire),
+            progress: allowance.counts().progress.clone(),
             next: req.call.name.clone(),
         };
         match &self.config.mode {
@@ -114,19 +114,20 @@ where
             Mode::Inline(checkpoint) => {
                 let checkpoint = Arc::clone(checkpoint);
                 let timeout = self.config.timeout;
-                let generation = budget.counts().generation;
+                let generation = allowance.counts().generation;
                 ask::inline(&mut self.inner, async move {
                     // One question per run at a time; the timeout starts once it is asked.
-                    let asking = budget.0.asking.lock().await;
-                    if budget.counts().stopped {
+                    let asking = allowance.0.asking.lock().await;
+                    if allowance.counts().stopped {
                         // Another call of the round was told to stop.
                         return Decided::Answer(ToolResponse::error(
                             &req.call,
                             not_executed(every),
                         ));
                     }
-                    // Another call of the round got a fresh budget while this one waited.
-                    let renewed = budget.counts().generation != generation && budget.take(every);
+                    // Another call of the round got a fresh allowance while this one waited.
+                    let renewed =
+                        allowance.counts().generation != generation && allowance.take(every);
                     if !renewed {
                         let asked = checkpoint.ask(question, req.ctx.clone());
                         let reason = match ask::within(asked, timeout).await {
@@ -141,13 +142,13 @@ where
                             )),
                         };
                         if let Some(reason) = reason {
-                            budget.counts().stopped = true;
+                            allowance.counts().stopped = true;
                             return Decided::Answer(stopped(&req, every, reason));
                         }
-                        budget.renew();
+                        allowance.renew();
                     }
                     drop(asking);
-                    Decided::Run(req, budget)
+                    Decided::Run(req, allowance)
                 })
             }
         }

@@ -19,7 +19,7 @@
 //! deterministic refusal (a 400, a 422, a 5xx whose body says the request is invalid: the
 //! providers classify it `BadRequest`) costs one call. The jitter is drawn anew for every
 //! wait of every request, so requests that failed together do not retry in lockstep. A
-//! [`TpsBudget`] shared by every clone ([`RetryPolicy::budget`]) bounds retries to a share of
+//! [`TpsBudget`] shared by every clone ([`RetryPolicy::throttle`]) bounds retries to a share of
 //! successful calls, so a fleet of agents does not multiply an outage. Before each wait the
 //! request's stream restarts ([`Retryable::restart`]): the filters of the layers outside the
 //! retry forget what they saw, and stream readers that got deltas of the failed attempt get an
@@ -167,10 +167,10 @@ impl Retryable for ToolRequest {
     }
 }
 
-/// How to retry: attempts, backoff, jitter, budget; see the [module docs](self). Apply it with
+/// How to retry: attempts, backoff, jitter, a throttle; see the [module docs](self). Apply it with
 /// [`RetryLayer`] (`ServiceBuilder::retry_calls`).
 ///
-/// Cloning is cheap; clones share the budget and the source of the jitter.
+/// Cloning is cheap; clones share the throttle and the source of the jitter.
 #[derive(Clone)]
 pub struct RetryPolicy {
     max_attempts: u32,
@@ -179,7 +179,7 @@ pub struct RetryPolicy {
     base: Duration,
     max_delay: Duration,
     jitter: Duration,
-    budget: Option<Arc<TpsBudget>>,
+    throttle: Option<Arc<TpsBudget>>,
     /// Whether a call whose stream delivered deltas is called again.
     replay_streamed: bool,
     /// The state of the jitter's random numbers, advanced by every draw of every clone.
@@ -195,7 +195,7 @@ impl fmt::Debug for RetryPolicy {
             .field("base", &self.base)
             .field("max_delay", &self.max_delay)
             .field("jitter", &self.jitter)
-            .field("budget", &self.budget.is_some())
+            .field("throttle", &self.throttle.is_some())
             .field("replay_streamed", &self.replay_streamed)
             .finish_non_exhaustive()
     }
@@ -210,8 +210,8 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// At most 10 calls when the provider is rate limited or overloaded (it says when to come
     /// back), 3 when it failed (a 5xx, a timeout, an empty answer), 2 when it could not be
-    /// reached; backoff from 1 s doubling, jitter up to 2 s, every wait at most 60 s, a budget
-    /// of 20% of the successful calls over 10 s (at least one retry per second).
+    /// reached; backoff from 1 s doubling, jitter up to 2 s, every wait at most 60 s, a throttle
+    /// of retries at 20% of the successful calls over 10 s (at least one retry per second).
     pub fn new() -> Self {
         Self {
             max_attempts: 10,
@@ -220,7 +220,7 @@ impl RetryPolicy {
             base: Duration::from_secs(1),
             max_delay: Duration::from_secs(60),
             jitter: Duration::from_secs(2),
-            budget: Some(Arc::new(TpsBudget::new(Duration::from_secs(10), 1, 0.2))),
+            throttle: Some(Arc::new(TpsBudget::new(Duration::from_secs(10), 1, 0.2))),
             replay_streamed: true,
             random: Arc::new(AtomicU64::new(std::hash::BuildHasher::hash_one(
                 &std::collections::hash_map::RandomState::new(),
@@ -275,9 +275,10 @@ impl RetryPolicy {
         self
     }
 
-    /// The budget shared by every clone of this policy; `None` for no budget.
-    pub fn budget(mut self, budget: Option<TpsBudget>) -> Self {
-        self.budget = budget.map(Arc::new);
+    /// Throttle retries with tower's `TpsBudget`, shared by every clone of this policy (retries
+    /// stop when they pass its share of the calls); `None` for no throttle.
+    pub fn throttle(mut self, throttle: Option<TpsBudget>) -> Self {
+        self.throttle = throttle.map(Arc::new);
         self
     }
 

@@ -14,7 +14,7 @@ use tower_agent_core::{Error, ErrorKind, Event};
 use super::{RetryPolicy, Retryable};
 
 /// [`RetryPolicy`] for one request: tower's `Retry` clones it per request, so attempts are
-/// counted per request; the budget and the jitter's source are shared.
+/// counted per request; the throttle and the jitter's source are shared.
 #[derive(Clone, Debug)]
 pub(super) struct Attempts {
     pub(super) policy: RetryPolicy,
@@ -83,8 +83,8 @@ where
         let policy = &self.policy;
         let error = match result {
             Ok(_) => {
-                if let Some(budget) = &policy.budget {
-                    budget.deposit();
+                if let Some(throttle) = &policy.throttle {
+                    throttle.deposit();
                 }
                 return None;
             }
@@ -112,8 +112,8 @@ where
         if !policy.replay_streamed && req.delivered() {
             return None;
         }
-        if let Some(budget) = &policy.budget {
-            if !budget.withdraw() {
+        if let Some(throttle) = &policy.throttle {
+            if !throttle.withdraw() {
                 return None;
             }
         }

@@ -1,4 +1,4 @@
-//! The run's tool-call budget, and the calls that wait at the checkpoint.
+//! The run's tool-call allowance, and the calls that wait at the checkpoint.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -8,13 +8,13 @@ use tower_agent_core::{ExtensionKey, Progress, RunContext, ToolResponse};
 use super::STATE_KEY;
 use crate::ask::After;
 
-/// The run's budget, in the run context.
+/// The run's allowance, in the run context.
 #[derive(Clone, Default)]
-pub(super) struct Budget(pub(super) Arc<Shared>);
+pub(super) struct Allowance(pub(super) Arc<Shared>);
 
 #[derive(Default)]
 pub(super) struct Shared {
-    /// Calls since the budget was last given: counted without the lock.
+    /// Calls since the allowance was last given: counted without the lock.
     pub(super) calls: AtomicU32,
     pub(super) counts: Mutex<Counts>,
     /// Held while the checkpoint is asked, so concurrent calls ask once.
@@ -23,7 +23,7 @@ pub(super) struct Shared {
 
 #[derive(Default)]
 pub(super) struct Counts {
-    /// How many times a budget was given: a call that waited sees whether another one got
+    /// How many times a allowance was given: a call that waited sees whether another one got
     /// the answer first.
     pub(super) generation: u64,
     /// The checkpoint stopped the run: calls that waited to ask are not run.
@@ -32,14 +32,14 @@ pub(super) struct Counts {
     pub(super) progress: Progress,
 }
 
-impl Budget {
-    /// The run's budget of the layer whose key is `key`.
-    pub(super) fn of(ctx: &RunContext, key: &ExtensionKey<Budget>) -> Self {
-        ctx.extension_at_or_insert_with(key, Budget::default)
+impl Allowance {
+    /// The run's allowance of the layer whose key is `key`.
+    pub(super) fn of(ctx: &RunContext, key: &ExtensionKey<Allowance>) -> Self {
+        ctx.extension_at_or_insert_with(key, Allowance::default)
     }
 
-    /// Give back a call taken from the budget of generation `generation` (an early call the
-    /// loop discarded); nothing when a fresh budget was given since.
+    /// Give back a call taken from the allowance of generation `generation` (an early call the
+    /// loop discarded); nothing when a fresh allowance was given since.
     pub(super) fn give_back(&self, generation: u64) {
         let counts = self.counts();
         if counts.generation == generation {
@@ -56,7 +56,7 @@ impl Budget {
         self.0.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Take one call of the budget, if any is left.
+    /// Take one call of the allowance, if any is left.
     pub(super) fn take(&self, every: u32) -> bool {
         self.0
             .calls
@@ -66,7 +66,7 @@ impl Budget {
             .is_ok()
     }
 
-    /// A fresh budget, of which the calling call takes one.
+    /// A fresh allowance, of which the calling call takes one.
     pub(super) fn renew(&self) {
         let mut counts = self.counts();
         counts.generation += 1;
@@ -98,7 +98,7 @@ pub(super) fn add_waiting(ctx: &RunContext, call_id: &str) {
 }
 
 /// Count a call that ran (not one that waits).
-impl After for Budget {
+impl After for Allowance {
     fn after(self, response: ToolResponse) -> ToolResponse {
         if !response.is_interrupt() {
             self.counts()
