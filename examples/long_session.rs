@@ -152,24 +152,24 @@ async fn main() -> Result<(), Error> {
         .build(model, tools);
 
     let printer = observer_fn(|event: &Event| {
-        match event {
-            Event::ResultEvicted {
-                name, path, tokens, ..
-            } => println!("evicted: {name} result of ~{tokens} tokens -> {path}"),
-            Event::Summarized {
-                round,
-                summarized,
-                kept,
-                tokens_before,
-                tokens_after,
-            } => println!(
-                "summarized at round {round}: {summarized} messages -> 1 summary, {kept} kept; \
-                 ~{tokens_before} -> ~{tokens_after} tokens"
-            ),
-            Event::ToolFinished { name, is_error, .. } => {
-                println!("tool {name} {}", if *is_error { "✗" } else { "✓" })
-            }
-            _ => {}
+        use tower_agent::layers::evict::ResultEvicted;
+        use tower_agent::layers::summarize::Summarized;
+        if let Some(ResultEvicted {
+            name, path, tokens, ..
+        }) = event.downcast_ref()
+        {
+            println!("evicted: {name} result of ~{tokens} tokens -> {path}");
+        } else if let Some(summary) = event.downcast_ref::<Summarized>() {
+            println!(
+                "summarized at round {}: {} messages -> 1 summary, {} kept; ~{} -> ~{} tokens",
+                summary.round,
+                summary.summarized,
+                summary.kept,
+                summary.tokens_before,
+                summary.tokens_after
+            );
+        } else if let Event::ToolFinished { name, is_error, .. } = event {
+            println!("tool {name} {}", if *is_error { "✗" } else { "✓" });
         }
         async { Ok(()) }
     });

@@ -9,7 +9,8 @@
 //! RunFinished | RunFailed
 //! ```
 //!
-//! Layers may add [`Event::Warning`]s anywhere, also before `RunStarted`.
+//! Layers may add [`Event::Warning`]s anywhere, also before `RunStarted`, and events of types
+//! of their own ([`Event::Layer`], [`LayerEvent`]): core names none of them.
 //!
 //! `RoundCompleted` comes right after the model answered and its message was appended,
 //! before any tool runs: observers get the history at that point with it, so an observer can
@@ -22,6 +23,7 @@
 //! stream is waited on only until the run is cancelled; after that an event that does not fit
 //! is dropped, so a reader that stopped reading cannot hold a cancelled run up.
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -165,18 +167,6 @@ pub enum Event {
         /// What happened.
         message: String,
     },
-    /// A tool result too large for the context was written whole to a storage backend and
-    /// replaced by a preview naming `path` (the eviction layer).
-    ResultEvicted {
-        /// The call's id.
-        call_id: String,
-        /// The tool's name.
-        name: String,
-        /// Where the whole result is, as the preview names it (`/large_tool_results/..`).
-        path: String,
-        /// The estimated tokens of the whole result.
-        tokens: usize,
-    },
     /// An event of a nested agent (a step of a workflow, a sub-agent called as a tool), as
     /// its own run emitted it, tagged with the agent's path: `coding_loop/2/reviewer`. See
     /// [`RunContext::nested`](crate::RunContext::nested).
@@ -186,49 +176,10 @@ pub enum Event {
         /// The event.
         event: Box<Event>,
     },
-    /// A nested agent (a step of a workflow) is about to run.
-    AgentStarted {
-        /// The agent's path.
-        path: Arc<str>,
-    },
-    /// A nested agent's run ended normally.
-    AgentEnded {
-        /// The agent's path.
-        path: Arc<str>,
-        /// How its run ended.
-        outcome: Outcome,
-    },
-    /// A nested agent's run failed.
-    AgentFailed {
-        /// The agent's path.
-        path: Arc<str>,
-        /// The error it failed with.
-        error: Error,
-    },
-    /// An iteration of a loop workflow is about to run.
-    IterationStarted {
-        /// The loop's path.
-        path: Arc<str>,
-        /// The iteration, from 1.
-        iteration: u32,
-    },
-    /// An iteration of a loop workflow ended.
-    IterationEnded {
-        /// The loop's path.
-        path: Arc<str>,
-        /// The iteration, from 1.
-        iteration: u32,
-        /// Whether the loop goes on.
-        next: bool,
-        /// Why (the judge's reason, or the limit).
-        reason: String,
-    },
-    /// A one-line summary of the run's progress so far, for a UI (the progress layer of
-    /// `tower-agent-workflow`).
-    ProgressSummary {
-        /// The summary.
-        summary: String,
-    },
+    /// An event a layer or a workflow defines, of its own type ([`LayerEvent`]): the eviction
+    /// layer's `ResultEvicted`, the summarizer's `Summarized`, a workflow's steps. Core never
+    /// names those types; read one with [`Event::downcast_ref`].
+    Layer(AnyLayerEvent),
     /// The model's answer was cut off at its length limit
     /// ([`FinishReason::Length`](crate::FinishReason::Length)): its tool calls are not run.
     /// What the run does next (stop, fail, go on, ask again with more room) is the agent's
@@ -240,20 +191,6 @@ pub enum Event {
         calls: usize,
         /// The request's `max_tokens`, when it set one.
         max_tokens: Option<u32>,
-    },
-    /// Older messages of the history were replaced by a summary (the summarization layer),
-    /// committed to the session.
-    Summarized {
-        /// The round whose model call triggered it.
-        round: u32,
-        /// The messages replaced by the summary (a previous summary among them).
-        summarized: usize,
-        /// The recent messages kept as they were.
-        kept: usize,
-        /// The estimated tokens of the request before.
-        tokens_before: usize,
-        /// The estimated tokens of the request after.
-        tokens_after: usize,
     },
 }
 
@@ -283,16 +220,23 @@ impl Event {
             Event::Warning { .. } => "warning",
             Event::Retract { .. } => "retract",
             Event::Retrying { .. } => "retrying",
-            Event::ResultEvicted { .. } => "result_evicted",
             Event::Truncated { .. } => "truncated",
-            Event::Summarized { .. } => "summarized",
             Event::Nested { .. } => "nested",
-            Event::ProgressSummary { .. } => "progress_summary",
-            Event::AgentStarted { .. } => "agent_started",
-            Event::AgentEnded { .. } => "agent_ended",
-            Event::AgentFailed { .. } => "agent_failed",
-            Event::IterationStarted { .. } => "iteration_started",
-            Event::IterationEnded { .. } => "iteration_ended",
+            Event::Layer(event) => event.name(),
+        }
+    }
+
+    /// An event of a layer's own type.
+    pub fn layer<T: LayerEvent>(event: T) -> Event {
+        Event::Layer(AnyLayerEvent::new(event))
+    }
+
+    /// The layer's event of type `T`, if this is one (a [`Event::Nested`] one is read through
+    /// [`Event::origin`]).
+    pub fn downcast_ref<T: LayerEvent>(&self) -> Option<&T> {
+        match self {
+            Event::Layer(event) => event.downcast_ref(),
+            _ => None,
         }
     }
 
@@ -312,6 +256,88 @@ impl Event {
             Event::Nested { path, event } => (Some(path), event),
             event => (None, event),
         }
+    }
+}
+
+/// An event type a layer or a workflow defines for itself, carried by [`Event::Layer`]: core
+/// never names it, so adding one touches only the layer. Its `Display` is the one line a
+/// digest or a UI shows.
+///
+/// ```
+/// use std::fmt;
+/// use tower_agent_core::{Event, LayerEvent};
+///
+/// /// The cache of a host's layer answered a call.
+/// #[derive(Debug, Clone, PartialEq)]
+/// struct CacheHit { tool: String }
+///
+/// impl LayerEvent for CacheHit {
+///     const NAME: &'static str = "cache_hit";
+/// }
+///
+/// impl fmt::Display for CacheHit {
+///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+///         write!(f, "`{}` answered from the cache", self.tool)
+///     }
+/// }
+///
+/// let event = Event::layer(CacheHit { tool: "weather".into() });
+/// assert_eq!(event.name(), "cache_hit");
+/// assert_eq!(event.downcast_ref::<CacheHit>().map(|hit| hit.tool.as_str()), Some("weather"));
+/// assert!(matches!(&event, Event::Layer(e) if e.to_string() == "`weather` answered from the cache"));
+/// ```
+pub trait LayerEvent: Any + fmt::Debug + fmt::Display + Send + Sync {
+    /// The event's name in snake case, as [`Event::name`] gives it: `"summarized"`.
+    const NAME: &'static str;
+}
+
+/// A layer's event, its type erased: what [`Event::Layer`] holds. Cheap to clone.
+#[derive(Clone)]
+pub struct AnyLayerEvent {
+    name: &'static str,
+    event: Arc<dyn Erased>,
+}
+
+/// A [`LayerEvent`] behind a pointer, still readable as its own type.
+trait Erased: Any + fmt::Debug + fmt::Display + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: LayerEvent> Erased for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl AnyLayerEvent {
+    /// `event`, its type erased.
+    pub fn new<T: LayerEvent>(event: T) -> Self {
+        Self {
+            name: T::NAME,
+            event: Arc::new(event),
+        }
+    }
+
+    /// The event's name ([`LayerEvent::NAME`]).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The event as its own type, if it is a `T`.
+    pub fn downcast_ref<T: LayerEvent>(&self) -> Option<&T> {
+        self.event.as_any().downcast_ref()
+    }
+}
+
+impl fmt::Debug for AnyLayerEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.event, f)
+    }
+}
+
+impl fmt::Display for AnyLayerEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.event, f)
     }
 }
 

@@ -82,7 +82,7 @@ pub use context::{ExtensionKey, RunContext, new_id};
 pub use cost::Cost;
 pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
-pub use event::{Event, EventSink, EventStream, Observer, observer_fn};
+pub use event::{AnyLayerEvent, Event, EventSink, EventStream, LayerEvent, Observer, observer_fn};
 pub use history::{
     CallBlock, History, HistoryError, HistoryMark, Repair, RepairReport, Unanswered,
 };

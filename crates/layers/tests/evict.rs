@@ -16,6 +16,7 @@ use tower_agent_core::{
     ToolResponse,
 };
 use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::evict::ResultEvicted;
 use tower_agent_layers::evict::{Evict, EvictLayer, READ_TOOL, RESULTS_DIR};
 use tower_agent_loop::Agent;
 use tower_agent_storage::{
@@ -66,14 +67,9 @@ fn evicted(recorder: &EventRecorder) -> Vec<(String, String, String, usize)> {
     recorder
         .events()
         .into_iter()
-        .filter_map(|event| match event {
-            Event::ResultEvicted {
-                call_id,
-                name,
-                path,
-                tokens,
-            } => Some((call_id, name, path, tokens)),
-            _ => None,
+        .filter_map(|event| {
+            let e = event.downcast_ref::<ResultEvicted>()?;
+            Some((e.call_id.clone(), e.name.clone(), e.path.clone(), e.tokens))
         })
         .collect()
 }

@@ -17,6 +17,7 @@ use tower_agent_core::{
     ToolCall, ToolResult,
 };
 use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::summarize::Summarized;
 use tower_agent_layers::summarize::{
     Keep, Summarize, SummarizeLayer, Trigger, is_summary, summary_message, summary_text,
 };
@@ -79,15 +80,9 @@ async fn each_trigger_fires_on_its_own() {
         assert_eq!(summary_text(&seen[0]), Some("the summary"));
         assert_eq!(seen[1].text(), "q2");
         assert_eq!(res.history.clone().as_deref(), Some(seen.as_slice()));
-        let summarized = recorder.events().into_iter().find_map(|e| match e {
-            Event::Summarized {
-                summarized,
-                kept,
-                tokens_before,
-                tokens_after,
-                ..
-            } => Some((summarized, kept, tokens_before > tokens_after)),
-            _ => None,
+        let summarized = recorder.events().into_iter().find_map(|e| {
+            let s = e.downcast_ref::<Summarized>()?;
+            Some((s.summarized, s.kept, s.tokens_before > s.tokens_after))
         });
         assert_eq!(summarized, Some((2, 1, true)), "{trigger:?}");
     }
@@ -280,7 +275,7 @@ async fn the_summary_is_committed_and_summarized_again_later() {
     let events = recorder
         .events()
         .iter()
-        .filter(|e| matches!(e, Event::Summarized { .. }))
+        .filter(|e| e.downcast_ref::<Summarized>().is_some())
         .count();
     assert_eq!(events, n);
 }

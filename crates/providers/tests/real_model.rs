@@ -31,6 +31,7 @@ use tower_agent_core::{
 use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::retry::RetryPolicy;
 use tower_agent_layers::structured::StructuredLayer;
+use tower_agent_layers::summarize::Summarized;
 use tower_agent_layers::summarize::{SummarizeLayer, Trigger, is_summary, summary_text};
 use tower_agent_layers::tokens::{CharEstimate, TokenCounter};
 use tower_agent_loop::Agent;
@@ -297,13 +298,9 @@ async fn a_summarization_against_the_real_model_shrinks_the_history() {
     let (tokens_before, tokens_after) = recorder
         .events()
         .into_iter()
-        .find_map(|e| match e {
-            Event::Summarized {
-                tokens_before,
-                tokens_after,
-                ..
-            } => Some((tokens_before, tokens_after)),
-            _ => None,
+        .find_map(|e| {
+            let summary = e.downcast_ref::<Summarized>()?;
+            Some((summary.tokens_before, summary.tokens_after))
         })
         .expect("a summary was committed");
     assert!(

@@ -214,8 +214,10 @@ pub(crate) async fn run_agent(
     input: tower_agent_core::AgentInput,
     saver: Option<Arc<dyn Saver>>,
 ) -> Result<AgentResponse, Error> {
-    let emitted = emit(parent, || Event::AgentStarted {
-        path: Arc::clone(&path),
+    let emitted = emit(parent, || {
+        Event::layer(crate::events::AgentStarted {
+            path: Arc::clone(&path),
+        })
     })
     .await;
     if let Err(error) = emitted {
@@ -236,9 +238,11 @@ pub(crate) async fn run_agent(
     };
     match result {
         Ok(res) => {
-            let emitted = emit(parent, || Event::AgentEnded {
-                path,
-                outcome: res.outcome.clone(),
+            let emitted = emit(parent, || {
+                Event::layer(crate::events::AgentEnded {
+                    path,
+                    outcome: res.outcome.clone(),
+                })
             })
             .await;
             match emitted {
@@ -248,9 +252,11 @@ pub(crate) async fn run_agent(
         }
         Err(error) => {
             // The failure is reported; an observer failing on it does not hide it.
-            let _ = emit(parent, || Event::AgentFailed {
-                path,
-                error: error.clone(),
+            let _ = emit(parent, || {
+                Event::layer(crate::events::AgentFailed {
+                    path,
+                    error: error.clone(),
+                })
             })
             .await;
             Err(error)

@@ -9,22 +9,21 @@
 //!
 //! Each nested agent runs with a context of its own ([`RunContext::nested`]): its events
 //! reach the outer run's observers and stream as [`Event::Nested`], tagged with its path
-//! (`coding_loop/2/reviewer`), between [`Event::AgentStarted`] and [`Event::AgentEnded`] /
-//! [`Event::AgentFailed`]; a loop adds [`Event::IterationStarted`] and
-//! [`Event::IterationEnded`]. [`WorkflowObserver`] turns them into hooks.
+//! (`coding_loop/2/reviewer`), between the workflow's own events ([`events`], as
+//! [`Event::Layer`]) [`AgentStarted`](events::AgentStarted) and
+//! [`AgentEnded`](events::AgentEnded) / [`AgentFailed`](events::AgentFailed); a loop adds
+//! [`IterationStarted`](events::IterationStarted) and [`IterationEnded`](events::IterationEnded).
+//! [`WorkflowObserver`] turns them into hooks.
 //!
 //! [`RunContext::nested`]: tower_agent_core::RunContext::nested
 //! [`Event::Nested`]: tower_agent_core::Event::Nested
-//! [`Event::AgentStarted`]: tower_agent_core::Event::AgentStarted
-//! [`Event::AgentEnded`]: tower_agent_core::Event::AgentEnded
-//! [`Event::AgentFailed`]: tower_agent_core::Event::AgentFailed
-//! [`Event::IterationStarted`]: tower_agent_core::Event::IterationStarted
-//! [`Event::IterationEnded`]: tower_agent_core::Event::IterationEnded
+//! [`Event::Layer`]: tower_agent_core::Event::Layer
 
 #![forbid(unsafe_code)]
 
 mod builder;
 mod common;
+pub mod events;
 mod judge;
 mod looping;
 mod observer;

@@ -161,9 +161,11 @@ impl Loop {
                 set_position(&mut session, &scope.path, here());
                 return Ok(totals.response(session, cancelled()));
             }
-            let started = emit(&ctx, || Event::IterationStarted {
-                path: Arc::clone(&scope.path),
-                iteration,
+            let started = emit(&ctx, || {
+                Event::layer(crate::events::IterationStarted {
+                    path: Arc::clone(&scope.path),
+                    iteration,
+                })
             })
             .await;
             if let Err(error) = started {
@@ -269,11 +271,13 @@ impl Loop {
         next: bool,
         reason: impl FnOnce() -> String,
     ) -> Result<(), Error> {
-        emit(ctx, || Event::IterationEnded {
-            path: Arc::clone(&scope.path),
-            iteration,
-            next,
-            reason: reason(),
+        emit(ctx, || {
+            Event::layer(crate::events::IterationEnded {
+                path: Arc::clone(&scope.path),
+                iteration,
+                next,
+                reason: reason(),
+            })
         })
         .await
     }

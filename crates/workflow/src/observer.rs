@@ -3,6 +3,9 @@
 
 use std::fmt;
 
+use crate::events::{
+    AgentEnded, AgentFailed, AgentStarted, IterationEnded, IterationStarted, ProgressSummary,
+};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{Error, Event, Observer, Outcome};
 
@@ -92,20 +95,24 @@ impl<W: WorkflowObserver> WorkflowObserverAdapter<W> {
         let o = &self.observer;
         match event {
             Event::Nested { path, event } => self.dispatch(event, path),
-            Event::AgentStarted { path } => o.agent_started(path),
-            Event::AgentEnded { path, outcome } => o.agent_ended(path, outcome),
-            Event::AgentFailed { path, error } => o.agent_failed(path, error),
-            Event::IterationStarted { path, iteration } => o.iteration_started(path, *iteration),
-            Event::IterationEnded {
-                path,
-                iteration,
-                next,
-                reason,
-            } => o.iteration_ended(path, *iteration, *next, reason),
+            Event::Layer(event) => {
+                if let Some(AgentStarted { path }) = event.downcast_ref() {
+                    o.agent_started(path);
+                } else if let Some(AgentEnded { path, outcome }) = event.downcast_ref() {
+                    o.agent_ended(path, outcome);
+                } else if let Some(AgentFailed { path, error }) = event.downcast_ref() {
+                    o.agent_failed(path, error);
+                } else if let Some(IterationStarted { path, iteration }) = event.downcast_ref() {
+                    o.iteration_started(path, *iteration);
+                } else if let Some(ended) = event.downcast_ref::<IterationEnded>() {
+                    o.iteration_ended(&ended.path, ended.iteration, ended.next, &ended.reason);
+                } else if let Some(ProgressSummary { summary }) = event.downcast_ref() {
+                    o.progress(summary);
+                }
+            }
             Event::ToolStarted { name, .. } => o.tool_started(path, name),
             Event::ToolFinished { name, is_error, .. } => o.tool_finished(path, name, *is_error),
             Event::Text { text, .. } => o.text(path, text),
-            Event::ProgressSummary { summary } => o.progress(summary),
             _ => {}
         }
     }

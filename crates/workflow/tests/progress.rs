@@ -16,6 +16,7 @@ use tower_agent_core::{
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool};
 use tower_agent_tools::ToolSet;
+use tower_agent_workflow::events::ProgressSummary;
 use tower_agent_workflow::progress::{DEFAULT_PROMPT, Progress, ProgressLayer, SOURCE};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -132,9 +133,9 @@ fn summaries(recorder: &EventRecorder) -> Vec<String> {
     recorder
         .events()
         .into_iter()
-        .filter_map(|event| match event {
-            Event::ProgressSummary { summary } => Some(summary),
-            _ => None,
+        .filter_map(|event| {
+            let summary = event.downcast_ref::<ProgressSummary>()?;
+            Some(summary.summary.clone())
         })
         .collect()
 }

@@ -6,13 +6,16 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
-    AgentInput, AgentRequest, Decision, Error, ErrorKind, Event, ModelResponse, Outcome,
-    ResponseFormat, Role, Session, StopReason, ToolCall,
+    AgentInput, AgentRequest, Decision, Error, ErrorKind, ModelResponse, Outcome, ResponseFormat,
+    Role, Session, StopReason, ToolCall,
 };
 use tower_agent_layers::approval::{ApprovalLayer, Gate};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
+use tower_agent_workflow::events::{
+    AgentEnded, AgentFailed, AgentStarted, IterationEnded, IterationStarted,
+};
 use tower_agent_workflow::{
     JudgeRequest, Loop, ModelJudge, STATE_KEY, Sequential, Verdict, WorkflowObserver, judge_fn,
     workflow_observer,
@@ -33,15 +36,24 @@ fn trace(recorder: &EventRecorder) -> Vec<String> {
         .iter()
         .map(|event| {
             let (origin, inner) = event.origin();
-            let own = match inner {
-                Event::AgentStarted { path }
-                | Event::AgentEnded { path, .. }
-                | Event::AgentFailed { path, .. } => path.to_string(),
-                Event::IterationStarted { path, iteration }
-                | Event::IterationEnded {
-                    path, iteration, ..
-                } => format!("{path}#{iteration}"),
-                _ => String::new(),
+            let own = if let Some(AgentStarted { path, .. }) = inner.downcast_ref() {
+                path.to_string()
+            } else if let Some(AgentEnded { path, .. }) = inner.downcast_ref() {
+                path.to_string()
+            } else if let Some(AgentFailed { path, .. }) = inner.downcast_ref() {
+                path.to_string()
+            } else if let Some(IterationStarted {
+                path, iteration, ..
+            }) = inner.downcast_ref()
+            {
+                format!("{path}#{iteration}")
+            } else if let Some(IterationEnded {
+                path, iteration, ..
+            }) = inner.downcast_ref()
+            {
+                format!("{path}#{iteration}")
+            } else {
+                String::new()
             };
             format!("{} | {} | {own}", origin.unwrap_or("-"), inner.name())
         })
@@ -222,9 +234,9 @@ async fn a_loop_stops_at_its_limit() {
     );
     assert_eq!(writer.request_count(), 2);
     assert_eq!(writer.requests()[1].messages[2].text(), "try 2");
-    let last = recorder.events().into_iter().rev().find_map(|e| match e {
-        Event::IterationEnded { next, reason, .. } => Some((next, reason)),
-        _ => None,
+    let last = recorder.events().into_iter().rev().find_map(|e| {
+        let ended = e.downcast_ref::<IterationEnded>()?;
+        Some((ended.next, ended.reason.clone()))
     });
     assert_eq!(
         last,

@@ -131,12 +131,12 @@ async fn evict(
                 tokens,
                 "tool result evicted"
             );
-            ctx.emit(Event::ResultEvicted {
+            ctx.emit(Event::layer(super::ResultEvicted {
                 call_id: response.result.call_id.clone(),
                 name: response.result.name.clone(),
                 path: shown,
                 tokens,
-            })
+            }))
             .await?;
             Ok(response)
         }

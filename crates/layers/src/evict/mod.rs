@@ -20,7 +20,7 @@
 //!    at [`EvictLayer::max_line_chars`] characters (default 500), what was left out, the path,
 //!    and how to read it with the read tool. The call id, tool name, error flag and action are
 //!    kept;
-//! 3. an [`Event::ResultEvicted`] is emitted, and the response is a *replacement*: the user's
+//! 3. a [`ResultEvicted`] event is emitted, and the response is a *replacement*: the user's
 //!    `after_tool` callbacks further out skip it (the "built-in first" rule of
 //!    `docs/ordering.md`).
 //!
@@ -127,7 +127,6 @@
 //! fails the call with its error, as everywhere in a run.
 //!
 //! [`CharEstimate`]: crate::tokens::CharEstimate
-//! [`Event::ResultEvicted`]: tower_agent_core::Event::ResultEvicted
 //! [`Event::Warning`]: tower_agent_core::Event::Warning
 
 mod callback;
@@ -154,6 +153,37 @@ pub use read::{ReadArgs, ReadLargeResult};
 
 use crate::tokens::{CharEstimate, TokenCounter};
 use preview::Shape;
+
+/// A tool result too large for the context was written whole to the storage backend and
+/// replaced by a preview naming `path`: an event of this layer
+/// ([`Event::Layer`](tower_agent_core::Event::Layer), read with
+/// [`Event::downcast_ref`](tower_agent_core::Event::downcast_ref)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResultEvicted {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Where the whole result is, as the preview names it (`/large_tool_results/..`).
+    pub path: String,
+    /// The estimated tokens of the whole result.
+    pub tokens: usize,
+}
+
+impl tower_agent_core::LayerEvent for ResultEvicted {
+    const NAME: &'static str = "result_evicted";
+}
+
+impl fmt::Display for ResultEvicted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the result of `{}` ({} tokens) was moved to {}",
+            self.name, self.tokens, self.path
+        )
+    }
+}
 
 /// The name of the read tool: [`EvictLayer::read_tool`].
 pub const READ_TOOL: &str = "read_large_result";

@@ -30,7 +30,7 @@
 //! 4. The new history is committed to the session in the response
 //!    ([`ModelResponse::history`]; in the error, [`Error::history`], when the call fails): the
 //!    next round sends it as it is, and the next summarization summarizes this summary and
-//!    the newer messages, not the archive again. An [`Event::Summarized`] tells observers.
+//!    the newer messages, not the archive again. A [`Summarized`] event tells observers.
 //! 5. With [`SummarizeLayer::offload`], the summarized messages are first appended, whole,
 //!    to `/conversation_history/{session}.md` in a storage backend, so nothing is lost; a
 //!    storage failure is an [`Event::Warning`], and the run goes on.
@@ -159,7 +159,6 @@
 //!
 //! [`ModelResponse::history`]: tower_agent_core::ModelResponse::history
 //! [`Error::history`]: tower_agent_core::Error::history
-//! [`Event::Summarized`]: tower_agent_core::Event::Summarized
 //! [`Event::Warning`]: tower_agent_core::Event::Warning
 //! [`ErrorKind::ContextTooLong`]: tower_agent_core::ErrorKind::ContextTooLong
 
@@ -181,6 +180,34 @@ use crate::tokens::{CharEstimate, TokenCounter};
 use history::Slots;
 pub use history::{SUMMARY_CLOSE, SUMMARY_OPEN, is_summary, summary_message, summary_text};
 pub use service::{ResponseFuture, Summarize};
+
+/// Older messages of the history were replaced by a summary, committed to the session: an
+/// event of this layer ([`Event::Layer`](tower_agent_core::Event::Layer), read with
+/// [`Event::downcast_ref`](tower_agent_core::Event::downcast_ref)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Summarized {
+    /// The round whose model call triggered it.
+    pub round: u32,
+    /// The messages replaced by the summary (a previous summary among them).
+    pub summarized: usize,
+    /// The recent messages kept as they were.
+    pub kept: usize,
+    /// The estimated tokens of the request before.
+    pub tokens_before: usize,
+    /// The estimated tokens of the request after.
+    pub tokens_after: usize,
+}
+
+impl tower_agent_core::LayerEvent for Summarized {
+    const NAME: &'static str = "summarized";
+}
+
+impl std::fmt::Display for Summarized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("older messages were summarized")
+    }
+}
 
 /// When to summarize: any trigger of a layer that is reached fires.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -233,13 +233,13 @@ pub(super) async fn shorten(
     let saved = tokens_before.saturating_sub(tokens_after) as f64;
     record.wait_until_tokens = (saved < WORTH * tokens_before as f64).then(|| grown(tokens_before));
     record.save(ctx);
-    ctx.emit(Event::Summarized {
+    ctx.emit(Event::layer(super::Summarized {
         round: ctx.round(),
         summarized: cut,
         kept: kept.len(),
         tokens_before,
         tokens_after,
-    })
+    }))
     .await?;
     Ok(Shortened::Cut(history))
 }

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::events::ProgressSummary;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 use tower_agent_core::event::BoxFuture;
@@ -149,19 +150,8 @@ fn line(event: &Event) -> Option<String> {
         } => format!("round {round}: retrying (attempt {attempt}) after: {error}"),
         Event::Warning { source, .. } if *source == super::SOURCE => return None,
         Event::Warning { source, message } => format!("warning from {source}: {message}"),
-        Event::AgentStarted { path } => format!("agent `{path}` started"),
-        Event::AgentEnded { path, .. } => format!("agent `{path}` ended"),
-        Event::AgentFailed { path, error } => format!("agent `{path}` failed: {error}"),
-        Event::IterationStarted { path, iteration } => {
-            format!("`{path}` iteration {iteration} started")
-        }
-        Event::IterationEnded {
-            path,
-            iteration,
-            reason,
-            ..
-        } => format!("`{path}` iteration {iteration} ended: {reason}"),
-        Event::Summarized { .. } => "older messages were summarized".to_owned(),
+        Event::Layer(event) if event.downcast_ref::<ProgressSummary>().is_some() => return None,
+        Event::Layer(event) => event.to_string(),
         _ => return None,
     };
     Some(match path {
@@ -199,9 +189,9 @@ mod tests {
             Some("[loop/1/coder] tool `grep` failed")
         );
         assert_eq!(
-            line(&Event::ProgressSummary {
+            line(&Event::layer(ProgressSummary {
                 summary: "x".into()
-            }),
+            })),
             None
         );
     }

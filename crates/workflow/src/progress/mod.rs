@@ -12,7 +12,7 @@
 //! have come since the last summary, and something happened since, the summarizer gets the
 //! prompt ([`DEFAULT_PROMPT`] unless replaced) as its system instructions and the lines (and
 //! the last summary) as one user message. The first non-empty line of its answer goes to the
-//! host's [`ProgressLayer::on_summary`] callback, then as [`Event::ProgressSummary`] to the
+//! host's [`ProgressLayer::on_summary`] callback, then as a [`ProgressSummary`](crate::events::ProgressSummary) event to the
 //! run's observers and stream.
 //!
 //! - **It never blocks the run.** The observer returns at once; summaries are written by a
@@ -85,7 +85,6 @@
 //!
 //! [`Agent`]: https://docs.rs/tower-agent-loop/latest/tower_agent_loop/struct.Agent.html
 //! [`Event::Nested`]: tower_agent_core::Event::Nested
-//! [`Event::ProgressSummary`]: tower_agent_core::Event::ProgressSummary
 //! [`Event::Warning`]: tower_agent_core::Event::Warning
 //! [`RunContext::with_observer`]: tower_agent_core::RunContext::with_observer
 

@@ -81,9 +81,9 @@ impl Summaries {
             if let Some(on_summary) = &self.config.on_summary {
                 on_summary(summary);
             }
-            Event::ProgressSummary {
+            Event::layer(crate::events::ProgressSummary {
                 summary: summary.to_owned(),
-            }
+            })
         } else {
             let message = match &text {
                 Err(error) => format!("the progress summary failed: {error}"),
