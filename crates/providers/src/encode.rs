@@ -149,19 +149,19 @@ impl Encoded {
 
 /// The encoded messages a provider keeps in a run's context, under the provider's own key.
 #[derive(Clone, Default)]
-pub(crate) struct Cache(Arc<Mutex<Encoded>>);
+pub(crate) struct Kept(Arc<Mutex<Encoded>>);
 
-/// Where one provider (and its clones) keeps its [`Cache`] in a run's context.
-pub(crate) type CacheKey = ExtensionKey<Cache>;
+/// Where one provider (and its clones) keeps its [`Kept`] messages in a run's context.
+pub(crate) type KeptKey = ExtensionKey<Kept>;
 
-/// The request body for `req`. With `across_rounds`, the key of the provider's cache:
+/// The request body for `req`. With `across_rounds`, the key of what the provider keeps:
 /// messages encoded for an earlier request of the same run are reused.
 pub(crate) fn body<W: Format>(
     wire: &W,
     endpoint: &Endpoint,
     req: &ModelRequest,
     stream: bool,
-    across_rounds: Option<&CacheKey>,
+    across_rounds: Option<&KeptKey>,
 ) -> Result<Vec<u8>, Error> {
     let frame = wire.frame(endpoint, req, stream)?;
     let Some(key) = across_rounds else {
@@ -169,8 +169,8 @@ pub(crate) fn body<W: Format>(
         encoded.refresh::<W>(&req.messages)?;
         return Ok(encoded.assemble::<W>(&frame));
     };
-    let cache = req.ctx.extension_at_or_insert_with(key, Cache::default);
-    let mut encoded = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
+    let kept = req.ctx.extension_at_or_insert_with(key, Kept::default);
+    let mut encoded = kept.0.lock().unwrap_or_else(PoisonError::into_inner);
     encoded.refresh::<W>(&req.messages)?;
     Ok(encoded.assemble::<W>(&frame))
 }
@@ -178,14 +178,14 @@ pub(crate) fn body<W: Format>(
 /// Overwrite `from` with `to` (as long) in the bytes a run keeps for `W`: a test sees whether
 /// a later body reuses them (the overwrite shows) or encodes anew (it does not).
 #[cfg(all(test, feature = "openai"))]
-pub(crate) fn overwrite_cached(
+pub(crate) fn overwrite_kept(
     ctx: &tower_agent_core::RunContext,
-    key: &CacheKey,
+    key: &KeptKey,
     from: &[u8],
     to: &[u8],
 ) -> bool {
-    let cache = ctx.extension_at_or_insert_with(key, Cache::default);
-    let mut encoded = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
+    let kept = ctx.extension_at_or_insert_with(key, Kept::default);
+    let mut encoded = kept.0.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(at) = encoded.buffer.windows(from.len()).position(|w| w == from) else {
         return false;
     };

@@ -34,7 +34,7 @@ pub(crate) struct Client<W> {
     /// The model's prices: each call's usage gets its cost.
     pub(crate) price: Option<ModelPrice>,
     /// Where this provider keeps a run's encoded messages (its own, not another provider's).
-    pub(crate) encoded: encode::CacheKey,
+    pub(crate) encoded: encode::KeptKey,
     /// The `max_tokens` of a request that sets none.
     pub(crate) max_tokens: u32,
     /// Fields the host adds to every request body.
@@ -115,7 +115,7 @@ impl<W> Client<W> {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             capture_content: false,
             price: None,
-            encoded: encode::CacheKey::new(),
+            encoded: encode::KeptKey::new(),
             max_tokens: DEFAULT_MAX_TOKENS,
             extra_body: ExtraBody::default(),
         }

@@ -20,7 +20,7 @@ fn wire() -> (AnthropicWire, Endpoint) {
 
 /// The body of `req` with cache markers of `ttl`, as a run's call makes it (the messages'
 /// bytes kept across the run's calls, under one provider's `key`).
-fn cached_body(req: &ModelRequest, ttl: CacheTtl, key: &encode::CacheKey) -> Value {
+fn cached_body(req: &ModelRequest, ttl: CacheTtl, key: &encode::KeptKey) -> Value {
     let (mut wire, endpoint) = wire();
     wire.cache = Some(ttl);
     let body = encode::body(&wire, &endpoint, req, false, Some(key)).expect("encodes");
@@ -63,7 +63,7 @@ fn markers(body: &Value) -> Vec<String> {
 
 #[test]
 fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
-    let key = encode::CacheKey::new();
+    let key = encode::KeptKey::new();
     let call = ToolCall::new("t1", "ls", json!({}));
     let mut req = ModelRequest::new(vec![
         Message::user("list"),
@@ -115,7 +115,7 @@ fn cache_markers_go_on_the_stable_system_blocks_and_the_end_of_the_history() {
 
 #[test]
 fn a_volatile_block_keeps_the_history_unmarked_and_the_latest_marks_win() {
-    let key = encode::CacheKey::new();
+    let key = encode::KeptKey::new();
     let mut req = ModelRequest::new(vec![Message::user("hi")]);
     req.system = Some("a".into());
     for block in ["b", "c", "d", "e"] {
@@ -139,7 +139,7 @@ fn a_volatile_block_keeps_the_history_unmarked_and_the_latest_marks_win() {
 
 #[test]
 fn with_no_system_prompt_the_tools_are_marked_and_no_cache_means_no_marker() {
-    let key = encode::CacheKey::new();
+    let key = encode::KeptKey::new();
     let mut req = ModelRequest::new(vec![Message::user("hi")]);
     req.tools = vec![
         tower_agent_core::ToolSpec::new("a", "A.", json!({})),
@@ -355,7 +355,7 @@ fn a_response_format_goes_as_the_output_config() {
 
 #[test]
 fn a_thinking_block_at_the_end_of_the_history_gets_no_marker() {
-    let key = encode::CacheKey::new();
+    let key = encode::KeptKey::new();
     let mut req = ModelRequest::new(vec![
         Message::user("think"),
         Message {
@@ -376,7 +376,7 @@ fn a_thinking_block_at_the_end_of_the_history_gets_no_marker() {
 
 #[test]
 fn a_whitespace_block_is_not_sent() {
-    let key = encode::CacheKey::new();
+    let key = encode::KeptKey::new();
     let mut req = ModelRequest::new(vec![Message::user("hi")]);
     req.append_system("   ");
     req.append_system("More.");

@@ -226,14 +226,14 @@ fn a_later_round_reuses_the_bytes_of_the_messages_its_history_kept() {
     let wire = OpenAiWire::default();
     let mut req = ModelRequest::new(vec![Message::user("first"), Message::assistant("two")]);
     req.ctx = tower_agent_core::RunContext::new();
-    let key = encode::CacheKey::new();
+    let key = encode::KeptKey::new();
     let body_of = |req: &ModelRequest| {
         let body = encode::body(&wire, &endpoint, req, false, Some(&key)).expect("encodes");
         String::from_utf8(body).expect("UTF-8")
     };
     assert!(body_of(&req).contains("first"));
     // Overwrite the kept bytes of the first message: a reuse shows it, an encoding does not.
-    assert!(encode::overwrite_cached(&req.ctx, &key, b"first", b"FIRST"));
+    assert!(encode::overwrite_kept(&req.ctx, &key, b"first", b"FIRST"));
     // The next round: the same history, grown.
     let mut next = req.clone();
     next.messages.push(Message::user("three"));
