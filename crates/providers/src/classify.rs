@@ -28,12 +28,36 @@ use tower_agent_core::{Error, ErrorKind};
 
 use crate::key::ApiKey;
 
+/// What one provider's error bodies say, in its own words: each provider declares its own
+/// (`ERRORS` in its module, its `Format::ERRORS`; `pub` only as `Format` is, see `wire`).
+/// What any server may say (llama.cpp answers every provider's API alike) is checked for all
+/// of them here.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorWords {
+    /// Fragments of a message (lower case) that says the request is too long for the context.
+    pub overflow: &'static [&'static str],
+    /// Error codes that say the same.
+    pub overflow_codes: &'static [&'static str],
+    /// How a 429 says the quota is used up, rather than "slow down".
+    pub quota: Quota,
+}
+
+/// How a 429 says the quota is used up.
+#[derive(Debug, Clone, Copy)]
+pub enum Quota {
+    /// The error's code or type is one of these.
+    Codes(&'static [&'static str]),
+    /// The message holds this word (lower case) and the body gives no retry delay.
+    WordWithoutDelay(&'static str),
+}
+
 /// The most of a provider's error message kept in an error.
 const MAX_MESSAGE: usize = 500;
 
 /// The error for a failed HTTP response of `provider`.
 pub(crate) fn classify(
     provider: &'static str,
+    words: &ErrorWords,
     status: StatusCode,
     headers: &HeaderMap,
     body: &str,
@@ -43,7 +67,7 @@ pub(crate) fn classify(
     let detail = Detail::of(body);
     let message = redact(&detail.message, key);
     let kind = match status.as_u16() {
-        429 if detail.is_quota(provider) => ErrorKind::QuotaExhausted,
+        429 if detail.is_quota(words) => ErrorKind::QuotaExhausted,
         429 => ErrorKind::RateLimited {
             retry_after: retry_after(headers, &detail, now),
         },
@@ -58,7 +82,7 @@ pub(crate) fn classify(
         402 => ErrorKind::QuotaExhausted,
         413 => ErrorKind::ContextTooLong,
         408 => ErrorKind::Timeout,
-        400 if detail.is_context_overflow(provider) => ErrorKind::ContextTooLong,
+        400 if detail.is_context_overflow(words) => ErrorKind::ContextTooLong,
         400 if detail.is_billing() => ErrorKind::QuotaExhausted,
         _ => ErrorKind::BadRequest,
     };
@@ -70,16 +94,19 @@ pub(crate) fn classify(
 
 /// The error of an error event inside a stream that began with HTTP 200 (Anthropic's
 /// `overloaded_error`, OpenAI's `{"error": ..}` chunk).
-pub(crate) fn stream_error(provider: &'static str, data: &str, key: Option<&ApiKey>) -> Error {
+pub(crate) fn stream_error(
+    provider: &'static str,
+    words: &ErrorWords,
+    data: &str,
+    key: Option<&ApiKey>,
+) -> Error {
     let detail = Detail::of(data);
     let message = redact(&detail.message, key);
     let kind = match detail.kind.as_str() {
         "overloaded_error" => ErrorKind::Overloaded { retry_after: None },
         "rate_limit_error" | "rate_limit_exceeded" => ErrorKind::RateLimited { retry_after: None },
         "authentication_error" | "permission_error" => ErrorKind::Auth,
-        "invalid_request_error" if detail.is_context_overflow(provider) => {
-            ErrorKind::ContextTooLong
-        }
+        "invalid_request_error" if detail.is_context_overflow(words) => ErrorKind::ContextTooLong,
         "invalid_request_error" => ErrorKind::BadRequest,
         _ => ErrorKind::Server,
     };
@@ -139,10 +166,12 @@ impl Detail {
         self.message.to_lowercase()
     }
 
-    fn is_quota(&self, provider: &str) -> bool {
-        match provider {
-            "gemini" => self.retry_delay.is_none() && self.lower().contains("quota"),
-            _ => self.code == "insufficient_quota" || self.kind == "insufficient_quota",
+    fn is_quota(&self, words: &ErrorWords) -> bool {
+        match words.quota {
+            Quota::Codes(codes) => codes.contains(&&*self.code) || codes.contains(&&*self.kind),
+            Quota::WordWithoutDelay(word) => {
+                self.retry_delay.is_none() && self.lower().contains(word)
+            }
         }
     }
 
@@ -166,28 +195,14 @@ impl Detail {
         message.contains("credit balance") || message.contains("billing")
     }
 
-    fn is_context_overflow(&self, provider: &str) -> bool {
+    fn is_context_overflow(&self, words: &ErrorWords) -> bool {
         let message = self.lower();
         // Servers that speak every provider's API (llama.cpp's llama-server answers
         // `/v1/messages` as it answers `/v1/chat/completions`).
         let any = self.kind == "exceed_context_size_error"
             || message.contains("exceeds the available context size");
-        any || match provider {
-            "anthropic" => {
-                message.contains("prompt is too long") || message.contains("too many total tokens")
-            }
-            "gemini" => {
-                message.contains("exceeds the maximum number of tokens")
-                    || message.contains("input token count")
-            }
-            _ => {
-                self.code == "context_length_exceeded"
-                    || message.contains("maximum context length")
-                    || message.contains("context length exceeded")
-                    // Ollama
-                    || message.contains("context window")
-            }
-        }
+        any || words.overflow_codes.contains(&&*self.code)
+            || words.overflow.iter().any(|words| message.contains(words))
     }
 }
 
@@ -284,7 +299,8 @@ fn clip(text: &str) -> &str {
     &text[..end]
 }
 
-#[cfg(test)]
+// Each provider's own words are read: with every provider on.
+#[cfg(all(test, feature = "openai", feature = "anthropic", feature = "gemini"))]
 mod tests {
     use super::*;
     use reqwest::header::{HeaderName, HeaderValue};
@@ -301,10 +317,20 @@ mod tests {
             .collect()
     }
 
+    /// The words of the provider named.
+    fn words(provider: &str) -> ErrorWords {
+        match provider {
+            "anthropic" => crate::anthropic::ERRORS,
+            "gemini" => crate::gemini::ERRORS,
+            _ => crate::openai::ERRORS,
+        }
+    }
+
     fn kind(provider: &'static str, status: u16, pairs: &[(&str, &str)], body: &str) -> ErrorKind {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         classify(
             provider,
+            &words(provider),
             StatusCode::from_u16(status).expect("status"),
             &headers(pairs),
             body,
@@ -470,6 +496,7 @@ mod tests {
         let body = r#"{"error":{"message":"Incorrect API key provided: sk-live-123456."}}"#;
         let error = classify(
             "openai",
+            &words("openai"),
             StatusCode::UNAUTHORIZED,
             &HeaderMap::new(),
             body,
@@ -484,6 +511,7 @@ mod tests {
         let long = "é".repeat(1000);
         let error = classify(
             "openai",
+            &words("openai"),
             StatusCode::BAD_REQUEST,
             &HeaderMap::new(),
             &long,
@@ -498,11 +526,11 @@ mod tests {
         let overloaded =
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         assert!(matches!(
-            stream_error("anthropic", overloaded, None).kind(),
+            stream_error("anthropic", &words("anthropic"), overloaded, None).kind(),
             ErrorKind::Overloaded { .. }
         ));
         assert_eq!(
-            stream_error("openai", "not json", None).kind(),
+            stream_error("openai", &words("openai"), "not json", None).kind(),
             ErrorKind::Server
         );
     }

@@ -409,6 +409,7 @@ async fn refusal<W: Format>(client: &Client<W>, url: &str, response: reqwest::Re
         .unwrap_or_default();
     let error = classify(
         W::PROVIDER,
+        &W::ERRORS,
         status,
         &headers,
         &body,

@@ -73,6 +73,8 @@ pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
     /// The provider's name as in `gen_ai.provider.name` of the semantic conventions
     /// (`openai`, `anthropic`, `gcp.gemini`).
     const GEN_AI_PROVIDER: &'static str;
+    /// What the provider's error bodies say, in its words (`classify`).
+    const ERRORS: crate::classify::ErrorWords;
 
     /// What a 404 error says about the base URL.
     const BASE_URL_HINT: &'static str;

@@ -32,6 +32,7 @@
 //! # }
 //! ```
 
+use crate::classify::{ErrorWords, Quota};
 use reqwest::header::{HeaderMap, HeaderValue};
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
@@ -50,6 +51,13 @@ use response::decode;
 use stream::Decoder;
 
 const PROVIDER: &str = "anthropic";
+
+/// What Anthropic's error bodies say.
+pub(crate) const ERRORS: ErrorWords = ErrorWords {
+    overflow: &["prompt is too long", "too many total tokens"],
+    overflow_codes: &[],
+    quota: Quota::Codes(&["insufficient_quota"]),
+};
 
 /// The prefix of a reasoning part's signature that marks a `redacted_thinking` block.
 pub const REDACTED: &str = "redacted_thinking:";
@@ -117,6 +125,7 @@ fn base_url_of(url: &str) -> String {
 impl Format for AnthropicWire {
     const NAME: &'static str = "Anthropic";
     const PROVIDER: &'static str = PROVIDER;
+    const ERRORS: ErrorWords = ERRORS;
     const GEN_AI_PROVIDER: &'static str = "anthropic";
     const BASE_URL_HINT: &'static str =
         "Anthropic's is https://api.anthropic.com; the requests go to {base}/v1/messages";

@@ -185,7 +185,7 @@ impl StreamDecoder for Decoder {
                 }
             }
             "message_stop" => self.done = true,
-            "error" => return Err(stream_error(PROVIDER, data, None)),
+            "error" => return Err(stream_error(PROVIDER, &super::ERRORS, data, None)),
             _ => {}
         }
         Ok(())

@@ -34,6 +34,7 @@
 //! # }
 //! ```
 
+use crate::classify::{ErrorWords, Quota};
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
@@ -55,6 +56,14 @@ use request::{cacheable, encode_message, frame, prefix};
 use response::{Decoder, decode};
 
 const PROVIDER: &str = "gemini";
+
+/// What Gemini's error bodies say: a 429 without a retry delay that speaks of a quota is one
+/// used up.
+pub(crate) const ERRORS: ErrorWords = ErrorWords {
+    overflow: &["exceeds the maximum number of tokens", "input token count"],
+    overflow_codes: &[],
+    quota: Quota::WordWithoutDelay("quota"),
+};
 
 /// A model service over Gemini `generateContent`; see the [module docs](self) and
 /// [`Provider`] for its methods.
@@ -116,6 +125,7 @@ fn base_url_of(url: &str) -> String {
 impl Format for GeminiWire {
     const NAME: &'static str = "Gemini";
     const PROVIDER: &'static str = PROVIDER;
+    const ERRORS: ErrorWords = ERRORS;
     const GEN_AI_PROVIDER: &'static str = "gcp.gemini";
     const BASE_URL_HINT: &'static str = "Gemini's ends in the API version \
         (https://generativelanguage.googleapis.com/v1beta)";

@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+use crate::classify::{ErrorWords, Quota};
 use reqwest::header::HeaderMap;
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
@@ -51,6 +52,18 @@ use response::decode;
 use stream::Decoder;
 
 const PROVIDER: &str = "openai";
+
+/// What OpenAI's error bodies say (and those of servers that copy its API: vLLM, Ollama).
+pub(crate) const ERRORS: ErrorWords = ErrorWords {
+    overflow: &[
+        "maximum context length",
+        "context length exceeded",
+        // Ollama
+        "context window",
+    ],
+    overflow_codes: &["context_length_exceeded"],
+    quota: Quota::Codes(&["insufficient_quota"]),
+};
 
 /// A model service over OpenAI Chat Completions; see the [module docs](self) and
 /// [`Provider`] for its methods.
@@ -111,6 +124,7 @@ fn base_url_of(url: &str) -> String {
 impl Format for OpenAiWire {
     const NAME: &'static str = "OpenAi";
     const PROVIDER: &'static str = PROVIDER;
+    const ERRORS: ErrorWords = ERRORS;
     const GEN_AI_PROVIDER: &'static str = "openai";
     const BASE_URL_HINT: &'static str = "OpenAI's ends in /v1 (https://api.openai.com/v1), and \
         so does a server's of its own (http://127.0.0.1:8080/v1)";

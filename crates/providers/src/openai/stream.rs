@@ -114,7 +114,7 @@ impl StreamDecoder for Decoder {
         let chunk: Chunk =
             serde_json::from_str(data).map_err(|e| invalid(PROVIDER, "a stream chunk", e))?;
         if chunk.error.is_some() {
-            return Err(stream_error(PROVIDER, data, None));
+            return Err(stream_error(PROVIDER, &super::ERRORS, data, None));
         }
         if chunk.usage.is_some() {
             self.usage = chunk.usage;
