@@ -55,7 +55,11 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    let mode = args.first().map(String::as_str).unwrap_or("agent").to_owned();
+    let mode = args
+        .first()
+        .map(String::as_str)
+        .unwrap_or("agent")
+        .to_owned();
     let runs: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(10_000);
     let rounds: u32 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(100);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -83,8 +83,10 @@
 #![forbid(unsafe_code)]
 
 pub use tower_agent_core::*;
+pub use tower_agent_loop::stack;
 pub use tower_agent_loop::{
-    Agent, AgentBuilder, AgentConfig, AgentServiceExt, Blocking, RunHandle, ToolExecution,
+    Agent, AgentBuilder, AgentConfig, AgentServiceExt, Blocking, Builtin, Builtins, RunHandle,
+    ToolExecution,
 };
 
 /// Tools: [`ToolSet`], typed tools from async functions ([`tool_fn`]), schemas.
@@ -175,8 +177,6 @@ pub mod mcp {
 }
 
 pub mod chat;
-pub use tower_agent_core::{BoxAgent, BoxModel, BoxTools, Builtin};
-pub use tower_agent_loop::Builtins;
 
 /// What most host applications need, in one import.
 pub mod prelude {

@@ -375,7 +375,7 @@ async fn the_builder_takes_its_settings_in_any_order() {
 /// reordering a list (or adding a slot) without the guide fails here.
 #[test]
 fn the_ordering_guide_is_read_from_the_slot_lists() {
-    use tower_agent_core::{AgentSlot, ModelSlot, ToolSlot};
+    use tower_agent::stack::{AgentSlot, ModelSlot, ToolSlot};
     fn line(
         stack: &str,
         names: impl Iterator<Item = &'static str>,

@@ -49,6 +49,8 @@
 
 pub mod agent;
 #[cfg(feature = "tower")]
+pub mod boxed;
+#[cfg(feature = "tower")]
 mod builder;
 pub mod callback;
 pub mod context;
@@ -64,13 +66,13 @@ mod saver;
 pub mod session;
 #[cfg(feature = "tower")]
 mod side;
-#[cfg(feature = "tower")]
-pub mod stack;
 mod state;
 pub mod stream;
 pub mod tool;
 
 pub use agent::{AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopReason};
+#[cfg(feature = "tower")]
+pub use boxed::{BoxAgent, BoxModel, BoxTools};
 #[cfg(feature = "tower")]
 pub use builder::ServiceBuilderExt;
 pub use callback::{
@@ -96,11 +98,6 @@ pub use saver::{RunSaves, SaveReply, Saver};
 pub use session::{Progress, SessionMark, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;
-#[cfg(feature = "tower")]
-pub use stack::{
-    AgentLayer, AgentSlot, BoxAgent, BoxModel, BoxTools, Builtin, Inside, ModelLayer, ModelSlot,
-    Stacks, ToolLayer, ToolSlot,
-};
 pub use state::StateKey;
 pub use stream::{Delta, Deltas, StreamFilter};
 pub use tokio_util::sync::CancellationToken;

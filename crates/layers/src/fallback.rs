@@ -316,9 +316,9 @@ impl FallbackLayer {
 
 /// The fallback on the model, outside the retry: each model of the chain gets the layers inside
 /// the fallback's slot (the retry, the host's provider layers), as the primary does.
-impl tower_agent_core::Builtin for FallbackLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ModelSlot;
+impl tower_agent_loop::Builtin for FallbackLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ModelSlot;
         stacks.model_with(ModelSlot::Fallback, move |inside| {
             self.clone().map_models(|model| inside.wrap(model))
         });

@@ -222,9 +222,9 @@ where
 }
 
 /// Instruction blocks on the model, outside tool selection and summarization.
-impl tower_agent_core::Builtin for InstructionsLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ModelSlot;
+impl tower_agent_loop::Builtin for InstructionsLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ModelSlot;
         stacks.model(ModelSlot::Instructions, self);
     }
 }

@@ -509,9 +509,9 @@ fn clip(text: &str, max_bytes: usize) -> &str {
 }
 
 /// Memory files loaded once per run on the agent, and shown to the model.
-impl tower_agent_core::Builtin for MemoryLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::{AgentSlot, ModelSlot};
+impl tower_agent_loop::Builtin for MemoryLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::{AgentSlot, ModelSlot};
         stacks.agent(AgentSlot::Memory, self.clone());
         stacks.model(ModelSlot::Memory, self);
     }

@@ -369,9 +369,9 @@ fn validate(
 /// Structured output on the model, inside the patch, outside the budget, the fallback and the
 /// retry: each repair is a call of its own; the host's model layers see only the answer that
 /// matched.
-impl tower_agent_core::Builtin for StructuredLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ModelSlot;
+impl tower_agent_loop::Builtin for StructuredLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ModelSlot;
         stacks.model(ModelSlot::Structured, self);
     }
 }

@@ -6,6 +6,10 @@
 
 mod agent;
 mod run;
+pub mod stack;
 
 pub use agent::{Agent, AgentBuilder, AgentConfig, Builtins, ToolExecution, Truncation};
 pub use run::{AgentServiceExt, Blocking, RunHandle};
+pub use stack::{
+    AgentLayer, AgentSlot, Builtin, Inside, ModelLayer, ModelSlot, Stacks, ToolLayer, ToolSlot,
+};

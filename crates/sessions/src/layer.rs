@@ -300,9 +300,9 @@ impl Saver for Saves {
 
 /// The store outermost on the agent: every built-in sees the stored session, and what each did
 /// is saved.
-impl tower_agent_core::Builtin for StoreLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::AgentSlot;
+impl tower_agent_loop::Builtin for StoreLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::AgentSlot;
         stacks.agent(AgentSlot::Store, self);
     }
 }

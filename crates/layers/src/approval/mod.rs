@@ -349,9 +349,9 @@ async fn warn(ctx: &RunContext, call: &ToolCall, reason: &str) {
 }
 
 /// Human approval of gated tool calls, on the tools.
-impl tower_agent_core::Builtin for ApprovalLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ToolSlot;
+impl tower_agent_loop::Builtin for ApprovalLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ToolSlot;
         stacks.tools(ToolSlot::Approval, self);
     }
 }

@@ -357,9 +357,9 @@ impl<S> Layer<S> for BudgetLayer {
 
 /// Cost budgets on the model, outside the fallback and the retry: one reservation per call,
 /// however many attempts (a summary's and a repair's calls reserved too).
-impl tower_agent_core::Builtin for BudgetLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ModelSlot;
+impl tower_agent_loop::Builtin for BudgetLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ModelSlot;
         stacks.model(ModelSlot::Budget, self);
     }
 }

@@ -76,9 +76,9 @@ mod service;
 /// The cache on the tools, right inside approval: the calls it answers are still counted by the
 /// limits and asked for approval; the host's tool layers run only for the calls that reach the
 /// tools.
-impl tower_agent_core::Builtin for ToolCacheLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ToolSlot;
+impl tower_agent_loop::Builtin for ToolCacheLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ToolSlot;
         stacks.tools(ToolSlot::Cache, self);
     }
 }

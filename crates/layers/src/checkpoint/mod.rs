@@ -222,9 +222,9 @@ impl<S: fmt::Debug> fmt::Debug for Checkpoint<S> {
 }
 
 /// The checkpoint on the tools, inside the limits, outside approval.
-impl tower_agent_core::Builtin for CheckpointLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ToolSlot;
+impl tower_agent_loop::Builtin for CheckpointLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ToolSlot;
         stacks.tools(ToolSlot::Checkpoint, self);
     }
 }

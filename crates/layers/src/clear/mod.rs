@@ -390,9 +390,9 @@ fn to_clear(config: &Config, history: &History) -> Vec<Slot> {
 
 /// Clearing on the model, right inside summarization: the summarizer folds the whole results,
 /// the model is sent the cleared ones.
-impl tower_agent_core::Builtin for ClearToolResultsLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ModelSlot;
+impl tower_agent_loop::Builtin for ClearToolResultsLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ModelSlot;
         stacks.model(ModelSlot::Clear, self);
     }
 }

@@ -525,9 +525,9 @@ where
 
 /// Eviction outermost on the tools: a result is stored as the model would see it (redacted),
 /// and the read tool is offered with the tools.
-impl tower_agent_core::Builtin for EvictLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ToolSlot;
+impl tower_agent_loop::Builtin for EvictLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ToolSlot;
         stacks.tools(ToolSlot::Evict, self);
     }
 }

@@ -440,9 +440,9 @@ where
 
 /// Guardrails on every stack, inside the redaction: the input checked on the agent before the
 /// run saves anything; the model's output and tool results before they are redacted.
-impl tower_agent_core::Builtin for GuardrailLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::{AgentSlot, ModelSlot, ToolSlot};
+impl tower_agent_loop::Builtin for GuardrailLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::{AgentSlot, ModelSlot, ToolSlot};
         stacks.agent(AgentSlot::Guardrail, self.clone());
         stacks.model(ModelSlot::Guardrail, self.clone());
         stacks.tools(ToolSlot::Guardrail, self);

@@ -278,9 +278,9 @@ impl<S: fmt::Debug> fmt::Debug for CallLimits<S> {
 }
 
 /// One set of limits on the model and the tools: a refused call reaches nothing below.
-impl tower_agent_core::Builtin for CallLimitsLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::{ModelSlot, ToolSlot};
+impl tower_agent_loop::Builtin for CallLimitsLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::{ModelSlot, ToolSlot};
         stacks.model(ModelSlot::Limits, self.clone());
         stacks.tools(ToolSlot::Limits, self);
     }

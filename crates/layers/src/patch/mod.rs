@@ -386,9 +386,9 @@ where
 
 /// Patching on the agent (the loaded session) and on the model (innermost but for structured
 /// output, the budget, the fallback and the retry).
-impl tower_agent_core::Builtin for PatchDanglingLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::{AgentSlot, ModelSlot};
+impl tower_agent_loop::Builtin for PatchDanglingLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::{AgentSlot, ModelSlot};
         stacks.agent(AgentSlot::Patch, self.clone());
         stacks.model(ModelSlot::Patch, self);
     }

@@ -287,9 +287,9 @@ where
 /// Redaction on every stack: on the agent right inside the store (the input is redacted before
 /// the run saves it first), outermost on the model (the summarizer sees redacted text), and on
 /// the tools inside the eviction (a result is stored redacted).
-impl tower_agent_core::Builtin for RedactLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::{AgentSlot, ModelSlot, ToolSlot};
+impl tower_agent_loop::Builtin for RedactLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::{AgentSlot, ModelSlot, ToolSlot};
         stacks.agent(AgentSlot::Redact, self.clone());
         stacks.model(ModelSlot::Redact, self.clone());
         stacks.tools(ToolSlot::Redact, self);

@@ -211,9 +211,9 @@ where
 }
 
 /// The retry right around the provider, outside the host's provider layers.
-impl tower_agent_core::Builtin for RetryLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ModelSlot;
+impl tower_agent_loop::Builtin for RetryLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ModelSlot;
         stacks.model(ModelSlot::Retry, self);
     }
 }

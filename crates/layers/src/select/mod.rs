@@ -67,9 +67,9 @@
 mod service;
 /// Tool selection on the model, right inside the instructions, so that summarization counts
 /// only the tools offered.
-impl tower_agent_core::Builtin for ToolSelectLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ModelSlot;
+impl tower_agent_loop::Builtin for ToolSelectLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ModelSlot;
         stacks.model(ModelSlot::Select, self);
     }
 }

@@ -534,9 +534,9 @@ impl<S> Layer<S> for SummarizeLayer {
 }
 
 /// Summarization on the model, inside the instructions and tool selection, outside clearing.
-impl tower_agent_core::Builtin for SummarizeLayer {
-    fn place(self, stacks: &mut tower_agent_core::Stacks) {
-        use tower_agent_core::ModelSlot;
+impl tower_agent_loop::Builtin for SummarizeLayer {
+    fn place(self, stacks: &mut tower_agent_loop::Stacks) {
+        use tower_agent_loop::ModelSlot;
         stacks.model(ModelSlot::Summarize, self);
     }
 }

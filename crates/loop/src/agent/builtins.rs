@@ -7,9 +7,12 @@ use std::sync::Arc;
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
 use tower_agent_core::{
-    AgentLayer, AgentSlot, BoxAgent, BoxError, BoxTools, Builtin, DescribeTools, Error,
-    GenerationOptions, ModelLayer, ModelRequest, ModelResponse, ModelSlot, Stacks, ToolLayer,
-    ToolRequest, ToolResponse, ToolSlot, ToolSpec,
+    BoxAgent, BoxError, BoxTools, DescribeTools, Error, GenerationOptions, ModelRequest,
+    ModelResponse, ToolRequest, ToolResponse, ToolSpec,
+};
+
+use crate::stack::{
+    AgentLayer, AgentSlot, Builtin, ModelLayer, ModelSlot, Stacks, ToolLayer, ToolSlot,
 };
 
 use super::{AgentBuilder, Truncation};
