@@ -209,10 +209,14 @@ impl RunContext {
     /// An observer's error ([`ErrorKind::Observer`](crate::ErrorKind::Observer) unless the
     /// observer chose another kind): the caller should stop and return it.
     pub async fn emit(&self, event: Event) -> Result<(), Error> {
-        self.shared
-            .events
-            .emit_until_cancelled(event, &self.shared.cancel)
-            .await
+        let events = &self.shared.events;
+        if !events.is_enabled() {
+            return Ok(());
+        }
+        // Boxed: delivering an event (observers in turn, the stream's send) is a future of
+        // about a kilobyte, which every future that emits (a run's, a layer's) would hold
+        // whether anything listens or not.
+        Box::pin(events.emit_until_cancelled(event, &self.shared.cancel)).await
     }
 
     /// Read a value of the session's JSON state. `None` when missing or not of type `T`.
