@@ -85,6 +85,7 @@ use tower_service::Service;
 use crate::{dump, lock};
 
 mod case;
+mod trace;
 mod world;
 
 use case::Case;
@@ -94,7 +95,7 @@ pub use world::{CheckModel, CheckTools};
 /// Where a session store of yours tells the check what it wrote ([`StackCheck::run_stored`]).
 #[derive(Clone, Default)]
 pub struct CheckSaves {
-    run: Arc<std::sync::Mutex<Option<case::Trace>>>,
+    run: Arc<std::sync::Mutex<Option<trace::Trace>>>,
 }
 
 impl CheckSaves {
