@@ -119,7 +119,7 @@ impl Encoded {
                     out.extend_from_slice(b"{\"role\":\"");
                     out.extend_from_slice(turn.as_bytes());
                     out.extend_from_slice(b"\",\"");
-                    out.extend_from_slice(W::TURN_ITEMS.as_bytes());
+                    out.extend_from_slice(W::SPEC.turn_items.as_bytes());
                     out.extend_from_slice(b"\":[");
                     out.extend_from_slice(bytes);
                     open = Some(turn);

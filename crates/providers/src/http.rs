@@ -222,7 +222,7 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
             Err(error) if closed_under_us(&error) => post().await?,
             other => other,
         }
-        .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
+        .map_err(|e| transport_error(W::SPEC.provider, &url, e))?;
         let status = response.status();
         if status.is_success() {
             break response;
@@ -240,7 +240,7 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
         // Generated: the body follows its head at once.
         let bytes = idle::<W, _>(client.idle_timeout, &url, response.bytes())
             .await?
-            .map_err(|e| transport_error(W::PROVIDER, &url, e))?;
+            .map_err(|e| transport_error(W::SPEC.provider, &url, e))?;
         return W::decode(&bytes);
     }
     let reads = idle_reads(Box::pin(response.bytes_stream()), client.idle_timeout);
@@ -249,9 +249,11 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     let mut deltas = Vec::new();
     while let Some(event) = events.next().await {
         let event = event.map_err(|e| match e {
-            EventStreamError::Transport(Read::Failed(e)) => transport_error(W::PROVIDER, &url, e),
+            EventStreamError::Transport(Read::Failed(e)) => {
+                transport_error(W::SPEC.provider, &url, e)
+            }
             EventStreamError::Transport(Read::Idle) => idle_error::<W>(client.idle_timeout, &url),
-            other => invalid(W::PROVIDER, "the event stream", other),
+            other => invalid(W::SPEC.provider, "the event stream", other),
         })?;
         decoder.feed(&event.event, &event.data, &mut deltas)?;
         for delta in deltas.drain(..) {
@@ -389,7 +391,7 @@ fn idle_error<W: Format>(limit: Duration, url: &str) -> Error {
         ErrorKind::Timeout,
         format!(
             "{}: no byte from {} for {limit:?} (the idle timeout)",
-            W::PROVIDER,
+            W::SPEC.provider,
             safe_url(url)
         ),
     )
@@ -408,8 +410,8 @@ async fn refusal<W: Format>(client: &Client<W>, url: &str, response: reqwest::Re
         .and_then(Result::ok)
         .unwrap_or_default();
     let error = classify(
-        W::PROVIDER,
-        &W::ERRORS,
+        W::SPEC.provider,
+        &W::SPEC.errors,
         status,
         &headers,
         &body,
@@ -425,7 +427,7 @@ async fn refusal<W: Format>(client: &Client<W>, url: &str, response: reqwest::Re
             "{} (POST {}; check the base URL: {})",
             error.message(),
             safe_url(url),
-            W::BASE_URL_HINT
+            W::SPEC.base_url_hint
         ),
     )
 }
@@ -452,7 +454,8 @@ pub(crate) fn request_headers<W: Format>(
                 None => continue,
             },
         };
-        let value = if W::LIST_HEADERS.contains(&name.as_str()) && headers.contains_key(&name) {
+        let value = if W::SPEC.list_headers.contains(&name.as_str()) && headers.contains_key(&name)
+        {
             joined(&headers, &name, &value).unwrap_or(value)
         } else {
             value
@@ -587,7 +590,7 @@ pub(crate) fn parse_recorded<W: Format>(
     let mut decoder = W::decoder();
     let mut deltas = Vec::new();
     while let Some(Some(event)) = events.next().now_or_never() {
-        let event = event.map_err(|e| invalid(W::PROVIDER, "the event stream", e))?;
+        let event = event.map_err(|e| invalid(W::SPEC.provider, "the event stream", e))?;
         decoder.feed(&event.event, &event.data, &mut deltas)?;
         deltas.clear();
         if decoder.is_done() {

@@ -44,7 +44,7 @@ impl<W> Clone for Provider<W> {
 /// The provider's name, model, base URL and options; never the key's value.
 impl<W: Wire> fmt::Debug for Provider<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(W::NAME)
+        f.debug_struct(W::SPEC.name)
             .field("client", &self.client)
             .finish()
     }
@@ -52,20 +52,20 @@ impl<W: Wire> fmt::Debug for Provider<W> {
 
 impl<W: Wire> Provider<W> {
     /// The base URL when none is given (and the provider's environment variable is not set).
-    pub const DEFAULT_BASE_URL: &'static str = W::DEFAULT_BASE_URL;
+    pub const DEFAULT_BASE_URL: &'static str = W::SPEC.default_base_url;
 
     /// A service for `model`, streaming. The key comes from the provider's environment
     /// variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`), and so does the
     /// base URL when it is set (`OPENAI_BASE_URL`, ...).
     pub fn new(model: impl Into<String>) -> Self {
-        let base_url = std::env::var(W::BASE_URL_ENV)
+        let base_url = std::env::var(W::SPEC.base_url_env)
             .ok()
             .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| W::DEFAULT_BASE_URL.to_owned());
+            .unwrap_or_else(|| W::SPEC.default_base_url.to_owned());
         let endpoint = Endpoint {
             model: model.into(),
             base_url: W::base_url_of(&base_url),
-            key: ApiKey::from_env(W::KEY_ENV),
+            key: ApiKey::from_env(W::SPEC.key_env),
         };
         Self {
             client: Arc::new(Client::new(W::default(), endpoint)),

@@ -23,7 +23,7 @@ pub(crate) fn span<W: Format>(
         otel.name = %format_args!("chat {model}"),
         otel.kind = "client",
         gen_ai.operation.name = "chat",
-        gen_ai.provider.name = W::GEN_AI_PROVIDER,
+        gen_ai.provider.name = W::SPEC.gen_ai_provider,
         gen_ai.request.model = model,
         gen_ai.request.max_tokens = req.options.max_tokens.map(i64::from),
         gen_ai.request.temperature = req.options.temperature.map(f64::from),
@@ -225,7 +225,7 @@ pub(crate) fn measure<W: Format>(
     let (address, port) = server(&endpoint.base_url);
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", "chat"),
-        KeyValue::new("gen_ai.provider.name", W::GEN_AI_PROVIDER),
+        KeyValue::new("gen_ai.provider.name", W::SPEC.gen_ai_provider),
         KeyValue::new("gen_ai.request.model", endpoint.model.clone()),
     ];
     if let (Some(address), Some(port)) = (address, port) {

@@ -61,41 +61,41 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// One provider's wire format: what differs between providers, and nothing else. Its value
-/// holds the provider's own options (Anthropic's default `max_tokens`).
-pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
+/// What one provider is, as data: its names, where it is, the environment it reads, how its
+/// error bodies and list headers read. What differs in behaviour is [`Format`]'s methods.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
     /// The provider type's name, for `Debug` output (`OpenAi`).
-    const NAME: &'static str;
-
+    pub name: &'static str,
     /// The provider's name, in error messages (`gemini: the prompt was blocked`).
-    const PROVIDER: &'static str;
-
+    pub provider: &'static str,
     /// The provider's name as in `gen_ai.provider.name` of the semantic conventions
     /// (`openai`, `anthropic`, `gcp.gemini`).
-    const GEN_AI_PROVIDER: &'static str;
-    /// What the provider's error bodies say, in its words (`classify`).
-    const ERRORS: crate::classify::ErrorWords;
-
+    pub gen_ai_provider: &'static str,
     /// What a 404 error says about the base URL.
-    const BASE_URL_HINT: &'static str;
-
+    pub base_url_hint: &'static str,
     /// The base URL when none is given.
-    const DEFAULT_BASE_URL: &'static str;
-
+    pub default_base_url: &'static str,
     /// The environment variable the key is read from.
-    const KEY_ENV: &'static str;
-
+    pub key_env: &'static str,
     /// The environment variable the base URL is read from.
-    const BASE_URL_ENV: &'static str;
-
+    pub base_url_env: &'static str,
     /// Headers whose value is a comma-separated list: a value the format sets is added to the
     /// host's own (Anthropic's `anthropic-beta`), where another header of the format's
     /// replaces the host's.
-    const LIST_HEADERS: &'static [&'static str] = &[];
-
+    pub list_headers: &'static [&'static str],
     /// The key of a turn's item list, for providers whose messages are turns of items
     /// (`content` for Anthropic, `parts` for Gemini).
-    const TURN_ITEMS: &'static str = "content";
+    pub turn_items: &'static str,
+    /// What the provider's error bodies say, in its words (`classify`).
+    pub errors: crate::classify::ErrorWords,
+}
+
+/// One provider's wire format: what differs between providers, and nothing else. Its value
+/// holds the provider's own options (Anthropic's default `max_tokens`).
+pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
+    /// What the provider is called, where it is, how its errors read: data, not behaviour.
+    const SPEC: Spec;
 
     /// A base URL as the requests need it, from one given with or without its version path.
     fn base_url_of(url: &str) -> String;

@@ -33,6 +33,7 @@
 //! ```
 
 use crate::classify::{ErrorWords, Quota};
+use crate::wire::Spec;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
@@ -123,16 +124,19 @@ fn base_url_of(url: &str) -> String {
 }
 
 impl Format for AnthropicWire {
-    const NAME: &'static str = "Anthropic";
-    const PROVIDER: &'static str = PROVIDER;
-    const ERRORS: ErrorWords = ERRORS;
-    const GEN_AI_PROVIDER: &'static str = "anthropic";
-    const BASE_URL_HINT: &'static str =
-        "Anthropic's is https://api.anthropic.com; the requests go to {base}/v1/messages";
-    const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
-    const KEY_ENV: &'static str = "ANTHROPIC_API_KEY";
-    const BASE_URL_ENV: &'static str = "ANTHROPIC_BASE_URL";
-    const LIST_HEADERS: &'static [&'static str] = &["anthropic-beta"];
+    const SPEC: Spec = Spec {
+        name: "Anthropic",
+        provider: PROVIDER,
+        gen_ai_provider: "anthropic",
+        base_url_hint: "Anthropic's is https://api.anthropic.com; the requests go to \
+            {base}/v1/messages",
+        default_base_url: "https://api.anthropic.com",
+        key_env: "ANTHROPIC_API_KEY",
+        base_url_env: "ANTHROPIC_BASE_URL",
+        list_headers: &["anthropic-beta"],
+        turn_items: "content",
+        errors: ERRORS,
+    };
 
     fn base_url_of(url: &str) -> String {
         base_url_of(url)

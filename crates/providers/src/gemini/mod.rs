@@ -35,6 +35,7 @@
 //! ```
 
 use crate::classify::{ErrorWords, Quota};
+use crate::wire::Spec;
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
@@ -123,16 +124,19 @@ fn base_url_of(url: &str) -> String {
 }
 
 impl Format for GeminiWire {
-    const NAME: &'static str = "Gemini";
-    const PROVIDER: &'static str = PROVIDER;
-    const ERRORS: ErrorWords = ERRORS;
-    const GEN_AI_PROVIDER: &'static str = "gcp.gemini";
-    const BASE_URL_HINT: &'static str = "Gemini's ends in the API version \
-        (https://generativelanguage.googleapis.com/v1beta)";
-    const DEFAULT_BASE_URL: &'static str = "https://generativelanguage.googleapis.com/v1beta";
-    const KEY_ENV: &'static str = "GEMINI_API_KEY";
-    const BASE_URL_ENV: &'static str = "GEMINI_BASE_URL";
-    const TURN_ITEMS: &'static str = "parts";
+    const SPEC: Spec = Spec {
+        name: "Gemini",
+        provider: PROVIDER,
+        gen_ai_provider: "gcp.gemini",
+        base_url_hint: "Gemini's ends in the API version \
+        (https://generativelanguage.googleapis.com/v1beta)",
+        default_base_url: "https://generativelanguage.googleapis.com/v1beta",
+        key_env: "GEMINI_API_KEY",
+        base_url_env: "GEMINI_BASE_URL",
+        list_headers: &[],
+        turn_items: "parts",
+        errors: ERRORS,
+    };
 
     fn base_url_of(url: &str) -> String {
         base_url_of(url)

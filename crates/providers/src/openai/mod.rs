@@ -34,6 +34,7 @@
 //! ```
 
 use crate::classify::{ErrorWords, Quota};
+use crate::wire::Spec;
 use reqwest::header::HeaderMap;
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
@@ -122,15 +123,19 @@ fn base_url_of(url: &str) -> String {
 }
 
 impl Format for OpenAiWire {
-    const NAME: &'static str = "OpenAi";
-    const PROVIDER: &'static str = PROVIDER;
-    const ERRORS: ErrorWords = ERRORS;
-    const GEN_AI_PROVIDER: &'static str = "openai";
-    const BASE_URL_HINT: &'static str = "OpenAI's ends in /v1 (https://api.openai.com/v1), and \
-        so does a server's of its own (http://127.0.0.1:8080/v1)";
-    const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
-    const KEY_ENV: &'static str = "OPENAI_API_KEY";
-    const BASE_URL_ENV: &'static str = "OPENAI_BASE_URL";
+    const SPEC: Spec = Spec {
+        name: "OpenAi",
+        provider: PROVIDER,
+        gen_ai_provider: "openai",
+        base_url_hint: "OpenAI's ends in /v1 (https://api.openai.com/v1), and \
+        so does a server's of its own (http://127.0.0.1:8080/v1)",
+        default_base_url: "https://api.openai.com/v1",
+        key_env: "OPENAI_API_KEY",
+        base_url_env: "OPENAI_BASE_URL",
+        list_headers: &[],
+        turn_items: "content",
+        errors: ERRORS,
+    };
 
     fn base_url_of(url: &str) -> String {
         base_url_of(url)
