@@ -46,6 +46,8 @@ mod key;
 
 #[cfg(feature = "http")]
 pub mod classify;
+#[cfg(all(test, feature = "openai", feature = "anthropic", feature = "gemini"))]
+mod classify_each;
 #[cfg(feature = "http")]
 mod encode;
 #[cfg(feature = "http")]
