@@ -7,6 +7,9 @@
 //! peak resident memory (`VmHWM`); the difference, divided by the runs, is what the agent
 //! costs per run. Run each mode in its own process (the peak is the process's).
 
+#[path = "common/runs.rs"]
+mod runs;
+
 use std::time::{Duration, Instant};
 use tower::Service;
 use tower_agent::DescribedTools;
@@ -17,47 +20,12 @@ use tower_agent::prelude::*;
 const ROUNDS: u32 = 10;
 const THINK: Duration = Duration::from_millis(200);
 
-fn answer(round: u32) -> ModelResponse {
-    if round < ROUNDS {
-        ModelResponse::tool_calls([ToolCall::raw(format!("call_{round}"), "echo", "{}")])
-    } else {
-        ModelResponse::text("done")
-    }
-}
-
 async fn agent_run(agent: impl Service<AgentRequest, Response = AgentResponse, Error = Error>) {
     let res = agent
         .oneshot(AgentRequest::new(Session::new(), "go"))
         .await
         .expect("the run completes");
     assert_eq!(res.rounds, ROUNDS);
-}
-
-async fn baseline_run() {
-    let mut session = Session::new();
-    session.history.push(Message::user("go"));
-    for round in 1..=ROUNDS {
-        tokio::time::sleep(THINK).await;
-        let message = answer(round).message;
-        let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
-        session.history.push(message);
-        for call in calls {
-            session
-                .history
-                .push(Message::tool_result(ToolResult::success(&call, "ok")));
-        }
-    }
-    assert_eq!(session.history.len(), 2 * ROUNDS as usize);
-}
-
-fn peak_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
 }
 
 fn main() {
@@ -79,7 +47,7 @@ fn main() {
     runtime.block_on(async {
         let model = service_fn(|req: ModelRequest| async move {
             tokio::time::sleep(THINK).await;
-            Ok::<_, Error>(answer(req.ctx.round()))
+            Ok::<_, Error>(runs::answer(req.ctx.round(), ROUNDS))
         });
         let tools = DescribedTools::none(service_fn(|req: ToolRequest| async move {
             Ok::<_, Error>(ToolResponse::success(&req.call, "ok"))
@@ -88,7 +56,9 @@ fn main() {
         let mut tasks = Vec::with_capacity(runs);
         for _ in 0..runs {
             tasks.push(match mode.as_str() {
-                "baseline" => tokio::spawn(baseline_run()),
+                "baseline" => {
+                    tokio::spawn(runs::without_agent(ROUNDS, || tokio::time::sleep(THINK)))
+                }
                 _ => tokio::spawn(agent_run(agent.clone())),
             });
         }
@@ -96,7 +66,7 @@ fn main() {
             task.await.expect("no panic");
         }
     });
-    let peak = peak_mib();
+    let peak = runs::peak_mib();
     println!(
         "{mode}: {runs} concurrent runs of {ROUNDS} rounds, peak {peak:.0} MiB ({:.0} bytes per run), {:.1} s",
         peak * 1024.0 * 1024.0 / runs as f64,

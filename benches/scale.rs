@@ -9,46 +9,14 @@
 //! two modes' times is what the agent costs over tokio itself. Run each mode in its own
 //! process (the peak is the process's).
 
+#[path = "common/runs.rs"]
+mod runs;
+
 use std::time::Instant;
 
 use tower::{ServiceExt, service_fn};
 use tower_agent::DescribedTools;
 use tower_agent::prelude::*;
-
-fn answer(round: u32, rounds: u32) -> ModelResponse {
-    if round < rounds {
-        ModelResponse::tool_calls([ToolCall::raw(format!("call_{round}"), "echo", "{}")])
-    } else {
-        ModelResponse::text("done")
-    }
-}
-
-async fn floor_run(rounds: u32) {
-    let mut session = Session::new();
-    session.history.push(Message::user("go"));
-    for round in 1..=rounds {
-        tokio::task::yield_now().await;
-        let message = answer(round, rounds).message;
-        let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
-        session.history.push(message);
-        for call in calls {
-            session
-                .history
-                .push(Message::tool_result(ToolResult::success(&call, "ok")));
-        }
-    }
-    assert_eq!(session.history.len(), 2 * rounds as usize);
-}
-
-fn peak_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -70,7 +38,7 @@ fn main() {
     runtime.block_on(async {
         let model = service_fn(move |req: ModelRequest| async move {
             tokio::task::yield_now().await;
-            Ok::<_, Error>(answer(req.ctx.round(), rounds))
+            Ok::<_, Error>(runs::answer(req.ctx.round(), rounds))
         });
         let tools = DescribedTools::none(service_fn(|req: ToolRequest| async move {
             Ok::<_, Error>(ToolResponse::success(&req.call, "ok"))
@@ -79,7 +47,7 @@ fn main() {
         let mut tasks = Vec::with_capacity(runs);
         for _ in 0..runs {
             tasks.push(match mode.as_str() {
-                "floor" => tokio::spawn(floor_run(rounds)),
+                "floor" => tokio::spawn(runs::without_agent(rounds, tokio::task::yield_now)),
                 _ => {
                     let agent = agent.clone();
                     tokio::spawn(async move {
@@ -99,6 +67,6 @@ fn main() {
     println!(
         "{mode}: {runs} runs of {rounds} rounds at once: {:.2} s, peak {:.0} MiB",
         started.elapsed().as_secs_f64(),
-        peak_mib()
+        runs::peak_mib()
     );
 }
