@@ -196,6 +196,41 @@ mod tests {
         );
     }
 
+    /// A layer's own event type, unknown to the digest: its `Display` is its line, tagged
+    /// with the nested agent's path like any other; the progress summaries are left out.
+    #[test]
+    fn a_layer_event_is_its_line() {
+        #[derive(Debug)]
+        struct Evicted;
+        impl tower_agent_core::LayerEvent for Evicted {
+            const NAME: &'static str = "evicted";
+        }
+        impl std::fmt::Display for Evicted {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a result went to storage")
+            }
+        }
+        assert_eq!(
+            line(&Event::layer(Evicted)).as_deref(),
+            Some("a result went to storage")
+        );
+        let nested = Event::Nested {
+            path: "loop/1/coder".into(),
+            event: Box::new(Event::layer(Evicted)),
+        };
+        assert_eq!(
+            line(&nested).as_deref(),
+            Some("[loop/1/coder] a result went to storage")
+        );
+        let started = Event::layer(crate::events::AgentStarted {
+            path: "loop/1/coder".into(),
+        });
+        assert_eq!(
+            line(&started).as_deref(),
+            Some("agent `loop/1/coder` started")
+        );
+    }
+
     #[test]
     fn long_text_is_clipped_to_its_first_line() {
         let text = format!("\n  {}\nsecond", "é".repeat(200));
