@@ -43,7 +43,14 @@ use tower_agent_tools::ToolSet;
 struct Llama {
     child: Child,
     url: String,
+    /// This binary's turn with a server: one runs at a time. On two cores, servers running at
+    /// once starve each other, and a deadline in one test (a worker's call that must start
+    /// within two minutes) then measures the others' load, not this library.
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
+
+/// Whose turn it is to run a server (see [`Llama::_turn`]).
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Llama {
     /// A server with a context of `ctx` tokens, or `None` (said) when none can be started
@@ -81,6 +88,7 @@ impl Llama {
             );
             return None;
         };
+        let turn = TURN.lock().await;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -108,6 +116,7 @@ impl Llama {
         let llama = Llama {
             child,
             url: format!("http://127.0.0.1:{port}"),
+            _turn: turn,
         };
         let started = Instant::now();
         loop {
