@@ -259,6 +259,11 @@ pub struct PromptCache {
     pub stable: Vec<usize>,
     /// A block that changes from call to call was appended after them.
     pub volatile: bool,
+    /// The name of a resource on the provider's side that holds this request's system
+    /// prompt, tools and tool choice, sent instead of them (Gemini's `cachedContents/...`,
+    /// set by its `ContextCacheLayer`). A provider without such resources sends the request
+    /// whole.
+    pub stored: Option<Arc<str>>,
 }
 
 impl PromptCache {

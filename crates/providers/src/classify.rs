@@ -15,9 +15,10 @@
 //! | other 4xx | [`ErrorKind::BadRequest`] |
 //!
 //! The wait, first found wins: `Retry-After` (seconds, or an HTTP date), `retry-after-ms`,
-//! the longest of OpenAI's `x-ratelimit-reset-requests` / `-tokens` (`1s`, `6m0s`, `20ms`), the
-//! longest of Anthropic's `anthropic-ratelimit-*-reset` (RFC 3339 instants), Gemini's
-//! `RetryInfo.retryDelay` in the body (`"34s"`).
+//! the longest of the provider's own reset headers ([`Resets`]: OpenAI's
+//! `x-ratelimit-reset-requests` / `-tokens` (`1s`, `6m0s`, `20ms`), Anthropic's
+//! `anthropic-ratelimit-*-reset` (RFC 3339 instants)), Gemini's `RetryInfo.retryDelay` in the
+//! body (`"34s"`).
 
 use std::time::{Duration, SystemTime};
 
@@ -40,6 +41,27 @@ pub struct ErrorWords {
     pub overflow_codes: &'static [&'static str],
     /// How a 429 says the quota is used up, rather than "slow down".
     pub quota: Quota,
+    /// The headers that say when a rate limit resets, read after `Retry-After` and
+    /// `retry-after-ms`.
+    pub resets: Resets,
+}
+
+/// The headers that say when a provider's rate limits reset: the longest wait of them counts.
+#[derive(Debug, Clone, Copy)]
+pub enum Resets {
+    /// None (Gemini says it in the body, `RetryInfo.retryDelay`).
+    None,
+    /// These headers, each a duration written as Go prints one (OpenAI's
+    /// `x-ratelimit-reset-requests` and `-tokens`: `1s`, `6m0s`, `20ms`).
+    Durations(&'static [&'static str]),
+    /// The headers named `prefix...suffix`, each an RFC 3339 instant (Anthropic's
+    /// `anthropic-ratelimit-*-reset`).
+    Instants {
+        /// How their names begin.
+        prefix: &'static str,
+        /// How their names end.
+        suffix: &'static str,
+    },
 }
 
 /// How a 429 says the quota is used up.
@@ -69,10 +91,10 @@ pub(crate) fn classify(
     let kind = match status.as_u16() {
         429 if detail.is_quota(words) => ErrorKind::QuotaExhausted,
         429 => ErrorKind::RateLimited {
-            retry_after: retry_after(headers, &detail, now),
+            retry_after: retry_after(headers, &detail, words.resets, now),
         },
         503 | 529 => ErrorKind::Overloaded {
-            retry_after: retry_after(headers, &detail, now),
+            retry_after: retry_after(headers, &detail, words.resets, now),
         },
         // The server could not handle this request, and never will: the same body fails the
         // same way (llama.cpp answers a call's arguments it cannot parse with a 500).
@@ -207,7 +229,12 @@ impl Detail {
 }
 
 /// The wait a rate-limited or overloaded response asks for; see the [module docs](self).
-fn retry_after(headers: &HeaderMap, detail: &Detail, now: SystemTime) -> Option<Duration> {
+fn retry_after(
+    headers: &HeaderMap,
+    detail: &Detail,
+    resets: Resets,
+    now: SystemTime,
+) -> Option<Duration> {
     let header = |name: &str| {
         headers
             .get(name)
@@ -229,24 +256,24 @@ fn retry_after(headers: &HeaderMap, detail: &Detail, now: SystemTime) -> Option<
             return Some(Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0));
         }
     }
-    let openai = ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
-        .into_iter()
-        .filter_map(|name| header(name).and_then(go_duration))
-        .max();
-    if openai.is_some() {
-        return openai;
-    }
-    let anthropic = headers
-        .iter()
-        .filter(|(name, _)| {
-            let name = name.as_str();
-            name.starts_with("anthropic-ratelimit-") && name.ends_with("-reset")
-        })
-        .filter_map(|(_, value)| value.to_str().ok())
-        .filter_map(|value| humantime::parse_rfc3339_weak(value.trim()).ok())
-        .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO))
-        .max();
-    anthropic.or(detail.retry_delay)
+    let reset = match resets {
+        Resets::None => None,
+        Resets::Durations(names) => names
+            .iter()
+            .filter_map(|name| header(name).and_then(go_duration))
+            .max(),
+        Resets::Instants { prefix, suffix } => headers
+            .iter()
+            .filter(|(name, _)| {
+                let name = name.as_str();
+                name.starts_with(prefix) && name.ends_with(suffix)
+            })
+            .filter_map(|(_, value)| value.to_str().ok())
+            .filter_map(|value| humantime::parse_rfc3339_weak(value.trim()).ok())
+            .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO))
+            .max(),
+    };
+    reset.or(detail.retry_delay)
 }
 
 /// A duration written the way Go prints one: `1s`, `6m0s`, `20ms`, `1h2m3.5s`, `34s`.

@@ -86,15 +86,25 @@ fn the_wait_comes_from_the_first_header_found() {
         Some(Duration::from_secs(2)),
         "Retry-After wins"
     );
+    let anthropic = [
+        ("anthropic-ratelimit-requests-reset", "2023-11-14T22:13:25Z"),
+        ("anthropic-ratelimit-tokens-reset", "2023-11-14T22:13:40Z"),
+    ];
     assert_eq!(
-        waits(
-            &[
-                ("anthropic-ratelimit-requests-reset", "2023-11-14T22:13:25Z"),
-                ("anthropic-ratelimit-tokens-reset", "2023-11-14T22:13:40Z"),
-            ],
-            ""
-        ),
+        kind("anthropic", 429, &anthropic, "").retry_after(),
         Some(Duration::from_secs(20))
+    );
+    // Each provider reads its own reset headers only.
+    assert_eq!(waits(&anthropic, ""), None);
+    assert_eq!(
+        kind(
+            "anthropic",
+            429,
+            &[("x-ratelimit-reset-tokens", "6m0s")],
+            ""
+        )
+        .retry_after(),
+        None
     );
     let gemini = r#"{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED",
         "details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"34s"}]}}"#;

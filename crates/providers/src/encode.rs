@@ -53,11 +53,11 @@ impl Encoded {
         self.mark = None;
         for message in &messages[same..] {
             let start = self.buffer.len();
-            let turn = W::encode_message(message, &mut self.buffer)?;
+            let items = W::encode_message(message, &mut self.buffer)?;
             self.entries.push(Entry {
-                turn,
+                turn: items.turn,
                 range: start..self.buffer.len(),
-                takes_fields: W::last_item_takes_fields(message),
+                takes_fields: items.last_takes_fields,
             });
         }
         self.mark = Some(messages.mark());

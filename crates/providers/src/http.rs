@@ -188,54 +188,38 @@ async fn send<W: Format>(client: &Client<W>, req: &ModelRequest) -> Result<Model
     }
     let wire = &client.wire;
     let endpoint = &client.endpoint;
-    if let Some(prepare) = wire.before_send(&client.http, endpoint, &client.extra, req) {
-        prepare.await;
-    }
     let url = wire.url(endpoint, client.stream);
     let headers = request_headers(wire, endpoint, &client.extra);
-    let mut again = true;
-    let response = loop {
-        let across = Some(&client.encoded);
-        let body = encode::body(wire, endpoint, req, client.stream, across)?;
-        let body = Bytes::from(client.extra_body.add_to(body));
-        let post = || {
-            let sent = client
-                .http
-                .post(&url)
-                .headers(headers.clone())
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone())
-                .send();
-            // A whole answer arrives once it is generated, however long that takes: only a
-            // streamed one is bounded while it waits for its head.
-            async {
-                if client.stream {
-                    idle::<W, _>(client.idle_timeout, &url, sent).await
-                } else {
-                    Ok(sent.await)
-                }
+    let body = encode::body(wire, endpoint, req, client.stream, Some(&client.encoded))?;
+    let body = Bytes::from(client.extra_body.add_to(body));
+    let post = || {
+        let sent = client
+            .http
+            .post(&url)
+            .headers(headers.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send();
+        // A whole answer arrives once it is generated, however long that takes: only a
+        // streamed one is bounded while it waits for its head.
+        async {
+            if client.stream {
+                idle::<W, _>(client.idle_timeout, &url, sent).await
+            } else {
+                Ok(sent.await)
             }
-        };
-        let response = match post().await? {
-            // A kept connection the server closed while it waited in the pool (llama-server and
-            // Node servers close after 5 s): once more at once, on a new one.
-            Err(error) if closed_under_us(&error) => post().await?,
-            other => other,
         }
-        .map_err(|e| transport_error(W::SPEC.provider, &url, e))?;
-        let status = response.status();
-        if status.is_success() {
-            break response;
-        }
-        let error = refusal::<W>(client, &url, response).await;
-        // A request that named something the server no longer has (Gemini's context cache):
-        // once more without it.
-        if again && status.is_client_error() && wire.forget(endpoint, req) {
-            again = false;
-            continue;
-        }
-        return Err(error);
     };
+    let response = match post().await? {
+        // A kept connection the server closed while it waited in the pool (llama-server and
+        // Node servers close after 5 s): once more at once, on a new one.
+        Err(error) if closed_under_us(&error) => post().await?,
+        other => other,
+    }
+    .map_err(|e| transport_error(W::SPEC.provider, &url, e))?;
+    if !response.status().is_success() {
+        return Err(refusal::<W>(client, &url, response).await);
+    }
     if !client.stream {
         // Generated: the body follows its head at once.
         let bytes = idle::<W, _>(client.idle_timeout, &url, response.bytes())

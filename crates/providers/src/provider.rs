@@ -50,6 +50,13 @@ impl<W: Wire> fmt::Debug for Provider<W> {
     }
 }
 
+impl<W> Provider<W> {
+    /// Its configuration, for what this crate builds from a provider (Gemini's context cache).
+    pub(crate) fn client(&self) -> &Client<W> {
+        &self.client
+    }
+}
+
 impl<W: Wire> Provider<W> {
     /// The base URL when none is given (and the provider's environment variable is not set).
     pub const DEFAULT_BASE_URL: &'static str = W::SPEC.default_base_url;

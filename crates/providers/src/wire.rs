@@ -6,7 +6,6 @@ use std::borrow::Cow;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Deserializer, Serialize};
-use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{ContentPart, Error, ErrorKind, Message, ModelRequest, ModelResponse};
 
 use crate::key::ApiKey;
@@ -114,38 +113,13 @@ pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
     fn frame(&self, endpoint: &Endpoint, req: &ModelRequest, stream: bool) -> Result<Frame, Error>;
 
     /// Append one message's items to `out` (comma-separated, nothing when it has none), and
-    /// say which turn they belong to (`None`: they stand alone in the array). Depends on the
-    /// message only: the bytes are reused across rounds and requests of a run.
+    /// say where they go. Depends on the message only: the bytes are reused across rounds and
+    /// requests of a run.
     ///
     /// # Errors
     ///
     /// A message this provider cannot express.
-    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error>;
-
-    /// Whether the last item `message` encodes to can carry [`Frame::last_item`]'s fields
-    /// (Anthropic: a thinking block cannot carry a cache marker).
-    fn last_item_takes_fields(_message: &Message) -> bool {
-        true
-    }
-
-    /// Work before a request is encoded and sent, when the provider has some for it (Gemini
-    /// makes its context cache); `extra` are the headers the host adds. `None` by default.
-    fn before_send<'a>(
-        &'a self,
-        _http: &'a reqwest::Client,
-        _endpoint: &'a Endpoint,
-        _extra: &'a HeaderMap,
-        _req: &'a ModelRequest,
-    ) -> Option<BoxFuture<'a, ()>> {
-        None
-    }
-
-    /// The server refused `req` with a client error: forget what the format named that the
-    /// server may no longer have (Gemini's context cache), and say whether sending the request
-    /// once more, encoded again, may succeed. `false` by default.
-    fn forget(&self, _endpoint: &Endpoint, _req: &ModelRequest) -> bool {
-        false
-    }
+    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Items, Error>;
 
     /// A whole (not streamed) response body.
     ///
@@ -156,6 +130,32 @@ pub trait Format: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
 
     /// A decoder for one streamed answer.
     fn decoder() -> Box<dyn StreamDecoder>;
+}
+
+/// Where the items of one message go, as [`Format::encode_message`] says.
+#[derive(Debug, Clone, Copy)]
+pub struct Items {
+    /// The turn they belong to (`None`: they stand alone in the array).
+    pub(crate) turn: Option<&'static str>,
+    /// Whether the last of them can carry [`Frame::last_item`]'s fields (Anthropic: a
+    /// thinking block cannot carry a cache marker).
+    pub(crate) last_takes_fields: bool,
+}
+
+impl Items {
+    /// Items standing alone in the array (OpenAI's messages).
+    pub(crate) const ALONE: Items = Items {
+        turn: None,
+        last_takes_fields: true,
+    };
+
+    /// Items of the turn `turn`.
+    pub(crate) fn of(turn: &'static str) -> Items {
+        Items {
+            turn: Some(turn),
+            last_takes_fields: true,
+        }
+    }
 }
 
 /// A key header value the HTTP stack will not log.

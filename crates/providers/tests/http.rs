@@ -14,6 +14,7 @@ use tower_agent_core::{
     ToolSpec, Usage,
 };
 use tower_agent_loop::Agent;
+use tower_agent_providers::gemini::ContextCacheLayer;
 use tower_agent_providers::{Anthropic, Gemini, OpenAi};
 use tower_agent_test::{EventRecorder, StubTool, assert_valid_history};
 use tower_agent_tools::ToolSet;
@@ -461,11 +462,13 @@ async fn gemini_context_cache_is_made_once_and_named_after() {
         gemini_answer(),          // 8: a short prompt: never cached
     ])
     .await;
-    let model = Gemini::new("gemini-2.5-flash")
+    let gemini = Gemini::new("gemini-2.5-flash")
         .base_url(format!("{}/v1beta", server.url))
         .api_key(KEY)
-        .streaming(false)
-        .context_cache(Some(Duration::from_secs(3600)));
+        .streaming(false);
+    let layer = ContextCacheLayer::new(&gemini, Duration::from_secs(3600));
+    assert!(!format!("{layer:?}").contains(KEY), "the key never shows");
+    let model = tower::ServiceBuilder::new().layer(layer).service(gemini);
     let long = |text: &str| {
         let mut req = request();
         req.system = Some(format!("{text} {}", "Answer from the handbook. ".repeat(200)).into());

@@ -32,14 +32,14 @@
 //! # }
 //! ```
 
-use crate::classify::{ErrorWords, Quota};
+use crate::classify::{ErrorWords, Quota, Resets};
 use crate::wire::Spec;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
 use crate::http;
 use crate::provider::Provider;
-use crate::wire::{Endpoint, Format, Frame, StreamDecoder, secret_header};
+use crate::wire::{Endpoint, Format, Frame, Items, StreamDecoder, secret_header};
 
 mod request;
 mod response;
@@ -47,7 +47,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
-use request::{encode_message, frame, takes_marker};
+use request::{encode_message, frame};
 use response::decode;
 use stream::Decoder;
 
@@ -58,6 +58,10 @@ pub(crate) const ERRORS: ErrorWords = ErrorWords {
     overflow: &["prompt is too long", "too many total tokens"],
     overflow_codes: &[],
     quota: Quota::Codes(&["insufficient_quota"]),
+    resets: Resets::Instants {
+        prefix: "anthropic-ratelimit-",
+        suffix: "-reset",
+    },
 };
 
 /// The prefix of a reasoning part's signature that marks a `redacted_thinking` block.
@@ -175,12 +179,8 @@ impl Format for AnthropicWire {
         )
     }
 
-    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {
+    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Items, Error> {
         encode_message(message, out)
-    }
-
-    fn last_item_takes_fields(message: &Message) -> bool {
-        takes_marker(message)
     }
 
     fn decode(body: &[u8]) -> Result<ModelResponse, Error> {

@@ -6,26 +6,26 @@ use tower_agent_core::{
     ContentPart, Error, Message, ModelRequest, ResponseFormat, Role, ToolCall, ToolChoice,
 };
 
-use crate::wire::{self, Frame, text_of};
+use crate::wire::{self, Frame, Items, text_of};
 
 use super::{CacheTtl, PROVIDER, REDACTED};
 
 /// The wire form of one message, written to `out` (a message's bytes are cached per run);
 /// the role it goes under, when the API groups messages by role.
-pub(super) fn encode_message(
-    message: &Message,
-    out: &mut Vec<u8>,
-) -> Result<Option<&'static str>, Error> {
+pub(super) fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Items, Error> {
     if message.role == Role::System {
         // In the system prompt (see `frame`).
-        return Ok(None);
+        return Ok(Items::ALONE);
     }
     let (role, blocks) = blocks_of(message);
     let mut first = true;
     for block in &blocks {
         wire::item(out, &mut first, block, PROVIDER)?;
     }
-    Ok(Some(role))
+    Ok(Items {
+        turn: Some(role),
+        last_takes_fields: takes_marker(&blocks),
+    })
 }
 
 #[derive(Serialize)]
@@ -235,15 +235,16 @@ fn last_block_takes_marker(req: &ModelRequest) -> bool {
         .iter()
         .rev()
         .filter(|m| m.role != Role::System)
-        .find(|m| !blocks_of(m).1.is_empty())
-        .is_some_and(takes_marker)
+        .map(|m| blocks_of(m).1)
+        .find(|blocks| !blocks.is_empty())
+        .is_some_and(|blocks| takes_marker(&blocks))
 }
 
 /// Whether the last block of `message` can carry a cache marker: text, a tool call or a
 /// result can; a thinking block cannot.
-pub(super) fn takes_marker(message: &Message) -> bool {
+fn takes_marker(blocks: &[Block<'_>]) -> bool {
     matches!(
-        blocks_of(message).1.last(),
+        blocks.last(),
         Some(Block::Text { .. } | Block::ToolUse { .. } | Block::ToolResult { .. })
     )
 }

@@ -12,7 +12,7 @@
 //! | thought summaries (`thought: true`) | reasoning parts (sent back with their signature only) |
 //! | tool specs | `functionDeclarations` with `parametersJsonSchema` (the full JSON Schema) |
 //! | `GenerationOptions` | `generationConfig` (`temperature`, `topP`, `maxOutputTokens`, `stopSequences`), `toolConfig` |
-//! | [`Gemini::context_cache`] | a `cachedContents` resource holding `systemInstruction`, `tools` and `toolConfig`, named by `cachedContent` |
+//! | [`ContextCacheLayer`] | a `cachedContents` resource holding `systemInstruction`, `tools` and `toolConfig`, named by `cachedContent` |
 //! | `usageMetadata` | input = `promptTokenCount`, output = `candidatesTokenCount` + `thoughtsTokenCount`, cached = `cachedContentTokenCount` |
 //!
 //! A response without candidates, or whose candidate has no parts, is an
@@ -34,17 +34,15 @@
 //! # }
 //! ```
 
-use crate::classify::{ErrorWords, Quota};
+use crate::classify::{ErrorWords, Quota, Resets};
 use crate::wire::Spec;
-use std::time::Duration;
 
 use reqwest::header::HeaderMap;
-use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
 use crate::http;
 use crate::provider::Provider;
-use crate::wire::{Endpoint, Format, Frame, StreamDecoder, secret_header};
+use crate::wire::{Endpoint, Format, Frame, Items, StreamDecoder, secret_header};
 
 mod cache;
 mod request;
@@ -52,8 +50,8 @@ mod response;
 #[cfg(test)]
 mod tests;
 
-use cache::ContextCache;
-use request::{cacheable, encode_message, frame, prefix};
+pub use cache::{ContextCacheLayer, ContextCached};
+use request::{encode_message, frame};
 use response::{Decoder, decode};
 
 const PROVIDER: &str = "gemini";
@@ -64,6 +62,7 @@ pub(crate) const ERRORS: ErrorWords = ErrorWords {
     overflow: &["exceeds the maximum number of tokens", "input token count"],
     overflow_codes: &[],
     quota: Quota::WordWithoutDelay("quota"),
+    resets: Resets::None,
 };
 
 /// A model service over Gemini `generateContent`; see the [module docs](self) and
@@ -78,42 +77,7 @@ pub type Gemini = Provider<GeminiWire>;
 /// The wire format of Gemini `generateContent`, with its options: see [`Gemini`].
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
-pub struct GeminiWire {
-    cache: Option<ContextCache>,
-}
-
-impl Provider<GeminiWire> {
-    /// Explicit context caching: the request's system instruction, tools and tool config are
-    /// stored once as a `cachedContents` resource living `ttl`, and later requests with the
-    /// same ones name it instead of sending them (Gemini bills cached tokens at a quarter of
-    /// the price, and their storage by the hour). Off by default: Gemini 2.5 models cache
-    /// implicitly, without a guarantee.
-    ///
-    /// - A prefix under about 1,024 tokens (4 KiB) is not cached, nor one sent only once: the
-    ///   second request with a prefix makes its cache (waiting for it, up to 30 s) and names
-    ///   it; the requests that come while it is made go whole.
-    /// - A cache the API refuses to make (a prefix under the model's minimum) or fails to make
-    ///   is not asked for again for ten minutes; the requests go whole.
-    /// - A request that named a cache the server no longer has (a client error) is sent once
-    ///   more, whole, and the cache is made anew when the prefix comes back.
-    /// - `ttl` is at least a minute; a cache is named until a quarter of it (at most 30 s)
-    ///   is left.
-    /// - The storage Gemini bills by the hour is not in [`Usage::cost`](tower_agent_core::Usage)
-    ///   nor in a budget's worst case.
-    ///
-    /// Clones of the provider share their caches (kept apart by base URL and key).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_agent_providers::Gemini;
-    ///
-    /// let model = Gemini::new("gemini-2.5-flash").context_cache(Some(Duration::from_secs(3600)));
-    /// # let _ = model;
-    /// ```
-    pub fn context_cache(self, ttl: Option<Duration>) -> Self {
-        self.edit(|c| c.wire.cache = ttl.map(ContextCache::new))
-    }
-}
+pub struct GeminiWire {}
 
 /// A base URL as the requests need it: `/v1beta` added to a URL with no path.
 fn base_url_of(url: &str) -> String {
@@ -163,47 +127,14 @@ impl Format for GeminiWire {
 
     fn frame(
         &self,
-        endpoint: &Endpoint,
+        _endpoint: &Endpoint,
         req: &ModelRequest,
         _stream: bool,
     ) -> Result<Frame, Error> {
-        frame(req, endpoint, self.cache.as_ref())
+        frame(req)
     }
 
-    fn before_send<'a>(
-        &'a self,
-        http: &'a reqwest::Client,
-        endpoint: &'a Endpoint,
-        extra: &'a HeaderMap,
-        req: &'a ModelRequest,
-    ) -> Option<BoxFuture<'a, ()>> {
-        let cache = self.cache.as_ref()?;
-        let prefix = prefix(req);
-        let key = cacheable(endpoint, &prefix)?;
-        if !cache.claim(key) {
-            return None;
-        }
-        let url = format!("{}/cachedContents", endpoint.base_url);
-        let mut headers = extra.clone();
-        headers.extend(self.headers(endpoint));
-        Some(Box::pin(cache.make(
-            http.clone(),
-            url,
-            headers,
-            &endpoint.model,
-            key,
-            prefix,
-        )))
-    }
-
-    fn forget(&self, endpoint: &Endpoint, req: &ModelRequest) -> bool {
-        let Some(cache) = &self.cache else {
-            return false;
-        };
-        cacheable(endpoint, &prefix(req)).is_some_and(|key| cache.forget(key))
-    }
-
-    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {
+    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Items, Error> {
         encode_message(message, out)
     }
 

@@ -6,55 +6,35 @@ use tower_agent_core::{
     ContentPart, Error, Message, ModelRequest, ResponseFormat, Role, ToolChoice,
 };
 
-use crate::wire::{self, Endpoint, Frame, text_of};
+use crate::wire::{self, Frame, Items, text_of};
 
 use super::PROVIDER;
-use super::cache::{self, ContextCache, MIN_BYTES};
 
 /// The wire form of one message, written to `out` (a message's bytes are cached per run);
 /// the role it goes under, when the API groups messages by role.
-pub(super) fn encode_message(
-    message: &Message,
-    out: &mut Vec<u8>,
-) -> Result<Option<&'static str>, Error> {
+pub(super) fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Items, Error> {
     if message.role == Role::System {
         // In the system instruction (see `frame`).
-        return Ok(None);
+        return Ok(Items::ALONE);
     }
     let model = message.role == Role::Assistant;
     let mut first = true;
     for part in parts_of(message, model) {
         wire::item(out, &mut first, &part, PROVIDER)?;
     }
-    Ok(Some(if model { "model" } else { "user" }))
+    Ok(Items::of(if model { "model" } else { "user" }))
 }
 
-/// The body around the contents. With a context cache live for the request's prefix, the
-/// prefix (system instruction, tools, tool config) is named instead of sent.
-pub(super) fn frame(
-    req: &ModelRequest,
-    endpoint: &Endpoint,
-    cache: Option<&ContextCache>,
-) -> Result<Frame, Error> {
-    let mut body = prefix(req);
-    if let Some(cache) = cache {
-        if let Some(key) = cacheable(endpoint, &body) {
-            if let Some(name) = cache.live(key) {
-                body = Map::new();
-                body.insert("cachedContent".into(), Value::String(name));
-            }
-        }
-    }
+/// The body around the contents. A request that names a context cache
+/// ([`PromptCache::stored`](tower_agent_core::PromptCache::stored)) sends its name instead of
+/// the prefix (system instruction, tools, tool config): the API refuses both at once.
+pub(super) fn frame(req: &ModelRequest) -> Result<Frame, Error> {
+    let mut body = match &req.cache.stored {
+        Some(name) => Map::from_iter([("cachedContent".to_owned(), Value::from(&**name))]),
+        None => prefix(req),
+    };
     body.extend(options(req));
     Frame::around(&Map::new(), "contents", &Value::Object(body), PROVIDER)
-}
-
-/// The key of `prefix` at `endpoint`, when it is long enough to cache.
-pub(super) fn cacheable(endpoint: &Endpoint, prefix: &Map<String, Value>) -> Option<u64> {
-    let text = serde_json::to_string(prefix).ok()?;
-    let api_key = endpoint.key.as_ref().map(|key| key.expose());
-    (text.len() >= MIN_BYTES)
-        .then(|| cache::key(&endpoint.model, &endpoint.base_url, api_key, &text))
 }
 
 /// The system instruction, the tools and the tool config: what a context cache holds.

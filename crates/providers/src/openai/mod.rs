@@ -33,14 +33,14 @@
 //! # }
 //! ```
 
-use crate::classify::{ErrorWords, Quota};
+use crate::classify::{ErrorWords, Quota, Resets};
 use crate::wire::Spec;
 use reqwest::header::HeaderMap;
 use tower_agent_core::{Error, Message, ModelRequest, ModelResponse};
 
 use crate::http;
 use crate::provider::Provider;
-use crate::wire::{Endpoint, Format, Frame, StreamDecoder, secret_header};
+use crate::wire::{Endpoint, Format, Frame, Items, StreamDecoder, secret_header};
 
 mod request;
 mod response;
@@ -64,6 +64,7 @@ pub(crate) const ERRORS: ErrorWords = ErrorWords {
     ],
     overflow_codes: &["context_length_exceeded"],
     quota: Quota::Codes(&["insufficient_quota"]),
+    resets: Resets::Durations(&["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]),
 };
 
 /// A model service over OpenAI Chat Completions; see the [module docs](self) and
@@ -167,7 +168,7 @@ impl Format for OpenAiWire {
         )
     }
 
-    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Option<&'static str>, Error> {
+    fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Items, Error> {
         encode_message(message, out)
     }
 

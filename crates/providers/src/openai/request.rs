@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tower_agent_core::{Error, Message, ModelRequest, ResponseFormat, Role, ToolChoice};
 
-use crate::wire::{self, Frame, arguments_text, text_of};
+use crate::wire::{self, Frame, Items, arguments_text, text_of};
 
 use super::PROVIDER;
 
@@ -172,17 +172,14 @@ fn rest(req: &ModelRequest, stream: bool, completion_tokens: bool) -> Rest<'_> {
 }
 
 /// The wire messages of one message, written to `out` (a message's bytes are cached per run).
-pub(super) fn encode_message(
-    message: &Message,
-    out: &mut Vec<u8>,
-) -> Result<Option<&'static str>, Error> {
+pub(super) fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Items, Error> {
     let mut items = Vec::with_capacity(2);
     wire_messages(message, &mut items);
     let mut first = true;
     for item in &items {
         wire::item(out, &mut first, item, PROVIDER)?;
     }
-    Ok(None)
+    Ok(Items::ALONE)
 }
 
 fn wire_messages<'a>(message: &'a Message, out: &mut Vec<WireMessage<'a>>) {
