@@ -171,12 +171,12 @@ fn agent_loop(c: &mut Criterion) {
             .expect("valid");
         let checkpoint = CheckpointLayer::inline(human_fn(|_, _| async { Ok(true) })).every(1_000);
         let model = ServiceBuilder::new()
-            .call_limits(limits.clone())
+            .layer(limits.clone())
             .service(stub_model());
         let tools = ServiceBuilder::new()
-            .call_limits(limits)
-            .checkpoint(checkpoint)
-            .approval(approval)
+            .layer(limits)
+            .layer(checkpoint)
+            .layer(approval)
             .service(stub_tools());
         Agent::builder().max_rounds(ROUNDS).build(model, tools)
     };

@@ -92,7 +92,7 @@ fn agent(slow: bool) -> Agent<ScriptedModel, Approval<ToolSet>> {
         .build()
         .expect("a valid gate");
     let tools = ToolSet::new().tool(list).tool(shell);
-    let tools = ServiceBuilder::new().approval(approval).service(tools);
+    let tools = ServiceBuilder::new().layer(approval).service(tools);
     Agent::builder().build(model(), tools)
 }
 

@@ -33,8 +33,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, mpsc};
 use tower::util::BoxCloneService;
 use tower_agent::layers::approval::{ApprovalLayer, Gate, ReviewRequest, human_fn};
-use tower_agent::layers::retry::RetryPolicy;
+use tower_agent::layers::retry::{RetryLayer, RetryPolicy};
 use tower_agent::layers::summarize::{SummarizeLayer, Trigger};
+use tower_agent::layers::{InstructionsLayer, PatchDanglingLayer};
 use tower_agent::prelude::*;
 use tower_agent::providers::{Anthropic, Gemini, OpenAi};
 use tower_agent_test::ScriptedModel;
@@ -245,23 +246,25 @@ async fn main() -> Result<(), Error> {
         approval = approval.gate(*tool, Gate::new().allow(["approve", "reject"]));
     }
     let tools = ServiceBuilder::new()
-        .approval(approval.build().expect("a valid gate"))
+        .layer(approval.build().expect("a valid gate"))
         .service(tools);
 
     // Long chats are summarized by the same model, with the same retry, past three quarters
     // of a 32k window (the boxed model need not be `Sync`).
     let retry = RetryPolicy::new().max_delay(Duration::from_secs(20));
     let summarizer = ServiceBuilder::new()
-        .retry_calls(retry.clone())
+        .layer(RetryLayer::new(retry.clone()))
         .service(model.clone());
     let model = ServiceBuilder::new()
-        .instructions("You are a helpful assistant in a terminal. Use the tools for files.")
-        .summarize(SummarizeLayer::new(summarizer).trigger(Trigger::fraction(0.75, 32_000)))
-        .patch_dangling()
-        .retry_calls(retry)
+        .layer(InstructionsLayer::from(
+            "You are a helpful assistant in a terminal. Use the tools for files.",
+        ))
+        .layer(SummarizeLayer::new(summarizer).trigger(Trigger::fraction(0.75, 32_000)))
+        .layer(PatchDanglingLayer::new())
+        .layer(RetryLayer::new(retry))
         .service(model);
     let agent = ServiceBuilder::new()
-        .patch_dangling()
+        .layer(PatchDanglingLayer::new())
         .service(Agent::builder().build(model, tools));
 
     say(&format!(

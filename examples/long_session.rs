@@ -103,13 +103,13 @@ async fn main() -> Result<(), Error> {
         .tool(StubTool::returning("fetch_log", log()))
         .tool(StubTool::returning("inspect", inspect_report));
     // The eviction layer serves its read tool itself, and the agent offers it.
-    let tools = ServiceBuilder::new().evict(evict).service(tools);
+    let tools = ServiceBuilder::new().layer(evict).service(tools);
 
     // What each model request weighs, measured where the provider would get it.
     let sizes = Arc::new(Mutex::new(Vec::new()));
     let scripted = model();
     let model = ServiceBuilder::new()
-        .summarize(
+        .layer(
             SummarizeLayer::new(summarizer())
                 .trigger(Trigger::tokens(BUDGET))
                 .keep(Keep::tokens(BUDGET / 3))

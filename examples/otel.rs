@@ -18,7 +18,7 @@
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tower_agent::layers::retry::RetryPolicy;
+use tower_agent::layers::retry::{RetryLayer, RetryPolicy};
 use tower_agent::otel::Otlp;
 use tower_agent::prelude::*;
 use tower_agent::providers::OpenAi;
@@ -70,7 +70,7 @@ async fn main() -> Result<(), Error> {
     let model =
         OpenAi::new(env("OPENAI_MODEL").unwrap_or("gpt-4o-mini".into())).capture_content(capture);
     let model = ServiceBuilder::new()
-        .retry_calls(RetryPolicy::new())
+        .layer(RetryLayer::new(RetryPolicy::new()))
         .service(model);
     let tools = ToolSet::new().tool(tool_fn("weather", "The forecast for a city.", weather));
     let agent = Agent::builder().build(model, tools);

@@ -9,6 +9,7 @@
 //! ```
 
 use serde_json::json;
+use tower_agent::layers::PatchDanglingLayer;
 use tower_agent::prelude::*;
 use tower_agent_test::{ScriptedModel, StubTool, dump};
 
@@ -55,9 +56,11 @@ async fn main() -> Result<(), Error> {
         .tool(StubTool::returning("wc", "1200"));
 
     // The same layer at both places of the canonical stack (docs/ordering.md).
-    let model = ServiceBuilder::new().patch_dangling().service(model);
+    let model = ServiceBuilder::new()
+        .layer(PatchDanglingLayer::new())
+        .service(model);
     let agent = ServiceBuilder::new()
-        .patch_dangling()
+        .layer(PatchDanglingLayer::new())
         .service(Agent::new(model, tools));
 
     let res = agent

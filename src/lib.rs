@@ -114,10 +114,8 @@ pub mod providers {
 /// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
 /// `ClearToolResultsLayer`, `BudgetLayer`, `ToolSelectLayer`, `ToolCacheLayer`,
 /// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `guardrail`, `approval`, `limits`,
-/// `checkpoint`, `evict`, `summarize`, `clear`, `budget`, `select`, `cache`; `layers` for all but `structured` and `cache`, on by default). In the prelude, their
-/// `ServiceBuilder` methods (`.patch_dangling()`, `.instructions(..)`, `.memory(..)`,
-/// `.approval(..)`, `.call_limits(..)`, `.checkpoint(..)`, `.evict(..)`, `.summarize(..)`,
-/// `.clear_tool_results(..)`, `.tool_select(..)`, `.tool_cache(..)`).
+/// `checkpoint`, `evict`, `summarize`, `clear`, `budget`, `select`, `cache`; `layers` for all but `structured` and `cache`, on by default). Each is a `tower::Layer`:
+/// `.layer(..)` on a `ServiceBuilder`, or `.with(..)` on the agent builder.
 #[cfg(any(
     feature = "patch",
     feature = "instructions",
@@ -193,29 +191,6 @@ pub mod prelude {
 
     #[cfg(feature = "tools")]
     pub use tower_agent_tools::{Tool, ToolSet, tool_fn};
-
-    #[cfg(any(
-        feature = "patch",
-        feature = "instructions",
-        feature = "memory",
-        feature = "retry",
-        feature = "fallback",
-        feature = "redact",
-        feature = "guardrail",
-        feature = "approval",
-        feature = "limits",
-        feature = "checkpoint",
-        feature = "evict",
-        feature = "summarize",
-        feature = "clear",
-        feature = "budget",
-        feature = "select",
-        feature = "cache"
-    ))]
-    pub use tower_agent_layers::ServiceBuilderExt as _;
-
-    #[cfg(feature = "workflow")]
-    pub use tower_agent_workflow::WorkflowBuilderExt as _;
 }
 
 /// Long-form guides. Their code examples are compiled and run as doctests.

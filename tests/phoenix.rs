@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tower_agent::layers::retry::RetryPolicy;
+use tower_agent::layers::retry::{RetryLayer, RetryPolicy};
 use tower_agent::new_id;
 use tower_agent::otel::Otlp;
 use tower_agent::prelude::*;
@@ -101,12 +101,12 @@ async fn an_agent_run_is_one_trace_in_phoenix() {
         .header("x-test-id", &new_id())
         .expect("a valid header");
     let model = ServiceBuilder::new()
-        .retry_calls(
+        .layer(RetryLayer::new(
             RetryPolicy::new()
                 .throttle(None)
                 .jitter(Duration::ZERO)
                 .max_delay(Duration::from_secs(2)),
-        )
+        ))
         .service(model);
     let tools = ToolSet::new().tool(StubTool::returning("weather", "18°C, sunny"));
     let agent = Agent::builder().name("weather_agent").build(model, tools);

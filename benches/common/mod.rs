@@ -9,6 +9,7 @@ use tower_agent::DescribeTools;
 use tower_agent::DescribedTools;
 
 use tower::{Service, service_fn};
+use tower_agent::layers::{InstructionsLayer, PatchDanglingLayer};
 use tower_agent::prelude::*;
 use tower_agent::{Deltas, GenerationOptions, History, ModelRequest, PromptCache};
 
@@ -124,11 +125,11 @@ where
     T::Future: Send,
 {
     let model = ServiceBuilder::new()
-        .instructions("Be brief.")
-        .patch_dangling()
+        .layer(InstructionsLayer::from("Be brief."))
+        .layer(PatchDanglingLayer::new())
         .service(model);
     ServiceBuilder::new()
-        .patch_dangling()
+        .layer(PatchDanglingLayer::new())
         .service(Agent::builder().max_rounds(ROUNDS).build(model, tools))
 }
 
@@ -157,14 +158,14 @@ where
         std::future::ready(Ok::<_, Error>(ModelResponse::text("a summary")))
     });
     let model = ServiceBuilder::new()
-        .instructions("Be brief.")
-        .summarize(SummarizeLayer::new(summarizer).trigger(Trigger::tokens(10_000_000)))
-        .patch_dangling()
+        .layer(InstructionsLayer::from("Be brief."))
+        .layer(SummarizeLayer::new(summarizer).trigger(Trigger::tokens(10_000_000)))
+        .layer(PatchDanglingLayer::new())
         .service(model);
     let tools = ServiceBuilder::new()
-        .evict(EvictLayer::new(InMemory::new()))
+        .layer(EvictLayer::new(InMemory::new()))
         .service(tools);
     ServiceBuilder::new()
-        .patch_dangling()
+        .layer(PatchDanglingLayer::new())
         .service(Agent::builder().max_rounds(ROUNDS).build(model, tools))
 }

@@ -15,7 +15,7 @@ type Boxed = crate::BoxModel;
 /// lines): any model service, boxed once, shared by the layer's clones.
 ///
 /// Its calls go through whatever stack the host built around it: give it a provider with
-/// `.retry_calls(..)` (or a fallback) and the side calls are retried too, so a summarizer does
+/// `RetryLayer` (or a fallback) and the side calls are retried too, so a summarizer does
 /// not kill a run the main model would have survived.
 ///
 /// ```

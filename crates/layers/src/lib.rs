@@ -25,18 +25,19 @@
 //! is one value added to both stacks (`.layer(memory.clone())` on the agent and on the model);
 //! where each goes, outside in, is the canonical stack of `docs/ordering.md`.
 //!
-//! With [`ServiceBuilderExt`], each enabled layer is a `ServiceBuilder` method:
+//! Each is a `tower::Layer`: add it with tower's `ServiceBuilder::layer`, or to an agent with
+//! its builder's `with`, which puts it where the canonical stack has it.
 //!
 //! ```
 //! # #[cfg(all(feature = "patch", feature = "instructions"))]
 //! # {
 //! use tower::ServiceBuilder;
-//! use tower_agent_layers::ServiceBuilderExt;
+//! use tower_agent_layers::{InstructionsLayer, PatchDanglingLayer};
 //! use tower_agent_test::ScriptedModel;
 //!
 //! let model = ServiceBuilder::new()
-//!     .instructions("Answer in French.")
-//!     .patch_dangling()
+//!     .layer(InstructionsLayer::from("Answer in French."))
+//!     .layer(PatchDanglingLayer::new())
 //!     .service(ScriptedModel::new([]));
 //! # let _ = model;
 //! # }
@@ -131,166 +132,3 @@ pub use select::{ToolSelect, ToolSelectLayer};
 pub use structured::{Structured, StructuredLayer};
 #[cfg(feature = "summarize")]
 pub use summarize::{Summarize, SummarizeLayer};
-
-use tower::ServiceBuilder;
-#[cfg(any(
-    feature = "patch",
-    feature = "instructions",
-    feature = "memory",
-    feature = "retry",
-    feature = "fallback",
-    feature = "approval",
-    feature = "limits",
-    feature = "checkpoint",
-    feature = "evict",
-    feature = "summarize",
-    feature = "clear",
-    feature = "cache",
-    feature = "select"
-))]
-use tower::layer::util::Stack;
-
-/// The built-in layers as [`ServiceBuilder`] methods, one per enabled feature.
-///
-/// Sealed: implemented for `ServiceBuilder` only, so methods can be added without breaking
-/// anyone.
-pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
-    /// Add [`PatchDanglingLayer`] (answer unanswered calls).
-    #[cfg(feature = "patch")]
-    fn patch_dangling(self) -> ServiceBuilder<Stack<PatchDanglingLayer, L>>;
-
-    /// Add an [`InstructionsLayer`]: a string for one static block, or a configured layer.
-    #[cfg(feature = "instructions")]
-    fn instructions(
-        self,
-        instructions: impl Into<InstructionsLayer>,
-    ) -> ServiceBuilder<Stack<InstructionsLayer, L>>;
-
-    /// Add a [`MemoryLayer`].
-    #[cfg(feature = "memory")]
-    fn memory(self, memory: MemoryLayer) -> ServiceBuilder<Stack<MemoryLayer, L>>;
-
-    /// Add a [`RetryLayer`]: tower's `Retry` with `policy`, calling nothing once the run is
-    /// cancelled (named apart from tower's own `retry`, which takes any policy).
-    #[cfg(feature = "retry")]
-    fn retry_calls(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>>;
-
-    /// Add a [`FallbackLayer`] (outside the retry layer).
-    #[cfg(feature = "fallback")]
-    fn fallback(self, fallback: FallbackLayer) -> ServiceBuilder<Stack<FallbackLayer, L>>;
-
-    /// Add an [`ApprovalLayer`] (build it with [`ApprovalLayer::builder`]).
-    #[cfg(feature = "approval")]
-    fn approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>>;
-
-    /// Add a [`CallLimitsLayer`] (the same value on the model and the tool stack).
-    #[cfg(feature = "limits")]
-    fn call_limits(self, limits: CallLimitsLayer) -> ServiceBuilder<Stack<CallLimitsLayer, L>>;
-
-    /// Add a [`CheckpointLayer`].
-    #[cfg(feature = "checkpoint")]
-    fn checkpoint(self, checkpoint: CheckpointLayer) -> ServiceBuilder<Stack<CheckpointLayer, L>>;
-
-    /// Add an [`EvictLayer`] (on the tool stack).
-    #[cfg(feature = "evict")]
-    fn evict(self, evict: EvictLayer) -> ServiceBuilder<Stack<EvictLayer, L>>;
-
-    /// Add a [`SummarizeLayer`] (on the model stack).
-    #[cfg(feature = "summarize")]
-    fn summarize(self, summarize: SummarizeLayer) -> ServiceBuilder<Stack<SummarizeLayer, L>>;
-
-    /// Add a [`ClearToolResultsLayer`] (on the model stack, inside summarization).
-    #[cfg(feature = "clear")]
-    fn clear_tool_results(
-        self,
-        clear: ClearToolResultsLayer,
-    ) -> ServiceBuilder<Stack<ClearToolResultsLayer, L>>;
-
-    /// Add a [`ToolCacheLayer`] (on the tool stack, inside approval).
-    #[cfg(feature = "cache")]
-    fn tool_cache(self, cache: ToolCacheLayer) -> ServiceBuilder<Stack<ToolCacheLayer, L>>;
-
-    /// Add a [`ToolSelectLayer`] (on the model stack, inside the instructions).
-    #[cfg(feature = "select")]
-    fn tool_select(self, select: ToolSelectLayer) -> ServiceBuilder<Stack<ToolSelectLayer, L>>;
-}
-
-impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
-
-impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
-    #[cfg(feature = "patch")]
-    fn patch_dangling(self) -> ServiceBuilder<Stack<PatchDanglingLayer, L>> {
-        self.layer(PatchDanglingLayer::new())
-    }
-
-    #[cfg(feature = "instructions")]
-    fn instructions(
-        self,
-        instructions: impl Into<InstructionsLayer>,
-    ) -> ServiceBuilder<Stack<InstructionsLayer, L>> {
-        self.layer(instructions.into())
-    }
-
-    #[cfg(feature = "memory")]
-    fn memory(self, memory: MemoryLayer) -> ServiceBuilder<Stack<MemoryLayer, L>> {
-        self.layer(memory)
-    }
-
-    #[cfg(feature = "retry")]
-    fn retry_calls(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>> {
-        self.layer(RetryLayer::new(policy))
-    }
-
-    #[cfg(feature = "fallback")]
-    fn fallback(self, fallback: FallbackLayer) -> ServiceBuilder<Stack<FallbackLayer, L>> {
-        self.layer(fallback)
-    }
-
-    #[cfg(feature = "approval")]
-    fn approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>> {
-        self.layer(approval)
-    }
-
-    #[cfg(feature = "limits")]
-    fn call_limits(self, limits: CallLimitsLayer) -> ServiceBuilder<Stack<CallLimitsLayer, L>> {
-        self.layer(limits)
-    }
-
-    #[cfg(feature = "checkpoint")]
-    fn checkpoint(self, checkpoint: CheckpointLayer) -> ServiceBuilder<Stack<CheckpointLayer, L>> {
-        self.layer(checkpoint)
-    }
-
-    #[cfg(feature = "evict")]
-    fn evict(self, evict: EvictLayer) -> ServiceBuilder<Stack<EvictLayer, L>> {
-        self.layer(evict)
-    }
-
-    #[cfg(feature = "summarize")]
-    fn summarize(self, summarize: SummarizeLayer) -> ServiceBuilder<Stack<SummarizeLayer, L>> {
-        self.layer(summarize)
-    }
-
-    #[cfg(feature = "clear")]
-    fn clear_tool_results(
-        self,
-        clear: ClearToolResultsLayer,
-    ) -> ServiceBuilder<Stack<ClearToolResultsLayer, L>> {
-        self.layer(clear)
-    }
-
-    #[cfg(feature = "cache")]
-    fn tool_cache(self, cache: ToolCacheLayer) -> ServiceBuilder<Stack<ToolCacheLayer, L>> {
-        self.layer(cache)
-    }
-
-    #[cfg(feature = "select")]
-    fn tool_select(self, select: ToolSelectLayer) -> ServiceBuilder<Stack<ToolSelectLayer, L>> {
-        self.layer(select)
-    }
-}
-
-mod sealed {
-    #[allow(unreachable_pub)]
-    pub trait Sealed<T> {}
-}

@@ -12,7 +12,7 @@ use tower_agent_core::{
     AgentRequest, BoxError, Decision, DecisionKind, Decisions, Event, ModelResponse, Outcome,
     RunContext, Session, ToolCall, ToolRequest,
 };
-use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::RetryLayer;
 use tower_agent_layers::approval::{ApprovalLayer, Gate, GateProblem, ReviewRequest, human_fn};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
@@ -58,7 +58,7 @@ fn agent(
     kit: &Kit,
     approval: ApprovalLayer,
 ) -> Agent<ScriptedModel, tower_agent_layers::Approval<ToolSet>> {
-    let tools = ServiceBuilder::new().approval(approval).service(
+    let tools = ServiceBuilder::new().layer(approval).service(
         ToolSet::new()
             .tool(kit.shell.clone())
             .tool(kit.list.clone()),
@@ -433,11 +433,11 @@ async fn retries_never_see_an_interrupt() {
         json!({"cmd": "x"}),
     )])]);
     let model = ServiceBuilder::new()
-        .retry_calls(RetryPolicy::new())
+        .layer(RetryLayer::new(RetryPolicy::new()))
         .service(kit.model.clone());
     let tools = ServiceBuilder::new()
-        .retry_calls(RetryPolicy::new())
-        .approval(gated())
+        .layer(RetryLayer::new(RetryPolicy::new()))
+        .layer(gated())
         .service(ToolSet::new().tool(kit.shell.clone()));
     let res = Agent::new(model, tools)
         .oneshot(AgentRequest::new(Session::new(), "go"))
@@ -464,7 +464,7 @@ async fn an_approved_tool_can_ask_its_own_question() {
         .build()
         .expect("valid");
     let tools = ServiceBuilder::new()
-        .approval(approval)
+        .layer(approval)
         .service(ToolSet::new().tool(pick.clone()));
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([call("c1", "pick", json!({"dir": "/"}))]),

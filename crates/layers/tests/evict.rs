@@ -15,7 +15,6 @@ use tower_agent_core::{
     AgentRequest, Event, Message, ModelResponse, RunContext, Session, ToolCall, ToolRequest,
     ToolResponse,
 };
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::evict::ResultEvicted;
 use tower_agent_layers::evict::{Evict, EvictLayer, READ_TOOL, RESULTS_DIR};
 use tower_agent_loop::Agent;
@@ -113,7 +112,7 @@ async fn the_layer_builds_an_evict_service() {
 
     // And through the `ServiceBuilder` extension.
     let mut tools = ServiceBuilder::new()
-        .evict(layer)
+        .layer(layer)
         .service(StubTool::returning("t", lines(100)));
     let call = ToolCall::new("c1", "t", json!({}));
     let res = tools
@@ -915,7 +914,7 @@ async fn a_whole_run_pages_through_an_evicted_result() {
     ]);
     let agent = Agent::new(
         model.clone(),
-        ServiceBuilder::new().evict(evict).service(tools),
+        ServiceBuilder::new().layer(evict).service(tools),
     );
     let recorder = EventRecorder::new();
     let res = agent
@@ -996,7 +995,7 @@ async fn a_user_after_tool_outside_sees_the_preview() {
     });
     let mut tools = ServiceBuilder::new()
         .layer(user_after)
-        .evict(EvictLayer::new(InMemory::new()).limit(100))
+        .layer(EvictLayer::new(InMemory::new()).limit(100))
         .service(
             ToolSet::new()
                 .tool(StubTool::returning("big", lines(1000)))
@@ -1114,7 +1113,7 @@ fn the_read_tool_is_reported_once() {
     use tower_agent_core::DescribeTools;
     let evict = EvictLayer::new(InMemory::new());
     let alone = ServiceBuilder::new()
-        .evict(evict.clone())
+        .layer(evict.clone())
         .service(ToolSet::new().tool(StubTool::returning("fetch", "x")));
     let names: Vec<String> = alone.tool_specs().iter().map(|s| s.name.clone()).collect();
     assert_eq!(names, ["fetch", READ_TOOL]);
@@ -1124,7 +1123,7 @@ fn the_read_tool_is_reported_once() {
         &alone.clone().tool_specs()
     ));
     // A host that also put it in its set (as before) gets it once.
-    let both = ServiceBuilder::new().evict(evict.clone()).service(
+    let both = ServiceBuilder::new().layer(evict.clone()).service(
         ToolSet::new()
             .tool(StubTool::returning("fetch", "x"))
             .tool(evict.read_tool()),

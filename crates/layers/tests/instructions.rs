@@ -5,7 +5,6 @@
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{AgentRequest, ModelRequest, ModelResponse, Session, ToolCall};
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::instructions::InstructionsLayer;
 use tower_agent_loop::Agent;
 use tower_agent_test::{ScriptedModel, StubTool};
@@ -26,7 +25,7 @@ async fn instructions_see_the_request_and_the_run_state() {
         })
         .with(|req: &ModelRequest| Some(format!("Round {}.", req.ctx.round())));
     let inner = ServiceBuilder::new()
-        .instructions(layer)
+        .layer(layer)
         .service(model.clone());
     let mut session = Session::new();
     session

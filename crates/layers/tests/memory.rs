@@ -12,7 +12,6 @@ use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
     AgentRequest, Error, ErrorKind, Event, Message, ModelResponse, Session, ToolCall,
 };
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::memory::{Directory, MemoryLayer, MemorySource};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool};
@@ -47,14 +46,14 @@ async fn run(memory: MemoryLayer, recorder: &EventRecorder) -> Result<ScriptedMo
         ModelResponse::text("done"),
     ]);
     let stub = model.clone();
-    let model = ServiceBuilder::new().memory(memory.clone()).service(model);
+    let model = ServiceBuilder::new().layer(memory.clone()).service(model);
     let agent = Agent::builder().system("Base.").build(
         model,
         ToolSet::new().tool(StubTool::returning("ls", "a.txt")),
     );
     let req = AgentRequest::new(Session::with_id("s"), "go").with_observer(recorder.clone());
     ServiceBuilder::new()
-        .memory(memory)
+        .layer(memory)
         .service(agent)
         .oneshot(req)
         .await?;
@@ -106,9 +105,9 @@ async fn an_unreadable_file_fails_the_run_naming_it_and_keeps_the_session() {
     let mut session = Session::with_id("kept");
     session.history.push(Message::user("earlier"));
     let agent = ServiceBuilder::new()
-        .memory(memory.clone())
+        .layer(memory.clone())
         .service(Agent::new(
-            ServiceBuilder::new().memory(memory).service(model.clone()),
+            ServiceBuilder::new().layer(memory).service(model.clone()),
             ToolSet::new(),
         ));
     let err = agent

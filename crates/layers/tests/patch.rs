@@ -11,7 +11,6 @@ use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, BoxError, Error, Event, Flow, History, Message,
     ModelRequest, ModelResponse, Session, ToolCall, ToolResult, before_model,
 };
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::patch::{PatchDanglingLayer, UNANSWERED, Unanswered};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
@@ -224,7 +223,7 @@ async fn run_with_outer(
     ]);
     let inner = ServiceBuilder::new()
         .layer(before_model(breaking(2, edit)))
-        .patch_dangling()
+        .layer(PatchDanglingLayer::new())
         .service(model.clone());
     let tools = ToolSet::new().tool(StubTool::returning("ls", "a.txt"));
     let mut session = Session::new();

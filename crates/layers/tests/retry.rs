@@ -15,7 +15,6 @@ use tower_agent_core::{
     AgentRequest, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse, Outcome,
     RunContext, Session, ToolCall,
 };
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::retry::{Retry, RetryLayer, RetryPolicy};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool};
@@ -64,7 +63,9 @@ async fn call(
     req: ModelRequest,
 ) -> (Result<ModelResponse, Error>, Vec<(Instant, ModelRequest)>) {
     let (model, calls) = flaky(errors);
-    let mut service = ServiceBuilder::new().retry_calls(policy).service(model);
+    let mut service = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .service(model);
     let result = match service.ready().await {
         Ok(ready) => ready.call(req).await,
         Err(e) => Err(e),
@@ -109,7 +110,7 @@ async fn concurrent_requests_do_not_retry_in_lockstep() {
     // Ten requests through one stack (clones of one service), each failing once.
     let (model, calls) = flaky(vec![server(); 10]);
     let service = ServiceBuilder::new()
-        .retry_calls(RetryPolicy::new().throttle(None))
+        .layer(RetryLayer::new(RetryPolicy::new().throttle(None)))
         .service(model);
     let start = Instant::now();
     let runs = (0..10).map(|_| {
@@ -173,7 +174,7 @@ async fn nothing_is_called_after_a_cancellation_outside_an_agent() {
     req.ctx = RunContext::new();
     let ctx = req.ctx.clone();
     let service = ServiceBuilder::new()
-        .retry_calls(exact().base(Duration::from_secs(600)))
+        .layer(RetryLayer::new(exact().base(Duration::from_secs(600))))
         .service(model);
     let start = Instant::now();
     let call = tokio::spawn(service.oneshot(req));
@@ -203,7 +204,7 @@ async fn a_timeout_inside_the_retry_is_retried() {
         }
     });
     let service = ServiceBuilder::new()
-        .retry_calls(exact())
+        .layer(RetryLayer::new(exact()))
         .timeout(Duration::from_secs(30))
         .service(model);
     let res = service
@@ -219,7 +220,7 @@ async fn an_agent_spawns_on_a_model_with_a_timeout_inside_the_retry() {
     // The form that did not compile with tower's own `.retry(..)`: an agent over it, spawned.
     let (model, calls) = flaky(vec![Error::new(ErrorKind::Timeout, "slow")]);
     let model = ServiceBuilder::new()
-        .retry_calls(exact())
+        .layer(RetryLayer::new(exact()))
         .timeout(Duration::from_secs(30))
         .service(model);
     let run = tower_agent_loop::AgentServiceExt::spawn(
@@ -386,7 +387,7 @@ async fn each_retry_is_announced_to_stream_readers() {
 async fn cancelling_the_run_ends_the_wait() {
     let (model, calls) = flaky(vec![server(); 5]);
     let model = ServiceBuilder::new()
-        .retry_calls(exact().base(Duration::from_secs(600)))
+        .layer(RetryLayer::new(exact().base(Duration::from_secs(600))))
         .service(model);
     let agent = Agent::new(model, ToolSet::new());
     let start = Instant::now();
@@ -412,7 +413,7 @@ async fn cancelling_the_run_ends_the_wait() {
 async fn a_tool_interrupt_is_an_outcome_the_policy_never_sees() {
     let ask = StubTool::interrupting("deploy", json!({"question": "prod?"}));
     let tools = ServiceBuilder::new()
-        .retry_calls(exact())
+        .layer(RetryLayer::new(exact()))
         .service(ToolSet::new().tool(ask.clone()));
     let model = ScriptedModel::new([ModelResponse::tool_calls([ToolCall::new(
         "c1",
@@ -489,7 +490,7 @@ async fn a_stream_broken_after_50_deltas_is_retracted_and_the_retry_streams_the_
     model.push(Ok(ModelResponse::text(answer)));
     let agent = Agent::new(
         ServiceBuilder::new()
-            .retry_calls(exact())
+            .layer(RetryLayer::new(exact()))
             .service(model.clone()),
         ToolSet::new(),
     );
@@ -534,7 +535,7 @@ async fn a_stream_not_replayed_is_retracted_when_the_run_fails() {
     model.push_broken("half an answ", server());
     let agent = Agent::new(
         ServiceBuilder::new()
-            .retry_calls(exact().replay_streamed(false))
+            .layer(RetryLayer::new(exact().replay_streamed(false)))
             .service(model.clone()),
         ToolSet::new(),
     );

@@ -16,7 +16,7 @@ use tower_agent_core::{
     AgentRequest, ContentPart, Error, ErrorKind, Event, Message, ModelResponse, Role, Session,
     ToolCall, ToolResult,
 };
-use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::RetryLayer;
 use tower_agent_layers::summarize::Summarized;
 use tower_agent_layers::summarize::{
     Keep, Summarize, SummarizeLayer, Trigger, is_summary, summary_message, summary_text,
@@ -34,7 +34,7 @@ async fn the_layer_makes_a_summarize_service() {
     let service: Summarize<ScriptedModel> = tower::Layer::layer(&layer, ScriptedModel::new([]));
     let _ = service.get_ref();
     let _ = ServiceBuilder::new()
-        .summarize(layer)
+        .layer(layer)
         .service(ScriptedModel::new([]));
 }
 
@@ -212,7 +212,7 @@ async fn agent_run(
     script.push(ModelResponse::text("done"));
     let model = ScriptedModel::new(script);
     let stub = model.clone();
-    let model = ServiceBuilder::new().summarize(layer).service(model);
+    let model = ServiceBuilder::new().layer(layer).service(model);
     let agent = Agent::new(
         model,
         ToolSet::new().tool(StubTool::returning("ls", "a.txt b.txt")),
@@ -541,7 +541,7 @@ async fn a_summarizer_with_the_retry_layer_survives_a_refused_connection() {
     ]);
     let layer = SummarizeLayer::new(
         ServiceBuilder::new()
-            .retry_calls(RetryPolicy::new())
+            .layer(RetryLayer::new(RetryPolicy::new()))
             .service(cheap_model.clone()),
     )
     .trigger(Trigger::messages(6))

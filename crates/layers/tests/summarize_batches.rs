@@ -12,7 +12,7 @@ use serde_json::json;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_agent_core::history::validate;
 use tower_agent_core::{Event, Message, ModelResponse, Role, ToolCall, ToolResult};
-use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::PatchDanglingLayer;
 use tower_agent_layers::summarize::{Keep, SummarizeLayer, Trigger, is_summary};
 use tower_agent_test::{EventRecorder, ScriptedModel, dump};
 
@@ -147,7 +147,7 @@ async fn a_cut_inside_a_partly_answered_batch_moves_with_the_patch_inside() {
         let (req, _, recorder) = request(case.messages.clone());
         let mut stack = ServiceBuilder::new()
             .layer(layer(case.keep))
-            .patch_dangling()
+            .layer(PatchDanglingLayer::new())
             .service(model.clone());
         let res = stack
             .ready()

@@ -402,7 +402,7 @@ fn check_broken(
     keep: Keep,
     patch: bool,
 ) -> Result<(), TestCaseError> {
-    use tower_agent_layers::ServiceBuilderExt;
+    use tower_agent_layers::PatchDanglingLayer;
     use tower_agent_test::EventRecorder;
 
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -418,7 +418,7 @@ fn check_broken(
         let result = if patch {
             ServiceBuilder::new()
                 .layer(layer)
-                .patch_dangling()
+                .layer(PatchDanglingLayer::new())
                 .service(model.clone())
                 .oneshot(req)
                 .await

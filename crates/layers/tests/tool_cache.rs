@@ -6,7 +6,6 @@
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{AgentRequest, Message, ModelResponse, Outcome, Session, ToolCall};
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::cache::ToolCacheLayer;
 use tower_agent_loop::Agent;
 use tower_agent_test::{ScriptedModel, StubTool};
@@ -38,7 +37,7 @@ async fn an_agent_reads_once_until_it_writes() {
         ModelResponse::text("Done."),
     ]);
     let tools = ServiceBuilder::new()
-        .tool_cache(ToolCacheLayer::new())
+        .layer(ToolCacheLayer::new())
         .service(ToolSet::new().tool(read.clone()).tool(write.clone()));
     let agent = Agent::builder().concurrent_tools(4).build(model, tools);
 
@@ -87,7 +86,7 @@ async fn sessions_do_not_share_entries_by_default() {
         let before = read.calls().len();
         for _ in 0..2 {
             let tools = ServiceBuilder::new()
-                .tool_cache(cache.clone())
+                .layer(cache.clone())
                 .service(ToolSet::new().tool(read.clone()));
             let res = Agent::new(script(), tools)
                 .oneshot(AgentRequest::new(Session::new(), "Search."))

@@ -5,7 +5,6 @@
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{AgentRequest, ModelRequest, ModelResponse, Session, SideModel, ToolCall};
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::select::ToolSelectLayer;
 use tower_agent_loop::Agent;
 use tower_agent_test::{ScriptedModel, StubTool};
@@ -38,9 +37,7 @@ async fn the_model_sees_the_selection_and_any_call_still_runs() {
     let selector = ScriptedModel::new([ModelResponse::text(r#"{"tools": ["forecast"]}"#)]);
     let select = ToolSelectLayer::model(SideModel::new(selector.clone())).always("search");
     let agent = Agent::new(
-        ServiceBuilder::new()
-            .tool_select(select)
-            .service(model.clone()),
+        ServiceBuilder::new().layer(select).service(model.clone()),
         set,
     );
 

@@ -12,7 +12,6 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_agent_core::{
     AgentRequest, Decision, Message, ModelResponse, Outcome, Session, ToolCall, ToolResult,
 };
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::approval::{ApprovalLayer, Gate};
 use tower_agent_layers::clear::ClearToolResultsLayer;
 use tower_agent_layers::summarize::{Keep, SummarizeLayer, Trigger, is_summary};
@@ -92,9 +91,7 @@ async fn an_orphan_or_a_dangling_call_never_wedges_a_summary_or_an_edit() {
     let clear = ClearToolResultsLayer::new().trigger(0).keep(1).batch(1);
     let (req, _, _) = request(history.clone());
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let mut edited = ServiceBuilder::new()
-        .clear_tool_results(clear)
-        .service(model.clone());
+    let mut edited = ServiceBuilder::new().layer(clear).service(model.clone());
     edited
         .ready()
         .await
@@ -149,14 +146,14 @@ async fn an_interrupted_run_resumes_with_compaction_and_editing_on_every_round()
     let shell_tool = StubTool::returning("shell", "made");
     let agent = || {
         let model = ServiceBuilder::new()
-            .summarize(
+            .layer(
                 SummarizeLayer::new(summarizer("Earlier: reads."))
                     .trigger(Trigger::messages(6))
                     .keep(Keep::messages(3)),
             )
-            .clear_tool_results(ClearToolResultsLayer::new().trigger(0).keep(1).batch(1))
+            .layer(ClearToolResultsLayer::new().trigger(0).keep(1).batch(1))
             .service(model.clone());
-        let tools = ServiceBuilder::new().approval(gated()).service(
+        let tools = ServiceBuilder::new().layer(gated()).service(
             ToolSet::new()
                 .tool(read_tool.clone())
                 .tool(shell_tool.clone()),

@@ -16,8 +16,8 @@ use tower_agent_core::{
     AgentRequest, AgentResponse, Error, ErrorKind, Event, ModelRequest, ModelResponse, Session,
     new_id,
 };
-use tower_agent_layers::ServiceBuilderExt;
 use tower_agent_layers::retry::RetryPolicy;
+use tower_agent_layers::{InstructionsLayer, PatchDanglingLayer, RetryLayer};
 use tower_agent_loop::Agent;
 use tower_agent_providers::{Anthropic, OpenAi};
 use tower_agent_test::cassette::{Cassette, Mode};
@@ -59,20 +59,22 @@ where
 {
     let tools = ToolSet::new().tool(StubTool::returning("weather", "18°C, sunny"));
     let model = ServiceBuilder::new()
-        .instructions(instructions)
-        .patch_dangling()
-        .retry_calls(
+        .layer(InstructionsLayer::from(instructions))
+        .layer(PatchDanglingLayer::new())
+        .layer(RetryLayer::new(
             RetryPolicy::new()
                 .throttle(None)
                 .jitter(Duration::ZERO)
                 .max_delay(Duration::from_secs(2)),
-        )
+        ))
         .service(model);
-    ServiceBuilder::new().patch_dangling().service(
-        Agent::builder()
-            .tool_specs(tools.specs())
-            .build(model, tools),
-    )
+    ServiceBuilder::new()
+        .layer(PatchDanglingLayer::new())
+        .service(
+            Agent::builder()
+                .tool_specs(tools.specs())
+                .build(model, tools),
+        )
 }
 
 /// An OpenAI model on aimock, with a test id of its own: aimock counts fixture matches per
@@ -159,13 +161,13 @@ async fn a_server_error_is_retried_then_returned_typed() {
         .header("x-test-id", &new_id())
         .expect("a valid header");
     let mut model = ServiceBuilder::new()
-        .retry_calls(
+        .layer(RetryLayer::new(
             RetryPolicy::new()
                 .throttle(None)
                 .max_attempts(2)
                 .base(Duration::from_millis(10))
                 .jitter(Duration::ZERO),
-        )
+        ))
         .service(model);
     let req = ModelRequest::new(vec![tower_agent_core::Message::user("Server error please")]);
     let err = model

@@ -8,7 +8,7 @@ mod common;
 
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_agent_core::{Error, ErrorKind, Message, ModelRequest, ModelResponse, RunContext};
-use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::RetryLayer;
 use tower_agent_layers::retry::RetryPolicy;
 use tower_agent_layers::summarize::{Keep, SummarizeLayer, Trigger};
 use tower_agent_providers::OpenAi;
@@ -43,12 +43,12 @@ async fn stack(
     summarizer: &ScriptedModel,
 ) -> impl Service<ModelRequest, Response = ModelResponse, Error = Error> {
     ServiceBuilder::new()
-        .summarize(
+        .layer(
             SummarizeLayer::new(summarizer.clone())
                 .trigger(Trigger::messages(100))
                 .keep(Keep::messages(4)),
         )
-        .retry_calls(RetryPolicy::new())
+        .layer(RetryLayer::new(RetryPolicy::new()))
         .service(
             OpenAi::new("m")
                 .base_url(format!("{}/v1", server.url))

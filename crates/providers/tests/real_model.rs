@@ -28,7 +28,7 @@ use tower_agent_core::{
     AgentRequest, ErrorKind, Event, GenerationOptions, Message, ModelRequest, Outcome, RunContext,
     Session, Usage, around_model,
 };
-use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::RetryLayer;
 use tower_agent_layers::retry::RetryPolicy;
 use tower_agent_layers::structured::StructuredLayer;
 use tower_agent_layers::summarize::Summarized;
@@ -269,7 +269,7 @@ async fn a_summarization_against_the_real_model_shrinks_the_history() {
     let sent: Arc<Mutex<Vec<(usize, Usage)>>> = Arc::default();
     let record = Arc::clone(&sent);
     let model = ServiceBuilder::new()
-        .summarize(summarize)
+        .layer(summarize)
         .layer(around_model(move |req: ModelRequest, mut next| {
             let record = Arc::clone(&record);
             async move {
@@ -283,7 +283,7 @@ async fn a_summarization_against_the_real_model_shrinks_the_history() {
                 Ok(res)
             }
         }))
-        .retry_calls(RetryPolicy::new())
+        .layer(RetryLayer::new(RetryPolicy::new()))
         .service(llama.openai());
     let agent = Agent::builder()
         .options(brief())
@@ -374,8 +374,8 @@ async fn overflow_recovery_converges_on_a_512_token_server() {
     // The default trigger (100,000 tokens) never fires: only the server's refusal does.
     let summarize = SummarizeLayer::new(recorded_summarizer(&llama, &asked));
     let model = ServiceBuilder::new()
-        .summarize(summarize)
-        .retry_calls(RetryPolicy::new())
+        .layer(summarize)
+        .layer(RetryLayer::new(RetryPolicy::new()))
         .service(llama.openai());
     let agent = Agent::builder()
         .options(GenerationOptions::new().temperature(0.0).max_tokens(24))

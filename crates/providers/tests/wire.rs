@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tower::ServiceBuilder;
 use tower_agent_core::{ErrorKind, FinishReason, Message, ModelRequest, RunContext, Usage};
-use tower_agent_layers::ServiceBuilderExt;
+use tower_agent_layers::RetryLayer;
 use tower_agent_layers::retry::RetryPolicy;
 use tower_agent_providers::{Anthropic, Gemini, OpenAi};
 
@@ -137,7 +137,7 @@ async fn an_answer_that_cannot_be_read_is_not_paid_for_again() {
     ])
     .await;
     let model = ServiceBuilder::new()
-        .retry_calls(RetryPolicy::new())
+        .layer(RetryLayer::new(RetryPolicy::new()))
         .service(
             OpenAi::new("m")
                 .base_url(format!("{}/v1", server.url))
@@ -238,12 +238,12 @@ async fn a_stalled_server_times_out_and_the_policy_tries_again() {
 
     // Retried, as a transient failure.
     let retried = ServiceBuilder::new()
-        .retry_calls(
+        .layer(RetryLayer::new(
             RetryPolicy::new()
                 .max_attempts(2)
                 .base(Duration::from_millis(1))
                 .jitter(Duration::ZERO),
-        )
+        ))
         .service(model);
     let err = call(retried, request()).await.expect_err("stalled twice");
     assert_eq!(err.kind(), ErrorKind::Timeout);
@@ -428,7 +428,7 @@ async fn a_cut_call_in_the_session_goes_as_valid_json_and_a_refusal_costs_one_at
     ])
     .await;
     let model = ServiceBuilder::new()
-        .retry_calls(RetryPolicy::new())
+        .layer(RetryLayer::new(RetryPolicy::new()))
         .service(
             OpenAi::new("m")
                 .base_url(format!("{}/v1", server.url))
@@ -464,7 +464,7 @@ async fn a_refused_connection_fails_within_seconds_and_says_so() {
 
     // Nothing listens on port 9.
     let model = ServiceBuilder::new()
-        .retry_calls(RetryPolicy::new())
+        .layer(RetryLayer::new(RetryPolicy::new()))
         .service(OpenAi::new("m").base_url("http://127.0.0.1:9/v1"));
     let recorder = EventRecorder::new();
     let mut req = ModelRequest::new(vec![Message::user("hi")]);

@@ -21,7 +21,6 @@
 
 #![forbid(unsafe_code)]
 
-mod builder;
 mod common;
 pub mod events;
 mod judge;
@@ -32,7 +31,6 @@ pub mod rules;
 mod sequential;
 mod subagent;
 
-pub use builder::WorkflowBuilderExt;
 pub use common::STATE_KEY;
 pub use judge::{
     JUDGE_PROMPT, Judge, JudgeFn, JudgeRequest, Judged, ModelJudge, Verdict, judge_fn,

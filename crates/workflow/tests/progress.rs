@@ -480,9 +480,8 @@ async fn with_both_triggers_off_nothing_is_summarized() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_builder_method_adds_the_same_layer() {
+async fn the_layer_added_through_a_service_builder_acts_the_same() {
     use tower::ServiceBuilder;
-    use tower_agent_workflow::WorkflowBuilderExt;
 
     let lines = Lines::new();
     let layer = ProgressLayer::new(numbered())
@@ -490,7 +489,7 @@ async fn the_builder_method_adds_the_same_layer() {
         .every_events(0)
         .on_summary(lines.callback());
     let agent = ServiceBuilder::new()
-        .progress(layer)
+        .layer(layer)
         .service(agent(9, 4 * SECOND));
     run(agent, AgentRequest::new(Session::new(), "go")).await;
     assert_eq!(lines.times(), secs(&[10, 20, 30]));

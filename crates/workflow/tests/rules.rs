@@ -229,9 +229,7 @@ async fn a_heartbeat_overrides_a_tools_own_stop() {
 }
 
 #[tokio::test]
-async fn the_builder_method_adds_the_same_layer() {
-    use tower_agent_workflow::WorkflowBuilderExt;
-
+async fn the_layer_added_through_a_service_builder_acts_the_same() {
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([ToolCall::new("c1", "search", json!({}))]),
         ModelResponse::tool_calls([ToolCall::new("c2", "search", json!({}))]),
@@ -240,9 +238,9 @@ async fn the_builder_method_adds_the_same_layer() {
     let rules = ToolRulesLayer::new().start_with("load_context", json!({}));
     let agent = Agent::new(
         ServiceBuilder::new()
-            .tool_rules(rules.clone())
+            .layer(rules.clone())
             .service(model.clone()),
-        ServiceBuilder::new().tool_rules(rules).service(tools()),
+        ServiceBuilder::new().layer(rules).service(tools()),
     );
     let res = agent
         .oneshot(AgentRequest::new(Session::new(), "go"))

@@ -64,10 +64,10 @@
 //! ```text
 //! tool service
 //!     .observe(..)                 1. sees every result: the preview of an evicted one
-//!     .evict(evict.clone())        2. this layer: what it returns is what the model sees
-//!     .call_limits(..)             3. before_tool layers: a result any of them answers with
-//!     .checkpoint(..)                 is kept small too
-//!     .approval(..)
+//!     .layer(evict.clone())        2. this layer: what it returns is what the model sees
+//!     .layer(limits)               3. before_tool layers: a result any of them answers with
+//!     .layer(checkpoint)              is kept small too
+//!     .layer(approval)
 //!     user after_tool              4. sees the tool's own result
 //!     user before_tool
 //!     ToolSet
@@ -86,7 +86,6 @@
 //! use serde_json::json;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
 //! use tower_agent_core::{DescribeTools, Error, RunContext, ToolCall, ToolRequest};
-//! use tower_agent_layers::ServiceBuilderExt;
 //! use tower_agent_layers::evict::{EvictLayer, READ_TOOL};
 //! use tower_agent_storage::InMemory;
 //! use tower_agent_test::StubTool;
@@ -98,7 +97,7 @@
 //! let evict = EvictLayer::new(InMemory::new()).limit(1_000);
 //! let tools = ToolSet::new().tool(StubTool::returning("logs", log));
 //! // The layer serves its read tool and reports it with the set's tools.
-//! let mut tools = ServiceBuilder::new().evict(evict).service(tools);
+//! let mut tools = ServiceBuilder::new().layer(evict).service(tools);
 //! assert_eq!(tools.tool_specs().len(), 2);
 //!
 //! let call = ToolCall::new("call_1", "logs", json!({}));

@@ -1,6 +1,6 @@
 //! Retry for model (and tool) calls: tower's own `Retry` middleware with [`RetryPolicy`],
 //! guarded so that nothing is called once the run is cancelled
-//! (`ServiceBuilder::new().retry_calls(RetryPolicy::new())`, or [`RetryLayer`]).
+//! (`ServiceBuilder::new().layer(RetryLayer::new(RetryPolicy::new()))`, or [`RetryLayer`]).
 //!
 //! What is retried, and how long it waits:
 //!
@@ -56,7 +56,7 @@
 //! use std::time::Duration;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
 //! use tower_agent_core::{Error, ErrorKind, ModelRequest, ModelResponse};
-//! use tower_agent_layers::ServiceBuilderExt;
+//! use tower_agent_layers::RetryLayer;
 //! use tower_agent_layers::retry::RetryPolicy;
 //! use tower_agent_test::ScriptedModel;
 //!
@@ -67,7 +67,7 @@
 //!     Ok(ModelResponse::text("ok")),
 //! ]);
 //! let mut service = ServiceBuilder::new()
-//!     .retry_calls(RetryPolicy::new())
+//!     .layer(RetryLayer::new(RetryPolicy::new()))
 //!     .timeout(Duration::from_secs(300)) // each attempt at most 5 minutes
 //!     .service(model.clone());
 //! let res = service.ready().await?.call(ModelRequest::new(vec![])).await?;

@@ -90,13 +90,13 @@
 //! # #[cfg(feature = "retry")]
 //! # {
 //! use tower::ServiceBuilder;
-//! use tower_agent_layers::ServiceBuilderExt;
+//! use tower_agent_layers::RetryLayer;
 //! use tower_agent_layers::retry::RetryPolicy;
 //! use tower_agent_layers::summarize::SummarizeLayer;
 //! # let cheap_model = tower_agent_test::ScriptedModel::new([]);
 //!
 //! let layer =
-//!     SummarizeLayer::new(ServiceBuilder::new().retry_calls(RetryPolicy::new()).service(cheap_model));
+//!     SummarizeLayer::new(ServiceBuilder::new().layer(RetryLayer::new(RetryPolicy::new())).service(cheap_model));
 //! # let _ = layer;
 //! # }
 //! ```
