@@ -24,9 +24,7 @@ async fn instructions_see_the_request_and_the_run_state() {
                 .map(|lang| format!("Answer in {lang}."))
         })
         .with(|req: &ModelRequest| Some(format!("Round {}.", req.ctx.round())));
-    let inner = ServiceBuilder::new()
-        .layer(layer)
-        .service(model.clone());
+    let inner = ServiceBuilder::new().layer(layer).service(model.clone());
     let mut session = Session::new();
     session
         .state

@@ -287,15 +287,27 @@ pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
 /// A call's arguments as the JSON object every API requires: the model's own when they are
 /// one (no arguments at all: `{}`), else the text it wrote under `_arguments` (a call cut off,
 /// or malformed: the session keeps the text; the wire stays valid, so a server never refuses
-/// the whole conversation for it).
+/// the whole conversation for it). Serialized as they are: the model's object is checked,
+/// never built.
 #[cfg(any(feature = "anthropic", feature = "gemini"))]
-pub(crate) fn arguments_object(call: &tower_agent_core::ToolCall) -> serde_json::Value {
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(crate) enum Arguments<'a> {
+    /// The model's object, as it wrote it.
+    Object(&'a serde_json::value::RawValue),
+    /// `{}`, or the model's text under `_arguments`.
+    Built(serde_json::Value),
+}
+
+/// See [`Arguments`].
+#[cfg(any(feature = "anthropic", feature = "gemini"))]
+pub(crate) fn arguments_object(call: &tower_agent_core::ToolCall) -> Arguments<'_> {
     if call.arguments.trim().is_empty() {
-        return serde_json::Value::Object(serde_json::Map::new());
+        return Arguments::Built(serde_json::Value::Object(serde_json::Map::new()));
     }
-    match call.parse_arguments::<serde_json::Value>() {
-        Ok(value @ serde_json::Value::Object(_)) => value,
-        _ => serde_json::json!({ "_arguments": call.arguments }),
+    match serde_json::from_str::<&serde_json::value::RawValue>(&call.arguments) {
+        Ok(raw) if raw.get().starts_with('{') => Arguments::Object(raw),
+        _ => Arguments::Built(serde_json::json!({ "_arguments": call.arguments })),
     }
 }
 
@@ -306,8 +318,44 @@ pub(crate) fn arguments_text(call: &tower_agent_core::ToolCall) -> Cow<'_, str> 
     if call.arguments.trim().is_empty() {
         return Cow::Borrowed("{}");
     }
-    match call.parse_arguments::<serde_json::Value>() {
-        Ok(serde_json::Value::Object(_)) => Cow::Borrowed(&call.arguments),
+    match serde_json::from_str::<&serde_json::value::RawValue>(&call.arguments) {
+        Ok(raw) if raw.get().starts_with('{') => Cow::Borrowed(&call.arguments),
         _ => Cow::Owned(serde_json::json!({ "_arguments": call.arguments }).to_string()),
+    }
+}
+
+#[cfg(all(test, feature = "openai", feature = "anthropic"))]
+mod tests {
+    use serde_json::{Value, json};
+    use tower_agent_core::ToolCall;
+
+    use super::{arguments_object, arguments_text};
+
+    fn call(arguments: &str) -> ToolCall {
+        let mut call = ToolCall::new("c1", "t", json!({}));
+        call.arguments = arguments.into();
+        call
+    }
+
+    /// The model's object goes as it wrote it; anything else is wrapped so that the wire stays
+    /// valid.
+    #[test]
+    fn arguments_go_as_written_when_they_are_an_object() {
+        for (written, sent) in [
+            (r#"{"path": "a.rs"}"#, json!({"path": "a.rs"})),
+            (" {\"n\":1}\n", json!({"n": 1})),
+            ("", json!({})),
+            ("  ", json!({})),
+            (r#"{"path": "a."#, json!({"_arguments": r#"{"path": "a."#})),
+            ("[1, 2]", json!({"_arguments": "[1, 2]"})),
+            (r#""text""#, json!({"_arguments": r#""text""#})),
+            ("{} {}", json!({"_arguments": "{} {}"})),
+        ] {
+            let call = call(written);
+            let object = serde_json::to_value(arguments_object(&call)).expect("serializes");
+            assert_eq!(object, sent, "{written:?}");
+            let text: Value = serde_json::from_str(&arguments_text(&call)).expect("JSON");
+            assert_eq!(text, sent, "{written:?}");
+        }
     }
 }
