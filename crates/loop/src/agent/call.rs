@@ -1,14 +1,19 @@
 //! Calling a service: readiness, panics, cancellation and spans.
 
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
-use std::task::Poll;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
 use futures_util::FutureExt;
+use futures_util::future::CatchUnwind;
+use pin_project_lite::pin_project;
+use tokio_util::sync::WaitForCancellationFuture;
+use tower::util::Oneshot;
 use tower_agent_core::{BoxError, CancellationToken, Error, ToolCall, ToolResponse};
 use tower_service::Service;
 use tracing::Instrument;
+use tracing::instrument::Instrumented;
 
 /// Why a service call produced no response.
 pub(super) enum CallFailure {
@@ -35,44 +40,69 @@ impl CallFailure {
 /// `None`: not started because the run was already cancelled (the service is not even asked
 /// whether it is ready), or dropped when the run was cancelled while it was pending. `after`
 /// sees the outcome with the call's span (to record how it ended there).
-pub(super) async fn call<S, Req>(
-    service: &mut S,
+///
+/// A future made of parts, not an `async fn`: an `async fn` keeps its arguments for its whole
+/// life, so the request would stay in every run's future beside the service's future that
+/// took it (tower's `Oneshot` holds one, then the other).
+pub(super) fn call<'a, S, Req>(
+    service: &'a mut S,
     request: Req,
-    token: &CancellationToken,
+    token: &'a CancellationToken,
     span: tracing::Span,
     after: Outcome<S::Response>,
-) -> Option<Result<S::Response, CallFailure>>
+) -> Call<'a, Oneshot<&'a mut S, Req>, S::Response>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
 {
-    let record = span.clone();
-    let call = async {
-        std::future::poll_fn(|cx| service.poll_ready(cx))
-            .await
-            .map_err(failed)?;
-        service.call(request).await.map_err(failed)
-    };
-    let mut call = pin!(AssertUnwindSafe(call).catch_unwind().instrument(span));
-    let mut cancelled = pin!(token.cancelled());
-    // The call first: the run waits for cancellation only while the call is pending. Once the
-    // run is cancelled, the call is not polled again.
-    let outcome = poll_fn(|cx| {
-        if token.is_cancelled() {
-            return Poll::Ready(None);
-        }
-        if let Poll::Ready(outcome) = call.as_mut().poll(cx) {
-            return Poll::Ready(Some(outcome));
-        }
-        cancelled.as_mut().poll(cx).map(|()| None)
-    });
-    let outcome = match outcome.await {
-        None => None,
-        Some(Ok(result)) => Some(result),
-        Some(Err(panic)) => Some(Err(panicked(&*panic))),
-    };
-    after(&record, outcome.as_ref());
-    outcome
+    Call {
+        call: AssertUnwindSafe(Oneshot::new(service, request))
+            .catch_unwind()
+            .instrument(span),
+        cancelled: token.cancelled(),
+        token,
+        after,
+    }
+}
+
+pin_project! {
+    /// A service call that ends when the run is cancelled: see [`call`].
+    pub(super) struct Call<'a, F, R> {
+        #[pin]
+        call: Instrumented<CatchUnwind<AssertUnwindSafe<F>>>,
+        #[pin]
+        cancelled: WaitForCancellationFuture<'a>,
+        token: &'a CancellationToken,
+        after: Outcome<R>,
+    }
+}
+
+impl<F, R, E> Future for Call<'_, F, R>
+where
+    F: Future<Output = Result<R, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Option<Result<R, CallFailure>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        // The call first: the run waits for cancellation only while the call is pending. Once
+        // the run is cancelled, the call is not polled again.
+        let outcome = if this.token.is_cancelled() {
+            None
+        } else {
+            match this.call.as_mut().poll(cx) {
+                Poll::Ready(Ok(result)) => Some(result.map_err(failed)),
+                Poll::Ready(Err(panic)) => Some(Err(panicked(&*panic))),
+                Poll::Pending => {
+                    ready!(this.cancelled.poll(cx));
+                    None
+                }
+            }
+        };
+        (this.after)(this.call.span(), outcome.as_ref());
+        Poll::Ready(outcome)
+    }
 }
 
 /// What [`call`] does with a call's outcome and its span once it ended (`None`: cancelled).

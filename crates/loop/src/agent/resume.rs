@@ -104,11 +104,11 @@ where
                 self.session.push_input(messages);
                 // The input itself may end with calls: nothing waits any more.
                 self.index_and_repair(true);
-                self.before_input = Some(BeforeInput {
+                self.before_input = Some(Box::new(BeforeInput {
                     mark,
                     users,
                     interrupts,
-                });
+                }));
                 self.start = self.session.history.len();
                 None
             }

@@ -50,136 +50,158 @@ where
     T::Error: Into<BoxError>,
     T::Future: Send,
 {
-    pub(super) async fn run(mut self, input: AgentInput) -> Result<AgentResponse, Error> {
-        let (run_id, session_id) = (self.ctx.run_id(), self.ctx.session_id());
-        let started = emit!(
-            self.ctx,
-            Event::RunStarted {
-                run_id: run_id.into(),
-                session_id: session_id.into(),
-            }
-        );
-        // An input that does not fit the session is refused before anything changes.
-        let replay = match started.and_then(|()| check_input(&self.session, &input)) {
-            Ok(replay) => replay,
-            Err(error) => return Box::pin(self.refuse(error)).await,
-        };
-        // The session's durable state lives in the context during the run.
-        self.ctx
-            .absorb_state(std::mem::take(&mut self.session.state));
-        // A call that keeps progress (a sub-agent) finds there how to have the run save.
-        self.saving.offer(&self.ctx);
-        let result = self.drive(input, replay).await;
-        // Boxed, as the resume and a concurrent round are: ending a run takes its own copy of
-        // the run, and every run's future would carry it from the start.
-        Box::pin(self.finish(result)).await
+    /// The run, to its end. A future made of an `async` block, not an `async fn`: an `async
+    /// fn` keeps its arguments apart from the locals it moves them to, so the run (over 500
+    /// bytes) would be in its future twice.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` keeps its arguments beside the locals it moves them to"
+    )]
+    pub(super) fn run(
+        mut self,
+        input: AgentInput,
+    ) -> impl Future<Output = Result<AgentResponse, Error>> {
+        async move {
+            let (run_id, session_id) = (self.ctx.run_id(), self.ctx.session_id());
+            let started = emit!(
+                self.ctx,
+                Event::RunStarted {
+                    run_id: run_id.into(),
+                    session_id: session_id.into(),
+                }
+            );
+            // An input that does not fit the session is refused before anything changes.
+            let replay = match started.and_then(|()| check_input(&self.session, &input)) {
+                Ok(replay) => replay,
+                Err(error) => return Box::pin(self.refuse(error)).await,
+            };
+            // The session's durable state lives in the context during the run.
+            self.ctx
+                .absorb_state(std::mem::take(&mut self.session.state));
+            // A call that keeps progress (a sub-agent) finds there how to have the run save.
+            self.saving.offer(&self.ctx);
+            let result = self.drive(input, replay).await;
+            // Boxed, as the resume and a concurrent round are: ending a run takes its own copy of
+            // the run, and every run's future would carry it from the start.
+            Box::pin(self.finish(result)).await
+        }
     }
 
     /// The rounds: call the model, append its message, run its tool calls, append their
     /// results; until the model calls no tool or something ends the run.
-    async fn drive(&mut self, input: AgentInput, replay: bool) -> Result<Outcome, Error> {
-        // Boxed: resuming runs the decided calls, a future as large as a round's tools that
-        // every run's future would carry for its whole life (it holds its largest step).
-        if let Some(outcome) = Box::pin(self.prepare(input, replay)).await? {
-            return Ok(outcome);
-        }
-        // The input (and the results of calls a resume decided) are saved before the model
-        // is called.
-        if self.saving.is_on() {
-            self.save().await?;
-        }
-        // The room a cut answer's second ask gets (`Truncation::AskAgain`).
-        let mut room = None;
-        loop {
-            if self.ctx.is_cancelled() {
-                return Ok(cancelled_outcome());
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` keeps its arguments beside the locals it moves them to"
+    )]
+    fn drive(
+        &mut self,
+        input: AgentInput,
+        replay: bool,
+    ) -> impl Future<Output = Result<Outcome, Error>> {
+        async move {
+            // Boxed: resuming runs the decided calls, a future as large as a round's tools that
+            // every run's future would carry for its whole life (it holds its largest step).
+            if let Some(outcome) = Box::pin(self.prepare(input, replay)).await? {
+                return Ok(outcome);
             }
-            if self.rounds >= self.config.max_rounds {
-                let limit = self.config.max_rounds;
-                return Ok(stopped(StopReason::MaxRounds { limit }));
+            // The input (and the results of calls a resume decided) are saved before the model
+            // is called.
+            if self.saving.is_on() {
+                self.save().await?;
             }
-            self.rounds += 1;
-            let round = self.rounds;
-            emit!(self.ctx, Event::RoundStarted { round })?;
+            // The room a cut answer's second ask gets (`Truncation::AskAgain`).
+            let mut room = None;
+            loop {
+                if self.ctx.is_cancelled() {
+                    return Ok(cancelled_outcome());
+                }
+                if self.rounds >= self.config.max_rounds {
+                    let limit = self.config.max_rounds;
+                    return Ok(stopped(StopReason::MaxRounds { limit }));
+                }
+                self.rounds += 1;
+                let round = self.rounds;
+                emit!(self.ctx, Event::RoundStarted { round })?;
 
-            let asked_again = room.is_some();
-            let max_tokens = room.take().or(self.config.options.max_tokens);
-            let (mut message, usage, mut early, cut) =
-                match self.call_model(round, max_tokens).await? {
-                    Answer::Message(message, usage, early, cut) => (message, usage, early, cut),
-                    Answer::End(outcome) => return Ok(outcome),
-                };
-            // A cut answer is never acted on as complete: its early runs are aborted, and its
-            // calls do not run.
-            if cut {
-                early = None;
-                let after = self
-                    .cut_off(round, &message, max_tokens, asked_again)
-                    .await?;
-                if let Some(AfterCut::AskAgain(more)) = after {
-                    room = Some(more);
-                    continue;
-                }
-            }
-            // Dropped (its runs aborted) unless the round adopts them.
-            let calls = self.normalize(&mut message, round);
-            // The runs of calls the message does not have stop now.
-            if let Some(early) = &early {
-                early.keep(message.tool_calls());
-            }
-            if message.has_text() {
-                emit!(
-                    self.ctx,
-                    Event::Text {
-                        round,
-                        text: message.text()
-                    }
-                )?;
-            }
-            self.session.history.push(message);
-            let [.., message] = &self.session.history[..] else {
-                unreachable!("a message was just appended");
-            };
-            emit!(
-                self.ctx,
-                Event::RoundCompleted {
-                    round,
-                    message: message.clone(),
-                    history: Some(self.session.history.clone()),
-                    usage,
-                }
-            )?;
-            if cut {
-                match self.after_cut(max_tokens)? {
-                    AfterCut::End(outcome) => return Ok(outcome),
-                    _ => {
-                        if self.saving.is_on() {
-                            self.save().await?;
-                        }
+                let asked_again = room.is_some();
+                let max_tokens = room.take().or(self.config.options.max_tokens);
+                let (mut message, usage, mut early, cut) =
+                    match self.call_model(round, max_tokens).await? {
+                        Answer::Message(message, usage, early, cut) => (message, usage, early, cut),
+                        Answer::End(outcome) => return Ok(outcome),
+                    };
+                // A cut answer is never acted on as complete: its early runs are aborted, and its
+                // calls do not run.
+                if cut {
+                    early = None;
+                    let after = self
+                        .cut_off(round, &message, max_tokens, asked_again)
+                        .await?;
+                    if let Some(AfterCut::AskAgain(more)) = after {
+                        room = Some(more);
                         continue;
                     }
                 }
-            }
-            if calls == 0 {
-                return Ok(Outcome::Completed {
-                    message: message.clone(),
-                });
-            }
-            // The calls are saved before they run: a process that dies meanwhile resumes
-            // knowing which were in flight (and answers them), never running them again.
-            if self.saving.is_on() {
-                self.save().await?;
-            }
-            // The model's message is the last.
-            let at = self.session.history.len() - 1;
-            let out = self.execute(round, at, None, None, early).await;
-            if let Some(outcome) = self.absorb_round(out)? {
-                return Ok(outcome);
-            }
-            // Each result was saved as it came; what the round changed after them (their
-            // order, calls that waited answered) is saved now.
-            if self.saving.is_on() {
-                self.save().await?;
+                // Dropped (its runs aborted) unless the round adopts them.
+                let calls = self.normalize(&mut message, round);
+                // The runs of calls the message does not have stop now.
+                if let Some(early) = &early {
+                    early.keep(message.tool_calls());
+                }
+                if message.has_text() {
+                    emit!(
+                        self.ctx,
+                        Event::Text {
+                            round,
+                            text: message.text()
+                        }
+                    )?;
+                }
+                self.session.history.push(message);
+                let [.., message] = &self.session.history[..] else {
+                    unreachable!("a message was just appended");
+                };
+                emit!(
+                    self.ctx,
+                    Event::RoundCompleted {
+                        round,
+                        message: message.clone(),
+                        history: Some(self.session.history.clone()),
+                        usage,
+                    }
+                )?;
+                if cut {
+                    match self.after_cut(max_tokens)? {
+                        AfterCut::End(outcome) => return Ok(outcome),
+                        _ => {
+                            if self.saving.is_on() {
+                                self.save().await?;
+                            }
+                            continue;
+                        }
+                    }
+                }
+                if calls == 0 {
+                    return Ok(Outcome::Completed {
+                        message: message.clone(),
+                    });
+                }
+                // The calls are saved before they run: a process that dies meanwhile resumes
+                // knowing which were in flight (and answers them), never running them again.
+                if self.saving.is_on() {
+                    self.save().await?;
+                }
+                // The model's message is the last.
+                let at = self.session.history.len() - 1;
+                let out = self.execute(round, at, None, None, early).await;
+                if let Some(outcome) = self.absorb_round(out)? {
+                    return Ok(outcome);
+                }
+                // Each result was saved as it came; what the round changed after them (their
+                // order, calls that waited answered) is saved now.
+                if self.saving.is_on() {
+                    self.save().await?;
+                }
             }
         }
     }
@@ -193,14 +215,14 @@ where
     /// Put the session back as it was before the run's new messages: a layer refused the
     /// run's first model call, so the model never answered them.
     fn withdraw_input(&mut self) {
-        let Some(BeforeInput {
+        let Some(before) = self.before_input.take() else {
+            return;
+        };
+        let BeforeInput {
             mark,
             users,
             interrupts,
-        }) = self.before_input.take()
-        else {
-            return;
-        };
+        } = *before;
         let history = &mut self.session.history;
         let len = history.len();
         if history.kept(&mark) == mark.len() {
@@ -231,34 +253,40 @@ where
     /// Call the model with the history, and apply what its response did: the history a layer
     /// committed, the usage, a stop. The model's message, or the outcome the run ends with.
     async fn call_model(&mut self, round: u32, max_tokens: Option<u32>) -> Result<Answer, Error> {
-        let mut options = self.config.options.clone();
-        options.max_tokens = max_tokens;
-        let mut request = ModelRequest {
-            system: self.config.system.clone(),
-            messages: self.session.history.clone(),
-            // Asked every round: a tool service may change what it serves.
-            tools: match &self.config.tool_specs {
-                Some(specs) => Arc::clone(specs),
-                None => self.tools.tool_specs(),
-            },
-            options,
-            ctx: self.ctx.with_round(round),
-            deltas: self.deltas.clone(),
-            cache: PromptCache::default(),
-        };
-        // Above every layer's filter: it starts the calls the layers let through.
-        let mut early = None;
-        if self.config.early_tool_start {
-            if let Some((runs, filter)) = Early::new(&request.tools, &self.tools, &request.ctx) {
-                request.deltas.filter(filter);
-                early = Some(runs);
+        // The request lives in this block only: a local moved into the call would keep its
+        // place in the run's future while the call runs.
+        let (calling, early) = {
+            let mut options = self.config.options.clone();
+            options.max_tokens = max_tokens;
+            let mut request = ModelRequest {
+                system: self.config.system.clone(),
+                messages: self.session.history.clone(),
+                // Asked every round: a tool service may change what it serves.
+                tools: match &self.config.tool_specs {
+                    Some(specs) => Arc::clone(specs),
+                    None => self.tools.tool_specs(),
+                },
+                options,
+                ctx: self.ctx.with_round(round),
+                deltas: self.deltas.clone(),
+                cache: PromptCache::default(),
+            };
+            // Above every layer's filter: it starts the calls the layers let through.
+            let mut early = None;
+            if self.config.early_tool_start {
+                if let Some((runs, filter)) = Early::new(&request.tools, &self.tools, &request.ctx)
+                {
+                    request.deltas.filter(filter);
+                    early = Some(runs);
+                }
             }
-        }
-        // The model side of the round: every model layer's work, a provider's `chat` spans
-        // beneath.
-        let span = tracing::info_span!("model", round = i64::from(round));
-        let token = self.ctx.cancellation_token();
-        let answer = call(&mut self.model, request, token, span, ignore).await;
+            // The model side of the round: every model layer's work, a provider's `chat`
+            // spans beneath.
+            let span = tracing::info_span!("model", round = i64::from(round));
+            let token = self.ctx.cancellation_token();
+            (call(&mut self.model, request, token, span, ignore), early)
+        };
+        let answer = calling.await;
         // Every return below without a message drops `early`: its runs are aborted.
         if let Some(early) = &early {
             early.close();

@@ -11,8 +11,9 @@ use tower_agent_core::{Error, RunContext, RunSaves, SaveReply, Saver, Session, S
 pub(super) struct Saving {
     /// Where the run saves its session (the request's saver).
     saver: Option<Arc<dyn Saver>>,
-    /// What the last save wrote: a save of the same session writes nothing.
-    saved: Option<SessionMark>,
+    /// What the last save wrote: a save of the same session writes nothing. Boxed: it is
+    /// there only in runs that save, and every run carries its place.
+    saved: Option<Box<SessionMark>>,
     /// A save failed: the run ends without saving again.
     pub(super) failed: bool,
     /// The handle the run's tool calls get, and the saves they ask for.
@@ -58,7 +59,7 @@ impl Saving {
         }
         match saver.save(&session).await {
             Ok(()) => {
-                self.saved = Some(session.mark());
+                self.saved = Some(Box::new(session.mark()));
                 Ok(())
             }
             Err(error) => {

@@ -17,7 +17,6 @@ pub(super) struct Run<M, T> {
     pub(super) ctx: RunContext,
     pub(super) usage: Usage,
     pub(super) rounds: u32,
-    /// Every tool-call id in the history, so new calls get unique ids.
     /// Every call id of the session: new calls get unique ones. Hashed with foldhash: ids are
     /// short, and the set takes one per call.
     pub(super) call_ids: foldhash::HashSet<String>,
@@ -28,8 +27,9 @@ pub(super) struct Run<M, T> {
     pub(super) saving: Saving,
     /// The session before the run's new messages, until the first model call: a run whose
     /// first model call a layer refuses (a guardrail on the input, a limit, a budget) leaves
-    /// the session as it found it.
-    pub(super) before_input: Option<BeforeInput>,
+    /// the session as it found it. Boxed: the run's future carries it for the whole run, and
+    /// it is there only until the first answer.
+    pub(super) before_input: Option<Box<BeforeInput>>,
     /// The way up for the model's deltas, in every round: settled after each call.
     pub(super) deltas: Deltas,
 }

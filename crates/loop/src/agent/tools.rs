@@ -79,87 +79,109 @@ where
     /// that dies loses only the calls still running. A save that fails ends the round (the
     /// calls not run yet are answered "not executed: the run failed"). The calls are read from
     /// the history where they stand, never copied but into their requests.
-    pub(super) async fn execute(
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` keeps its arguments beside the locals it moves them to"
+    )]
+    pub(super) fn execute(
         &mut self,
         round: u32,
         at: usize,
         only: Option<&[usize]>,
         resume: Option<&Decisions>,
         early: Option<Early>,
-    ) -> RoundTools {
-        match self.config.tool_execution {
-            ToolExecution::Sequential => self.sequential(round, at, only, resume, early).await,
-            // Boxed: the concurrent round's future is large, and every run's future would be
-            // as large (a run's future holds its largest step, whichever it is waiting on).
-            ToolExecution::Concurrent { limit } => {
-                Box::pin(self.concurrent(limit, round, at, only, resume, early)).await
+    ) -> impl Future<Output = RoundTools> {
+        async move {
+            match self.config.tool_execution {
+                ToolExecution::Sequential => self.sequential(round, at, only, resume, early).await,
+                // Boxed: the concurrent round's future is large, and every run's future would be
+                // as large (a run's future holds its largest step, whichever it is waiting on).
+                ToolExecution::Concurrent { limit } => {
+                    Box::pin(self.concurrent(limit, round, at, only, resume, early)).await
+                }
             }
         }
     }
 
     /// The calls one after the other, in call order.
-    async fn sequential(
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` keeps its arguments beside the locals it moves them to"
+    )]
+    fn sequential(
         &mut self,
         round: u32,
         at: usize,
         only: Option<&[usize]>,
         resume: Option<&Decisions>,
         early: Option<Early>,
-    ) -> RoundTools {
-        let mut out = RoundTools::default();
-        let count = count(&self.session.history, at, only);
-        let position = |k: usize| only.map_or(k, |positions| positions[k]);
-        out.in_order = only.is_none();
-        for k in 0..count {
-            let (at, pos) = (at, position(k));
-            let call = call_at(&self.session.history, at, pos);
-            let mut adopted = None;
-            if let Some(result) = out.unrun(call) {
-                // A call that started early ran, or runs, and counted as it started:
-                // after a stop by an earlier call it keeps its result (after a
-                // failure or a cancellation it is dropped with the others).
-                if out.error.is_none() && !out.cancelled {
-                    adopted = early.as_ref().and_then(|early| early.adopt(call));
-                }
-                if adopted.is_none() {
-                    self.answer(result);
-                    continue;
-                }
-            }
-            if let Err(error) = emit!(self.ctx, started(round, call)) {
-                out.error = Some(error);
+    ) -> impl Future<Output = RoundTools> {
+        async move {
+            let mut out = RoundTools::default();
+            let count = count(&self.session.history, at, only);
+            let position = |k: usize| only.map_or(k, |positions| positions[k]);
+            out.in_order = only.is_none();
+            for k in 0..count {
+                let (at, pos) = (at, position(k));
                 let call = call_at(&self.session.history, at, pos);
-                self.answer(ToolResult::error(call, RUN_FAILED));
-                continue;
-            }
-            let adopted = adopted.or_else(|| early.as_ref().and_then(|early| early.adopt(call)));
-            let outcome = match adopted {
-                Some(run) => run.finish().await,
-                None => {
-                    let request = tool_request(call, &self.ctx, round, resume);
-                    let span = tool_span(call);
-                    let (tools, token) = (&mut self.tools, self.ctx.cancellation_token());
-                    // The saves the call asks for while it runs (a sub-agent's
-                    // steps), when the run saves.
-                    match self.saving.take_asks() {
-                        None => call::call(tools, request, token, span, record_tool).await,
-                        Some(asks) => {
-                            let running = call::call(tools, request, token, span, record_tool);
-                            let (session, ctx) = (&self.session, &self.ctx);
-                            // Boxed, as the concurrent round is: only runs that save
-                            // and have a call that asks pay for it.
-                            Box::pin(self.saving.serving(asks, session, ctx, running)).await
-                        }
+                let mut adopted = None;
+                if let Some(result) = out.unrun(call) {
+                    // A call that started early ran, or runs, and counted as it started:
+                    // after a stop by an earlier call it keeps its result (after a
+                    // failure or a cancellation it is dropped with the others).
+                    if out.error.is_none() && !out.cancelled {
+                        adopted = early.as_ref().and_then(|early| early.adopt(call));
+                    }
+                    if adopted.is_none() {
+                        self.answer(result);
+                        continue;
                     }
                 }
-            };
-            let is_error = self.absorb(&mut out, at, pos, outcome).await;
-            let call = || call_at(&self.session.history, at, pos);
-            if let Err(error) = emit!(self.ctx, finished(round, call(), is_error)) {
-                out.error.get_or_insert(error);
+                if let Err(error) = emit!(self.ctx, started(round, call)) {
+                    out.error = Some(error);
+                    let call = call_at(&self.session.history, at, pos);
+                    self.answer(ToolResult::error(call, RUN_FAILED));
+                    continue;
+                }
+                let adopted =
+                    adopted.or_else(|| early.as_ref().and_then(|early| early.adopt(call)));
+                // The outcome lives in this block only (it would keep its place in the run's
+                // future while the result is saved).
+                let answered = {
+                    let outcome = match adopted {
+                        Some(run) => run.finish().await,
+                        None => {
+                            let request = tool_request(call, &self.ctx, round, resume);
+                            let span = tool_span(call);
+                            let (tools, token) = (&mut self.tools, self.ctx.cancellation_token());
+                            // The saves the call asks for while it runs (a sub-agent's
+                            // steps), when the run saves.
+                            match self.saving.take_asks() {
+                                None => call::call(tools, request, token, span, record_tool).await,
+                                Some(asks) => {
+                                    let running =
+                                        call::call(tools, request, token, span, record_tool);
+                                    let (session, ctx) = (&self.session, &self.ctx);
+                                    // Boxed, as the concurrent round is: only runs that save
+                                    // and have a call that asks pay for it.
+                                    Box::pin(self.saving.serving(asks, session, ctx, running)).await
+                                }
+                            }
+                        }
+                    };
+                    self.answer_with(&mut out, at, pos, outcome)
+                };
+                if answered.is_some() {
+                    self.save_result(&mut out).await;
+                }
+                let is_error = answered.unwrap_or(false);
+                let call = || call_at(&self.session.history, at, pos);
+                if let Err(error) = emit!(self.ctx, finished(round, call(), is_error)) {
+                    out.error.get_or_insert(error);
+                }
             }
+            out
         }
-        out
     }
 
     /// Up to `limit` calls at once; each result goes into the history as it comes.
@@ -208,7 +230,9 @@ where
                     done[k] = true;
                     let is_error = is_error(&outcome);
                     let pos = position(k);
-                    self.absorb(&mut out, at, pos, Some(outcome)).await;
+                    if self.answer_with(&mut out, at, pos, Some(outcome)).is_some() {
+                        self.save_result(&mut out).await;
+                    }
                     let call = call_at(&self.session.history, at, pos);
                     let told = emit!(self.ctx, finished(round, call, is_error));
                     if let Err(error) = told {
@@ -247,21 +271,31 @@ where
         self.session.history.push(Message::tool_result(result));
     }
 
+    /// Save the result [`answer_with`](Self::answer_with) put in the history. A failed save
+    /// fails the run; the calls after it are not run.
+    async fn save_result(&mut self, out: &mut RoundTools) {
+        if self.saving.is_on() && !self.saving.failed {
+            if let Err(error) = self.save().await {
+                out.error.get_or_insert(error);
+            }
+        }
+    }
+
     /// Turn one call's outcome (`None`: cancelled while running) into a result, an interrupt
-    /// or a stop; a result goes into the history and is saved. Returns whether the model sees
-    /// an error.
-    async fn absorb(
+    /// or a stop; a result goes into the history, to be saved with
+    /// [`save_result`](Self::save_result). Whether the model sees an error; `None` when there
+    /// is no result (an interrupt). Not `async`: the outcome would stay in the run's future
+    /// while the result is saved.
+    fn answer_with(
         &mut self,
         out: &mut RoundTools,
         at: usize,
         pos: usize,
         outcome: Option<ToolOutcome>,
-    ) -> bool {
+    ) -> Option<bool> {
         let call = call_at(&self.session.history, at, pos);
         let token = self.ctx.cancellation_token();
-        let Some((result, arguments)) = absorb(out, call, outcome, token) else {
-            return false;
-        };
+        let (result, arguments) = absorb(out, call, outcome, token)?;
         // The call stands as it ran, before its result is saved: an edited call is never saved
         // with the model's arguments next to its result.
         if let Some(arguments) = arguments {
@@ -276,13 +310,7 @@ where
         }
         let is_error = result.is_error;
         self.answer(result);
-        // A failed save fails the run; the calls after it are not run.
-        if self.saving.is_on() && !self.saving.failed {
-            if let Err(error) = self.save().await {
-                out.error.get_or_insert(error);
-            }
-        }
-        is_error
+        Some(is_error)
     }
 }
 
