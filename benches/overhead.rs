@@ -7,7 +7,7 @@
 //!   history of 10 or 1,000 messages; next to two hand-written reference loops (history shared
 //!   copy-on-write, and history cloned every round). Divide by 100 for the per-round cost.
 //!   `loop/agent_streaming` spawns the run with its event stream and a reader that drains it.
-//!   `loop/agent_patch_instructions` adds the first built-ins: `patch_dangling` at the agent
+//!   `loop/agent_patch_instructions` adds the first built-ins: `PatchDanglingLayer` at the agent
 //!   and the model, and one static instruction block. `loop/agent_human_control` adds the
 //!   human-control layers on a run that never needs a human: an approval gate on a tool that
 //!   is never called, call limits (model calls per run; tool calls per run, and `echo` calls

@@ -12,7 +12,6 @@ use tower_agent_core::{
     AgentRequest, BoxError, Decision, DecisionKind, Decisions, Event, ModelResponse, Outcome,
     RunContext, Session, ToolCall, ToolRequest,
 };
-use tower_agent_layers::RetryLayer;
 use tower_agent_layers::approval::{ApprovalLayer, Gate, GateProblem, ReviewRequest, human_fn};
 use tower_agent_loop::Agent;
 use tower_agent_test::{EventRecorder, ScriptedModel, StubTool, assert_valid_history};
@@ -426,7 +425,7 @@ async fn inline_approval_fails_closed() {
 #[cfg(feature = "retry")]
 #[tokio::test(start_paused = true)]
 async fn retries_never_see_an_interrupt() {
-    use tower_agent_layers::retry::RetryPolicy;
+    use tower_agent_layers::retry::{RetryLayer, RetryPolicy};
     let kit = kit([ModelResponse::tool_calls([call(
         "c1",
         "shell",

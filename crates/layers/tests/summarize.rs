@@ -16,7 +16,6 @@ use tower_agent_core::{
     AgentRequest, ContentPart, Error, ErrorKind, Event, Message, ModelResponse, Role, Session,
     ToolCall, ToolResult,
 };
-use tower_agent_layers::RetryLayer;
 use tower_agent_layers::summarize::Summarized;
 use tower_agent_layers::summarize::{
     Keep, Summarize, SummarizeLayer, Trigger, is_summary, summary_message, summary_text,
@@ -530,7 +529,7 @@ async fn the_summarizers_tokens_count_in_the_runs_usage() {
 #[cfg(feature = "retry")]
 #[tokio::test(start_paused = true)]
 async fn a_summarizer_with_the_retry_layer_survives_a_refused_connection() {
-    use tower_agent_layers::retry::RetryPolicy;
+    use tower_agent_layers::retry::{RetryLayer, RetryPolicy};
 
     let cheap_model = ScriptedModel::with_results([
         Err(Error::new(

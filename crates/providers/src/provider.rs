@@ -50,6 +50,7 @@ impl<W: Wire> fmt::Debug for Provider<W> {
     }
 }
 
+#[cfg(feature = "gemini")]
 impl<W> Provider<W> {
     /// Its configuration, for what this crate builds from a provider (Gemini's context cache).
     pub(crate) fn client(&self) -> &Client<W> {

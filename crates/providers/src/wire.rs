@@ -150,6 +150,7 @@ impl Items {
     };
 
     /// Items of the turn `turn`.
+    #[cfg(feature = "gemini")]
     pub(crate) fn of(turn: &'static str) -> Items {
         Items {
             turn: Some(turn),
@@ -287,27 +288,15 @@ pub(crate) fn text_of(message: &Message) -> Cow<'_, str> {
 /// A call's arguments as the JSON object every API requires: the model's own when they are
 /// one (no arguments at all: `{}`), else the text it wrote under `_arguments` (a call cut off,
 /// or malformed: the session keeps the text; the wire stays valid, so a server never refuses
-/// the whole conversation for it). Serialized as they are: the model's object is checked,
-/// never built.
+/// the whole conversation for it).
 #[cfg(any(feature = "anthropic", feature = "gemini"))]
-#[derive(Serialize)]
-#[serde(untagged)]
-pub(crate) enum Arguments<'a> {
-    /// The model's object, as it wrote it.
-    Object(&'a serde_json::value::RawValue),
-    /// `{}`, or the model's text under `_arguments`.
-    Built(serde_json::Value),
-}
-
-/// See [`Arguments`].
-#[cfg(any(feature = "anthropic", feature = "gemini"))]
-pub(crate) fn arguments_object(call: &tower_agent_core::ToolCall) -> Arguments<'_> {
+pub(crate) fn arguments_object(call: &tower_agent_core::ToolCall) -> serde_json::Value {
     if call.arguments.trim().is_empty() {
-        return Arguments::Built(serde_json::Value::Object(serde_json::Map::new()));
+        return serde_json::Value::Object(serde_json::Map::new());
     }
-    match serde_json::from_str::<&serde_json::value::RawValue>(&call.arguments) {
-        Ok(raw) if raw.get().starts_with('{') => Arguments::Object(raw),
-        _ => Arguments::Built(serde_json::json!({ "_arguments": call.arguments })),
+    match call.parse_arguments::<serde_json::Value>() {
+        Ok(value @ serde_json::Value::Object(_)) => value,
+        _ => serde_json::json!({ "_arguments": call.arguments }),
     }
 }
 
@@ -318,8 +307,8 @@ pub(crate) fn arguments_text(call: &tower_agent_core::ToolCall) -> Cow<'_, str> 
     if call.arguments.trim().is_empty() {
         return Cow::Borrowed("{}");
     }
-    match serde_json::from_str::<&serde_json::value::RawValue>(&call.arguments) {
-        Ok(raw) if raw.get().starts_with('{') => Cow::Borrowed(&call.arguments),
+    match call.parse_arguments::<serde_json::Value>() {
+        Ok(serde_json::Value::Object(_)) => Cow::Borrowed(&call.arguments),
         _ => Cow::Owned(serde_json::json!({ "_arguments": call.arguments }).to_string()),
     }
 }
@@ -350,6 +339,16 @@ mod tests {
             ("[1, 2]", json!({"_arguments": "[1, 2]"})),
             (r#""text""#, json!({"_arguments": r#""text""#})),
             ("{} {}", json!({"_arguments": "{} {}"})),
+            // What a `Value` refuses, a server's parser may refuse too.
+            (
+                r#"{"s": "\ud800"}"#,
+                json!({"_arguments": r#"{"s": "\ud800"}"#}),
+            ),
+            (r#"{"n": 1e400}"#, json!({"_arguments": r#"{"n": 1e400}"#})),
+            (
+                r#"{"s": "\ud83d\ude00", "n": 1e300}"#,
+                json!({"s": "😀", "n": 1e300}),
+            ),
         ] {
             let call = call(written);
             let object = serde_json::to_value(arguments_object(&call)).expect("serializes");

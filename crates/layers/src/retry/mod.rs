@@ -168,7 +168,7 @@ impl Retryable for ToolRequest {
 }
 
 /// How to retry: attempts, backoff, jitter, a throttle; see the [module docs](self). Apply it with
-/// [`RetryLayer`] (`ServiceBuilder::retry_calls`).
+/// [`RetryLayer`] (`.layer(RetryLayer::new(policy))`).
 ///
 /// Cloning is cheap; clones share the throttle and the source of the jitter.
 #[derive(Clone)]

@@ -61,7 +61,7 @@ where
             .instrument(span),
         cancelled: token.cancelled(),
         token,
-        after,
+        after: Some(after),
     }
 }
 
@@ -73,7 +73,8 @@ pin_project! {
         #[pin]
         cancelled: WaitForCancellationFuture<'a>,
         token: &'a CancellationToken,
-        after: Outcome<R>,
+        // Taken when the call ends: told once.
+        after: Option<Outcome<R>>,
     }
 }
 
@@ -100,7 +101,9 @@ where
                 }
             }
         };
-        (this.after)(this.call.span(), outcome.as_ref());
+        if let Some(after) = this.after.take() {
+            after(this.call.span(), outcome.as_ref());
+        }
         Poll::Ready(outcome)
     }
 }

@@ -6,7 +6,7 @@ use tower_agent_core::{
     ContentPart, Error, Message, ModelRequest, ResponseFormat, Role, ToolCall, ToolChoice,
 };
 
-use crate::wire::{self, Arguments, Frame, Items, text_of};
+use crate::wire::{self, Frame, Items, text_of};
 
 use super::{CacheTtl, PROVIDER, REDACTED};
 
@@ -122,7 +122,7 @@ enum Block<'a> {
     ToolUse {
         id: &'a str,
         name: &'a str,
-        input: Arguments<'a>,
+        input: Value,
     },
     ToolResult {
         tool_use_id: &'a str,
@@ -327,6 +327,6 @@ fn blocks_of(message: &Message) -> (&'static str, Vec<Block<'_>>) {
 }
 
 /// A call's arguments as the JSON object the API requires.
-fn input_of(call: &ToolCall) -> Arguments<'_> {
+fn input_of(call: &ToolCall) -> Value {
     crate::wire::arguments_object(call)
 }

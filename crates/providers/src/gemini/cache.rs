@@ -40,10 +40,12 @@ use crate::wire::Endpoint;
 /// - The storage Gemini bills by the hour is not in [`Usage::cost`](tower_agent_core::Usage)
 ///   nor in a budget's worst case.
 ///
-/// It goes right around the provider, inside every model layer, so that it sees the prompt
-/// the provider sends (an agent's [`provider_layer`] slot, or tower's `ServiceBuilder`).
-/// Clones of the layer share their caches; a cache belongs to the provider's base URL, key
-/// and model, taken when the layer is made.
+/// It wraps the Gemini service it was made from, and nothing else: a cache belongs to that
+/// provider's base URL, key and model, taken when the layer is made, and is named only to it.
+/// Wrap the provider with tower's `ServiceBuilder` and give the result to the agent (or to a
+/// fallback chain as one of its models): every model layer then runs outside it, so it sees
+/// the prompt the provider sends. Not an agent's `provider_layer` slot, which wraps every
+/// model of a fallback chain. Clones of the layer share their caches.
 ///
 /// ```
 /// use std::time::Duration;
@@ -57,8 +59,6 @@ use crate::wire::Endpoint;
 ///     .service(gemini);
 /// # let _ = model;
 /// ```
-///
-/// [`provider_layer`]: https://docs.rs/tower-agent-loop/latest/tower_agent_loop/struct.AgentBuilder.html#method.provider_layer
 #[derive(Clone)]
 pub struct ContextCacheLayer {
     cache: ContextCache,

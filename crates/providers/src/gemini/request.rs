@@ -6,7 +6,7 @@ use tower_agent_core::{
     ContentPart, Error, Message, ModelRequest, ResponseFormat, Role, ToolChoice,
 };
 
-use crate::wire::{self, Arguments, Frame, Items, text_of};
+use crate::wire::{self, Frame, Items, text_of};
 
 use super::PROVIDER;
 
@@ -136,7 +136,7 @@ struct Part<'a> {
 #[derive(Serialize)]
 struct FunctionCall<'a> {
     name: &'a str,
-    args: Arguments<'a>,
+    args: Value,
     #[serde(skip_serializing_if = "str::is_empty")]
     id: &'a str,
 }
