@@ -109,6 +109,10 @@ impl ContextCacheLayer {
     /// The request as it goes: naming a cache live for its prefix (made first when this is
     /// the time), or whole. With the key of the named cache.
     async fn named(&self, req: &ModelRequest) -> Option<(u64, ModelRequest)> {
+        // A cancelled run makes nothing: the provider answers it at once.
+        if req.ctx.is_cancelled() {
+            return None;
+        }
         let prefix = prefix(req);
         let key = self.key(&prefix)?;
         if self.cache.claim(key) {
