@@ -251,8 +251,10 @@ async fn jitter_stays_within_its_bound() {
     let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1].0 - w[0].0).collect();
     for (gap, base) in gaps.iter().zip([1, 2, 4]) {
         let base = Duration::from_secs(base);
+        // The jitter is under 2 s; tokio's timer rounds a sleep up to its next millisecond, so
+        // a jitter within a millisecond of the bound is seen as the bound itself.
         assert!(
-            *gap >= base && *gap < base + Duration::from_secs(2),
+            *gap >= base && *gap <= base + Duration::from_secs(2),
             "{gap:?} for {base:?}"
         );
     }
