@@ -29,20 +29,13 @@ async fn agent_run(agent: impl Service<AgentRequest, Response = AgentResponse, E
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
-    let mode = args
+    let (mode, numbers) = runs::args();
+    let runs = numbers
         .first()
-        .map(String::as_str)
-        .unwrap_or("agent")
-        .to_owned();
-    let runs: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(100_000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+        .copied()
+        .flatten()
+        .map_or(100_000, |n| n as usize);
+    let runtime = runs::runtime();
     let started = Instant::now();
     runtime.block_on(async {
         let model = service_fn(|req: ModelRequest| async move {

@@ -19,21 +19,11 @@ use tower_agent::DescribedTools;
 use tower_agent::prelude::*;
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
-    let mode = args
-        .first()
-        .map(String::as_str)
-        .unwrap_or("agent")
-        .to_owned();
-    let runs: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(10_000);
-    let rounds: u32 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(100);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let (mode, numbers) = runs::args();
+    let number = |i: usize| numbers.get(i).copied().flatten();
+    let runs = number(0).map_or(10_000, |n| n as usize);
+    let rounds = number(1).map_or(100, |n| n as u32);
+    let runtime = runs::runtime();
     let started = Instant::now();
     runtime.block_on(async {
         let model = service_fn(move |req: ModelRequest| async move {

@@ -5,6 +5,22 @@ use std::future::Future;
 
 use tower_agent::prelude::*;
 
+/// The bench's command line: `[mode] [numbers...]` (cargo's `--bench` left out): the mode
+/// (`agent` by default) and the numbers after it, `None` where one is missing or unreadable.
+pub(crate) fn args() -> (String, Vec<Option<u64>>) {
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let mode = args.next().unwrap_or_else(|| "agent".to_owned());
+    (mode, args.map(|n| n.parse().ok()).collect())
+}
+
+/// A multi-threaded runtime with its drivers, as a host's.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
 /// The model's answer in `round` of `rounds`: one tool call, then text in the last round.
 pub(crate) fn answer(round: u32, rounds: u32) -> ModelResponse {
     if round < rounds {

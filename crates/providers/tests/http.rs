@@ -537,6 +537,28 @@ async fn gemini_context_cache_is_made_once_and_named_after() {
     }
 }
 
+/// A cancelled run makes no context cache (a request seen twice would make one) and sends
+/// nothing: the provider answers it as cancelled.
+#[tokio::test]
+async fn gemini_context_cache_makes_nothing_for_a_cancelled_run() {
+    let server = Server::start([]).await;
+    let gemini = Gemini::new("gemini-2.5-flash")
+        .base_url(format!("{}/v1beta", server.url))
+        .api_key(KEY)
+        .streaming(false);
+    let model = tower::ServiceBuilder::new()
+        .layer(ContextCacheLayer::new(&gemini, Duration::from_secs(3600)))
+        .service(gemini);
+    for _ in 0..3 {
+        let mut req = request();
+        req.system = Some(format!("One. {}", "Answer from the handbook. ".repeat(200)).into());
+        req.ctx.cancel();
+        let error = call(model.clone(), req).await.expect_err("cancelled");
+        assert_eq!(error.kind(), ErrorKind::Cancelled);
+    }
+    assert!(server.received().is_empty(), "{:?}", server.received());
+}
+
 #[tokio::test]
 async fn every_request_has_a_max_tokens_and_the_hosts_extra_fields() {
     let server = Server::start([
