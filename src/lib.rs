@@ -85,8 +85,8 @@
 pub use tower_agent_core::*;
 pub use tower_agent_loop::stack;
 pub use tower_agent_loop::{
-    Agent, AgentBuilder, AgentConfig, AgentServiceExt, Blocking, Builtin, Builtins, RunHandle,
-    ToolExecution,
+    Agent, AgentBuilder, AgentConfig, AgentServiceExt, Blocking, Builtin, Builtins, ResumeError,
+    RunHandle, SessionMark, ToolExecution,
 };
 
 /// Tools: [`ToolSet`], typed tools from async functions ([`tool_fn`]), schemas.

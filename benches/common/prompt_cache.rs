@@ -24,9 +24,10 @@ use tower_agent::layers::memory::MemoryLayer;
 use tower_agent::layers::summarize::{Keep, SummarizeLayer, Trigger};
 use tower_agent::prelude::*;
 use tower_agent::providers::Anthropic;
+use tower_agent::providers::PriceTable;
 use tower_agent::providers::anthropic::CacheTtl;
 use tower_agent::storage::{InMemory, Storage, StoragePath};
-use tower_agent::{Cost, History, ModelPrice, PriceTable, Usage};
+use tower_agent::{Cost, History, ModelPrice, Usage};
 use tower_agent_test::{ScriptedModel, StubTool, assert_valid_history};
 
 /// How far before a marker the API looks for a cached prefix, in blocks.

@@ -28,7 +28,7 @@ pub enum AgentInput {
     /// pending call is executed again with its value in
     /// [`ToolRequest::resume`](crate::ToolRequest::resume), then the loop goes on.
     ///
-    /// Checked before anything changes ([`ResumeError`](crate::ResumeError)): a value for a
+    /// Checked before anything changes (a `ResumeError` of the agent): a value for a
     /// call the session does not have, a waiting call without a value, or a value its call
     /// does not allow ([`Interrupt::allowed`](crate::Interrupt::allowed)) fails the run with
     /// the session unchanged. Values for calls already answered are ignored: resuming the

@@ -66,7 +66,7 @@ pub enum DecisionError {
 impl Decision {
     /// Whether this decision may be taken where `allowed` are: its kind is one of them, and
     /// edited arguments are a JSON object. The one check of a decision, for the approval layer
-    /// and for a resume ([`Interrupt::check`]).
+    /// and for a resume.
     ///
     /// ```
     /// use serde_json::json;
@@ -282,76 +282,6 @@ impl<K: Into<String>, V: Into<Value>> FromIterator<(K, V)> for Decisions {
     }
 }
 
-/// Why a resume was refused: the session is left exactly as it was.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ResumeError {
-    /// The session has no call waiting and no call these decisions could answer.
-    #[error("cannot resume: the session has no pending interrupt")]
-    NothingPending,
-    /// A decision names a call the session does not have.
-    #[error("cannot resume: no call `{call_id}` in the session")]
-    UnknownCall {
-        /// The id decided.
-        call_id: String,
-    },
-    /// A waiting call has no decision.
-    #[error("cannot resume: call `{call_id}` (tool `{tool}`) waits for a decision and got none")]
-    Missing {
-        /// The waiting call.
-        call_id: String,
-        /// Its tool.
-        tool: String,
-    },
-    /// A decision the waiting call does not allow, or a value that is not a decision.
-    #[error("cannot resume: call `{call_id}` allows {allowed}; got {got}")]
-    NotAllowed {
-        /// The waiting call.
-        call_id: String,
-        /// What it allows, comma separated.
-        allowed: String,
-        /// What it got.
-        got: String,
-    },
-}
-
-/// Check `decisions` against the calls that wait (`pending`) and those already answered
-/// (`answered`): every key names one of them, every pending call has a value, every value
-/// fits what its call allows. Returns whether the decisions are a replay: they only name
-/// calls already answered (a resume delivered twice), so nothing is to run.
-pub fn check_decisions(
-    decisions: &Decisions,
-    pending: &[Interrupt],
-    mut answered: impl FnMut(&str) -> bool,
-) -> Result<bool, ResumeError> {
-    let mut fresh = 0;
-    for (call_id, _) in decisions.iter() {
-        if pending.iter().any(|i| i.call.id == call_id) {
-            fresh += 1;
-        } else if !answered(call_id) {
-            return Err(ResumeError::UnknownCall {
-                call_id: call_id.to_owned(),
-            });
-        }
-    }
-    if fresh == 0 && !decisions.is_empty() {
-        return Ok(true);
-    }
-    if pending.is_empty() {
-        return Err(ResumeError::NothingPending);
-    }
-    for interrupt in pending {
-        let Some(value) = decisions.get(&interrupt.call.id) else {
-            return Err(ResumeError::Missing {
-                call_id: interrupt.call.id.clone(),
-                tool: interrupt.call.name.clone(),
-            });
-        };
-        interrupt.check(value)?;
-    }
-    Ok(false)
-}
-
 /// A run paused at a tool call, waiting for the host (typically a human decision).
 ///
 /// Stored in [`Session::interrupts`](crate::Session::interrupts) and reported in
@@ -361,13 +291,11 @@ pub fn check_decisions(
 ///
 /// ```
 /// use serde_json::json;
-/// use tower_agent_core::{Decision, DecisionKind, Interrupt, ToolCall};
+/// use tower_agent_core::{DecisionKind, Interrupt, ToolCall};
 ///
 /// let call = ToolCall::new("c1", "shell", json!({"cmd": "rm -rf build"}));
 /// let review = Interrupt::new(call, json!("run it?")).with_allowed([DecisionKind::Approve, DecisionKind::Reject]);
-/// assert!(review.check(&Decision::reject("no").into()).is_ok());
-/// assert!(review.check(&Decision::respond("done").into()).is_err());
-/// assert!(review.check(&json!("yes")).is_err()); // not a decision
+/// assert_eq!(review.allowed, [DecisionKind::Approve, DecisionKind::Reject]);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -396,34 +324,5 @@ impl Interrupt {
     pub fn with_allowed(mut self, allowed: impl IntoIterator<Item = DecisionKind>) -> Self {
         self.allowed = allowed.into_iter().collect();
         self
-    }
-
-    /// Whether `value` may resume this call: anything when [`Interrupt::allowed`] is empty,
-    /// else a [`Decision`] of an allowed kind.
-    pub fn check(&self, value: &Value) -> Result<(), ResumeError> {
-        if self.allowed.is_empty() {
-            return Ok(());
-        }
-        let not_allowed = |got: String| ResumeError::NotAllowed {
-            call_id: self.call.id.clone(),
-            allowed: self
-                .allowed
-                .iter()
-                .map(|k| k.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            got,
-        };
-        match Decision::deserialize(value) {
-            Ok(decision) => decision.check(&self.allowed).map_err(|problem| {
-                not_allowed(match problem {
-                    DecisionError::NotAllowed(kind) => format!("`{kind}`"),
-                    other => other.to_string(),
-                })
-            }),
-            Err(error) => Err(not_allowed(format!(
-                "a value that is not a decision ({error})"
-            ))),
-        }
     }
 }

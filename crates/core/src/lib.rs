@@ -82,7 +82,7 @@ pub use callback::{
 };
 pub use context::{ExtensionKey, RunContext, new_id};
 pub use cost::Cost;
-pub use decision::{Decision, DecisionKind, Decisions, ResumeError, UnknownDecision};
+pub use decision::{Decision, DecisionKind, Decisions, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{AnyLayerEvent, Event, EventSink, EventStream, LayerEvent, Observer, observer_fn};
 pub use history::{
@@ -93,9 +93,9 @@ pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, PromptCache, ResponseFormat,
     ResponseOrigin, ToolChoice, ToolSpec, Usage,
 };
-pub use price::{ModelPrice, PriceTable};
+pub use price::ModelPrice;
 pub use saver::{RunSaves, SaveReply, Saver};
-pub use session::{Progress, SessionMark, Step};
+pub use session::{Progress, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;
 pub use state::StateKey;

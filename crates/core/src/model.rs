@@ -266,41 +266,6 @@ pub struct PromptCache {
     pub stored: Option<Arc<str>>,
 }
 
-impl PromptCache {
-    /// The ends of the stable blocks of `system` as a provider should mark them: the marks
-    /// that fall on character boundaries inside it, each after the one before (a layer that
-    /// rewrote the prompt may have left others), or the whole prompt when nothing was said.
-    ///
-    /// ```
-    /// use tower_agent_core::ModelRequest;
-    ///
-    /// let mut req = ModelRequest::new(vec![]);
-    /// req.append_system("A long block of instructions.");
-    /// req.system = Some("Short.".into()); // rewritten by hand: the mark is past its end
-    /// req.append_system("More.");
-    /// assert_eq!(req.cache.marks(req.system.as_deref().unwrap()), [13]);
-    /// ```
-    pub fn marks(&self, system: &str) -> Vec<usize> {
-        if self.stable.is_empty() && !self.volatile {
-            return if system.is_empty() {
-                Vec::new()
-            } else {
-                vec![system.len()]
-            };
-        }
-        // Increasing, inside the prompt, on character boundaries: a layer that rewrote the
-        // prompt may have left offsets that are none of these.
-        let mut marks: Vec<usize> = Vec::with_capacity(self.stable.len());
-        for &end in &self.stable {
-            let after = marks.last().is_none_or(|&last| end > last);
-            if after && end > 0 && end <= system.len() && system.is_char_boundary(end) {
-                marks.push(end);
-            }
-        }
-        marks
-    }
-}
-
 impl ModelRequest {
     /// A request for `messages` with no system prompt, no tools, default options and a fresh
     /// context.

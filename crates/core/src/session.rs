@@ -114,48 +114,6 @@ impl Session {
         let how = Repair::new().last_message_only().wait(&wait);
         self.history.repair(&how).answered
     }
-
-    /// What this session is now, to tell later whether a session is still the same one
-    /// ([`SessionMark::is`]) without keeping a copy of its history: what a saver writing a
-    /// session only when it changed keeps of the last one it wrote.
-    pub fn mark(&self) -> SessionMark {
-        SessionMark {
-            history: self.history.mark(),
-            state: self.state.clone(),
-            interrupts: self.interrupts.clone(),
-        }
-    }
-}
-
-/// A session as it was ([`Session::mark`]): its history's mark, its state and its interrupts.
-///
-/// ```
-/// use tower_agent_core::{Message, Session};
-///
-/// let mut session = Session::with_id("s1");
-/// session.history.push(Message::user("hi"));
-/// let saved = session.mark();
-/// assert!(saved.is(&session));
-/// session.history.push(Message::assistant("hello"));
-/// assert!(!saved.is(&session), "a message more");
-/// ```
-#[derive(Debug, Clone)]
-pub struct SessionMark {
-    history: crate::history::HistoryMark,
-    state: Map<String, Value>,
-    interrupts: Vec<Interrupt>,
-}
-
-impl SessionMark {
-    /// Whether `session` is the one marked: the same messages (none added, none edited), state
-    /// and interrupts.
-    pub fn is(&self, session: &Session) -> bool {
-        let history = &session.history;
-        history.len() == self.history.len()
-            && history.kept(&self.history) == history.len()
-            && session.state == self.state
-            && session.interrupts == self.interrupts
-    }
 }
 
 /// Why the loop stopped before the model finished.

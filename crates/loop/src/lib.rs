@@ -5,10 +5,14 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+mod mark;
 mod run;
 pub mod stack;
 
-pub use agent::{Agent, AgentBuilder, AgentConfig, Builtins, ToolExecution, Truncation};
+pub use agent::{
+    Agent, AgentBuilder, AgentConfig, Builtins, ResumeError, ToolExecution, Truncation,
+};
+pub use mark::SessionMark;
 pub use run::{AgentServiceExt, Blocking, RunHandle};
 pub use stack::{
     AgentLayer, AgentSlot, Builtin, Inside, ModelLayer, ModelSlot, Stacks, ToolLayer, ToolSlot,

@@ -6,9 +6,9 @@ use serde_json::json;
 use tower::ServiceExt;
 use tower_agent_core::{
     AgentInput, AgentRequest, Decision, DecisionKind, Decisions, ErrorKind, ModelResponse, Outcome,
-    ResumeError, Session, StopReason, ToolResponse,
+    Session, StopReason, ToolResponse,
 };
-use tower_agent_loop::Agent;
+use tower_agent_loop::{Agent, ResumeError};
 use tower_agent_test::{
     ScriptedModel, StubTool, assert_valid_history, assert_valid_history_with_pending,
 };

@@ -43,6 +43,7 @@
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod key;
+mod price;
 
 #[cfg(feature = "http")]
 pub mod classify;
@@ -67,6 +68,7 @@ pub mod gemini;
 pub mod openai;
 
 pub use key::ApiKey;
+pub use price::PriceTable;
 #[cfg(feature = "http")]
 pub use provider::{Provider, Wire};
 

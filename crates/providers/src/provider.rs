@@ -6,9 +6,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tower_agent_core::event::BoxFuture;
-use tower_agent_core::{Error, ModelPrice, ModelRequest, ModelResponse, PriceTable};
+use tower_agent_core::{Error, ModelPrice, ModelRequest, ModelResponse};
 use tower_service::Service;
 
+use crate::PriceTable;
 use crate::http::{self, Client};
 use crate::key::ApiKey;
 use crate::wire::{Endpoint, Format};
@@ -146,7 +147,7 @@ impl<W: Wire> Provider<W> {
     /// or the longest name it starts with); a model the table does not have is not priced.
     ///
     /// ```
-    /// use tower_agent_core::PriceTable;
+    /// use tower_agent_providers::PriceTable;
     /// use tower_agent_providers::OpenAi;
     ///
     /// let table = PriceTable::from_json(r#"{"gpt-4o-mini": {"input": 0.15, "cached_input": 0.075, "output": 0.6}}"#)?;

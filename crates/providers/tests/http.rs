@@ -396,7 +396,8 @@ async fn an_anthropic_stream_cut_before_message_stop_is_an_error() {
 
 #[tokio::test]
 async fn a_priced_provider_puts_each_calls_cost_in_its_usage() {
-    use tower_agent_core::{Cost, PriceTable};
+    use tower_agent_core::Cost;
+    use tower_agent_providers::PriceTable;
     let server = Server::start([
         Canned::fixture("openai/parallel_calls.sse"),
         Canned::fixture("openai/parallel_calls.sse"),

@@ -5,9 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
 use tower_agent_core::event::BoxFuture as CoreFuture;
-use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, Error, ErrorKind, Saver, Session, SessionMark,
-};
+use tower_agent_core::{AgentInput, AgentRequest, AgentResponse, Error, ErrorKind, Saver, Session};
+use tower_agent_loop::SessionMark;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -203,7 +202,7 @@ where
             };
             // What is stored already is not written again (a run a layer answered without
             // changing the session).
-            let saved = version.map(|_| request.session.mark());
+            let saved = version.map(|_| SessionMark::of(&request.session));
             let saves = Arc::new(Saves {
                 store,
                 last: Mutex::new(Last {
@@ -286,7 +285,7 @@ impl Saver for Saves {
             match saved {
                 Ok(version) => {
                     last.version = Some(version);
-                    last.saved = Some(session.mark());
+                    last.saved = Some(SessionMark::of(&session));
                     Ok(())
                 }
                 Err(error) => {

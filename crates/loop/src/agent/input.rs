@@ -2,8 +2,10 @@
 
 use std::collections::HashSet;
 
-use tower_agent_core::decision::check_decisions;
-use tower_agent_core::{AgentInput, Error, Message, Session};
+use serde::Deserialize;
+use serde_json::Value;
+use tower_agent_core::decision::DecisionError;
+use tower_agent_core::{AgentInput, Decision, Decisions, Error, Interrupt, Message, Session};
 
 /// Whether `input` fits `session`; checked before anything changes, so a refused request
 /// returns the session exactly as it came. `Ok(true)`: a resume whose decisions were all
@@ -73,4 +75,103 @@ fn check_interrupts(session: &Session) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Why a resume was refused: the session is left exactly as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// The session has no call waiting and no call these decisions could answer.
+    #[error("cannot resume: the session has no pending interrupt")]
+    NothingPending,
+    /// A decision names a call the session does not have.
+    #[error("cannot resume: no call `{call_id}` in the session")]
+    UnknownCall {
+        /// The id decided.
+        call_id: String,
+    },
+    /// A waiting call has no decision.
+    #[error("cannot resume: call `{call_id}` (tool `{tool}`) waits for a decision and got none")]
+    Missing {
+        /// The waiting call.
+        call_id: String,
+        /// Its tool.
+        tool: String,
+    },
+    /// A decision the waiting call does not allow, or a value that is not a decision.
+    #[error("cannot resume: call `{call_id}` allows {allowed}; got {got}")]
+    NotAllowed {
+        /// The waiting call.
+        call_id: String,
+        /// What it allows, comma separated.
+        allowed: String,
+        /// What it got.
+        got: String,
+    },
+}
+
+/// Check `decisions` against the calls that wait (`pending`) and those already answered
+/// (`answered`): every key names one of them, every pending call has a value, every value
+/// fits what its call allows. Returns whether the decisions are a replay: they only name
+/// calls already answered (a resume delivered twice), so nothing is to run.
+pub(super) fn check_decisions(
+    decisions: &Decisions,
+    pending: &[Interrupt],
+    mut answered: impl FnMut(&str) -> bool,
+) -> Result<bool, ResumeError> {
+    let mut fresh = 0;
+    for (call_id, _) in decisions.iter() {
+        if pending.iter().any(|i| i.call.id == call_id) {
+            fresh += 1;
+        } else if !answered(call_id) {
+            return Err(ResumeError::UnknownCall {
+                call_id: call_id.to_owned(),
+            });
+        }
+    }
+    if fresh == 0 && !decisions.is_empty() {
+        return Ok(true);
+    }
+    if pending.is_empty() {
+        return Err(ResumeError::NothingPending);
+    }
+    for interrupt in pending {
+        let Some(value) = decisions.get(&interrupt.call.id) else {
+            return Err(ResumeError::Missing {
+                call_id: interrupt.call.id.clone(),
+                tool: interrupt.call.name.clone(),
+            });
+        };
+        check_value(interrupt, value)?;
+    }
+    Ok(false)
+}
+
+/// Whether `value` may resume `interrupt`'s call: anything when [`Interrupt::allowed`] is
+/// empty, else a [`Decision`] of an allowed kind.
+fn check_value(interrupt: &Interrupt, value: &Value) -> Result<(), ResumeError> {
+    if interrupt.allowed.is_empty() {
+        return Ok(());
+    }
+    let not_allowed = |got: String| ResumeError::NotAllowed {
+        call_id: interrupt.call.id.clone(),
+        allowed: interrupt
+            .allowed
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        got,
+    };
+    match Decision::deserialize(value) {
+        Ok(decision) => decision.check(&interrupt.allowed).map_err(|problem| {
+            not_allowed(match problem {
+                DecisionError::NotAllowed(kind) => format!("`{kind}`"),
+                other => other.to_string(),
+            })
+        }),
+        Err(error) => Err(not_allowed(format!(
+            "a value that is not a decision ({error})"
+        ))),
+    }
 }

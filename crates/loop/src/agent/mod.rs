@@ -57,6 +57,7 @@ mod truncated;
 
 pub use builder::{AgentBuilder, AgentConfig, ToolExecution, Truncation};
 pub use builtins::Builtins;
+pub use input::ResumeError;
 
 use state::Run;
 

@@ -5,7 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::mpsc::UnboundedReceiver;
-use tower_agent_core::{Error, RunContext, RunSaves, SaveReply, Saver, Session, SessionMark};
+use tower_agent_core::{Error, RunContext, RunSaves, SaveReply, Saver, Session};
+
+use crate::SessionMark;
 
 /// A run's saves.
 pub(super) struct Saving {
@@ -59,7 +61,7 @@ impl Saving {
         }
         match saver.save(&session).await {
             Ok(()) => {
-                self.saved = Some(Box::new(session.mark()));
+                self.saved = Some(Box::new(SessionMark::of(&session)));
                 Ok(())
             }
             Err(error) => {

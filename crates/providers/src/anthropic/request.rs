@@ -3,7 +3,8 @@
 use serde::Serialize;
 use serde_json::Value;
 use tower_agent_core::{
-    ContentPart, Error, Message, ModelRequest, ResponseFormat, Role, ToolCall, ToolChoice,
+    ContentPart, Error, Message, ModelRequest, PromptCache, ResponseFormat, Role, ToolCall,
+    ToolChoice,
 };
 
 use crate::wire::{self, Frame, Items, text_of};
@@ -178,7 +179,7 @@ pub(super) fn frame(
     // Two for the history: its end, and where the run's previous request ended (a round that
     // adds more than the API's 20-block lookback would miss it otherwise).
     let budget = BREAKPOINTS - 2 * usize::from(history);
-    let marks = req.cache.marks(own);
+    let marks = marks(&req.cache, own);
     let marked = &marks[marks.len().saturating_sub(budget)..];
     // Each block keeps the blank line after it: the blocks join to the prompt as it was.
     let mut blocks = Vec::with_capacity(marks.len() + 1);
@@ -329,4 +330,25 @@ fn blocks_of(message: &Message) -> (&'static str, Vec<Block<'_>>) {
 /// A call's arguments as the JSON object the API requires.
 fn input_of(call: &ToolCall) -> Value {
     crate::wire::arguments_object(call)
+}
+
+/// The ends of the stable blocks of `system` to mark: the marks that fall on character
+/// boundaries inside it, each after the one before (a layer that rewrote the prompt may have
+/// left others), or the whole prompt when no layer said anything.
+pub(super) fn marks(cache: &PromptCache, system: &str) -> Vec<usize> {
+    if cache.stable.is_empty() && !cache.volatile {
+        return if system.is_empty() {
+            Vec::new()
+        } else {
+            vec![system.len()]
+        };
+    }
+    let mut marks: Vec<usize> = Vec::with_capacity(cache.stable.len());
+    for &end in &cache.stable {
+        let after = marks.last().is_none_or(|&last| end > last);
+        if after && end > 0 && end <= system.len() && system.is_char_boundary(end) {
+            marks.push(end);
+        }
+    }
+    marks
 }

@@ -1,7 +1,10 @@
 //! Unit tests of the mapping, with recorded payloads.
 
 use serde_json::{Value, json};
-use tower_agent_core::{ContentPart, ErrorKind, FinishReason, Role, ToolCall, ToolResult, Usage};
+use tower_agent_core::{
+    ContentPart, ErrorKind, FinishReason, ModelRequest, PromptCache, Role, ToolCall, ToolResult,
+    Usage,
+};
 
 use crate::encode;
 use crate::wire::Delta;
@@ -463,4 +466,24 @@ fn a_beta_the_host_sent_already_is_not_repeated_and_every_host_value_stays() {
         .filter_map(|v| v.to_str().ok())
         .collect();
     assert_eq!(sent, ["a-1,extended-cache-ttl-2025-04-11,b-2"]);
+}
+
+#[test]
+fn marks_fall_inside_the_prompt_in_order_on_character_boundaries() {
+    let mut req = ModelRequest::new(vec![]);
+    req.append_system("A long block of instructions.");
+    req.system = Some("Short.".into()); // rewritten by hand: the mark is past its end
+    req.append_system("More.");
+    assert_eq!(
+        super::request::marks(&req.cache, req.system.as_deref().unwrap()),
+        [13]
+    );
+    // Nothing said: the whole prompt, or nothing when there is none.
+    let plain = ModelRequest::new(vec![]);
+    assert_eq!(super::request::marks(&plain.cache, "You help."), [9]);
+    assert!(super::request::marks(&plain.cache, "").is_empty());
+    // Out of order, zero and inside a character: dropped.
+    let mut cache = PromptCache::default();
+    cache.stable = vec![0, 3, 2, 5, 4];
+    assert_eq!(super::request::marks(&cache, "ab\u{e9}cd"), [2, 5]);
 }
