@@ -285,7 +285,7 @@ impl Saver for Saves {
             match saved {
                 Ok(version) => {
                     last.version = Some(version);
-                    last.saved = Some(SessionMark::of(&session));
+                    last.saved = Some(SessionMark::of(session));
                     Ok(())
                 }
                 Err(error) => {
