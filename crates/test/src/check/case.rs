@@ -189,7 +189,11 @@ impl Case<'_> {
         // Another timeline: from this version on, its calls in flight were never finished, and
         // the calls it decides run there for the first time.
         self.results.clear();
-        lock(&self.world.counts).executed.clear();
+        {
+            let mut counts = lock(&self.world.counts);
+            counts.executed.clear();
+            counts.ran_with.clear();
+        }
         self.check_version(&self.session.clone())?;
         let input = if self.session.interrupts.is_empty() {
             AgentInput::from("Please finish.")
@@ -493,6 +497,7 @@ impl Case<'_> {
         let json = serde_json::to_string(session)
             .map_err(|e| violation(format!("a session does not serialize: {e}")))?;
         self.check_no_secret("a saved version", &json)?;
+        self.check_ran_as_shown(session)?;
         for result in session.history.iter().flat_map(Message::tool_results) {
             match self.results.get(&result.call_id) {
                 Some(earlier) if *earlier != result.content => {
@@ -536,6 +541,45 @@ impl Case<'_> {
                     }
                 }
                 Step::Finished(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A call whose result the tools gave ran with the arguments `session` shows for it (a
+    /// guard's revision, a human's edit): the model reads the call that ran. A call answered
+    /// without running (a synthetic result) is not compared.
+    fn check_ran_as_shown(&self, session: &Session) -> Result<(), Violation> {
+        let counts = lock(&self.world.counts);
+        let synthetic = [
+            ToolResult::TRUNCATED,
+            ToolResult::CANCELLED,
+            ToolResult::NOT_DECIDED,
+            ToolResult::UNANSWERED,
+            ToolResult::MALFORMED,
+        ];
+        let answered: HashMap<&str, &str> = session
+            .history
+            .iter()
+            .flat_map(Message::tool_results)
+            .map(|r| (r.call_id.as_str(), r.content.as_str()))
+            .collect();
+        for call in session.history.iter().flat_map(Message::tool_calls) {
+            let Some(content) = answered.get(call.id.as_str()) else {
+                continue;
+            };
+            let Some(ran) = counts.ran_with.get(&call.id) else {
+                continue;
+            };
+            if synthetic.iter().any(|text| content.starts_with(text)) {
+                continue;
+            }
+            let shown = serde_json::from_str::<Value>(&call.arguments).ok();
+            if shown != serde_json::from_str::<Value>(ran).ok() {
+                return Err(violation(format!(
+                    "call `{}` ran with {ran}, yet the session shows {}",
+                    call.id, call.arguments
+                )));
             }
         }
         Ok(())

@@ -31,7 +31,8 @@
 //!   answered in one version is answered the same way in every later one; a call the tools
 //!   ran and the loop announced as finished (`ToolFinished`) is in the version saved before
 //!   the announcement; no call runs twice (a call in flight when its process died is
-//!   answered, never run again);
+//!   answered, never run again); a call the tools ran stands in each version with the
+//!   arguments it ran with (a guard's revision, a human's edit);
 //! - after each input's runs: nothing the user sent is lost: each input the session took (the
 //!   model answered it, or paused on it, or it is in the history) is still in the history, or
 //!   in a summary of it;

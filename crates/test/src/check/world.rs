@@ -1,5 +1,6 @@
 //! The model and the tools that misbehave on purpose, and what they share in a case.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -39,6 +40,8 @@ pub(super) struct Counts {
     pub(super) finishing: bool,
     /// The call ids the tools ran, each time they ran one.
     pub(super) executed: Vec<String>,
+    /// The arguments each call ran with, by call id.
+    pub(super) ran_with: HashMap<String, String>,
     /// The calls of answers cut off at their length limit: none may run (but a read-only
     /// call started early, before the answer was known to be cut).
     pub(super) cut: Vec<String>,
@@ -262,6 +265,9 @@ impl Service<ToolRequest> for CheckTools {
                 let mut counts = lock(&world.counts);
                 counts.tool_calls += 1;
                 counts.executed.push(call.id.clone());
+                counts
+                    .ran_with
+                    .insert(call.id.clone(), call.arguments.clone());
                 if req.early.is_none() && counts.cut.contains(&call.id) {
                     counts.cut_ran.push(call.id.clone());
                 }
