@@ -112,9 +112,9 @@ pub mod providers {
 /// [`ApprovalLayer`](layers::ApprovalLayer),
 /// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
 /// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
-/// `ClearToolResultsLayer`, `BudgetLayer`, `ToolSelectLayer`, `ToolCacheLayer`,
+/// `ClearToolResultsLayer`, `BudgetLayer`, `ToolSelectLayer`, `ToolCacheLayer`, `ToolGuardLayer`,
 /// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `guardrail`, `approval`, `limits`,
-/// `checkpoint`, `evict`, `summarize`, `clear`, `budget`, `select`, `cache`; `layers` for all but `structured` and `cache`, on by default). Each is a `tower::Layer`:
+/// `checkpoint`, `evict`, `summarize`, `clear`, `budget`, `select`, `cache`, `tool_guard`; `layers` for all but `structured` and `cache`, on by default). Each is a `tower::Layer`:
 /// `.layer(..)` on a `ServiceBuilder`, or `.with(..)` on the agent builder.
 #[cfg(any(
     feature = "patch",
@@ -132,7 +132,8 @@ pub mod providers {
     feature = "clear",
     feature = "budget",
     feature = "select",
-    feature = "cache"
+    feature = "cache",
+    feature = "tool_guard"
 ))]
 pub mod layers {
     pub use tower_agent_layers::*;

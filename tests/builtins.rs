@@ -50,6 +50,9 @@ fn the_canonical_order() {
             tower_agent::layers::redact::Rules::new().emails(),
         ))
         .with(tower_agent::layers::guardrail::GuardrailLayer::new())
+        .with(tower_agent::layers::ToolGuardLayer::new(|_, _| async {
+            tower_agent::layers::tool_guard::ToolVerdict::Allow
+        }))
         .with(ApprovalLayer::builder().build().expect("valid"))
         .with(tower_agent::layers::checkpoint::CheckpointLayer::interrupting().every(10))
         .with(EvictLayer::new(InMemory::new()))
@@ -103,6 +106,7 @@ fn the_canonical_order() {
             "redact",
             "guardrail",
             "limits",
+            "tool_guard",
             "checkpoint",
             "approval",
             #[cfg(feature = "cache")]

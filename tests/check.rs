@@ -217,6 +217,7 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
     use tower_agent::layers::memory::MemoryLayer;
     use tower_agent::layers::redact::{RedactLayer, Rules};
     use tower_agent::layers::select::ToolSelectLayer;
+    use tower_agent::layers::tool_guard::{ToolGuardLayer, ToolVerdict};
     use tower_agent::storage::{Storage, StoragePath};
     use tower_agent::{Cost, ModelPrice};
 
@@ -300,7 +301,21 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
                     .expect("valid"),
             )
             .with(CheckpointLayer::interrupting().every(5))
-            .with(EvictLayer::new(InMemory::new()).limit(1_000));
+            .with(EvictLayer::new(InMemory::new()).limit(1_000))
+            // Denies a call of each tool now and then (a read-only `lookup` that started early
+            // too), and revises some writes: the revised arguments run, and the session shows
+            // them.
+            .with(ToolGuardLayer::new(|call: ToolCall, _| async move {
+                let n = serde_json::from_str::<serde_json::Value>(&call.arguments)
+                    .ok()
+                    .and_then(|args| args["n"].as_u64())
+                    .unwrap_or(0);
+                match (call.name.as_str(), n % 7) {
+                    (_, 0) => ToolVerdict::deny("a multiple of seven"),
+                    ("write", 1) => ToolVerdict::revise(serde_json::json!({ "n": n + 100 })),
+                    _ => ToolVerdict::Allow,
+                }
+            }));
         #[cfg(feature = "structured")]
         let every = every.with(tower_agent::layers::structured::StructuredLayer::new());
         #[cfg(feature = "cache")]

@@ -20,6 +20,7 @@
 //! | [`clear`] | `clear` | model (`before_model`, inside summarize) | older tool results replaced by a placeholder in each request once it is large; the session keeps them whole |
 //! | [`select`] | `select` | model (`before_model`, inside instructions) | each call offered the tools a closure or a cheap model chooses (once per run and message), plus those always kept; any call still reaches every tool |
 //! | `cache` | `cache` | tool (around, inside approval) | results of read-only tools kept and reused by tool and canonical arguments, per session, shared or per key, for a time to live; identical concurrent calls run once; a write drops what its scope read |
+//! | [`tool_guard`] | `tool_guard` | tool (around, inside the limits) | a policy on each call: allow it, deny it (the model gets the reason, the run goes on) or revise its arguments |
 //!
 //! `full` enables all of them; no feature is on by default. A layer that acts at two services
 //! is one value added to both stacks (`.layer(memory.clone())` on the agent and on the model);
@@ -95,6 +96,8 @@ mod text;
     feature = "budget"
 ))]
 pub mod tokens;
+#[cfg(feature = "tool_guard")]
+pub mod tool_guard;
 
 #[cfg(feature = "approval")]
 pub use approval::{Approval, ApprovalLayer};
@@ -132,3 +135,5 @@ pub use select::{ToolSelect, ToolSelectLayer};
 pub use structured::{Structured, StructuredLayer};
 #[cfg(feature = "summarize")]
 pub use summarize::{Summarize, SummarizeLayer};
+#[cfg(feature = "tool_guard")]
+pub use tool_guard::{ToolGuard, ToolGuardLayer};

@@ -121,6 +121,9 @@ slots!(
         Guardrail = "guardrail",
         /// Tool-call limits.
         Limits = "limits",
+        /// A policy on each call (allow, deny, revise), inside the limits: a denied call
+        /// counts; outside the checkpoint and approval: a human sees only what may run.
+        Guard = "tool_guard",
         /// The checkpoint.
         Checkpoint = "checkpoint",
         /// Human approval of gated calls.
