@@ -70,6 +70,8 @@
 //! - [`docs::ordering`]: the onion table of callback layers, and where observers go;
 //! - [`docs::custom_layer`]: writing a layer, from a closure to a hand-made service;
 //! - [`docs::testing`]: testing layers and agents with the test kit;
+//! - [`docs::effects`]: tool effects exactly once: a key per logical call, the hints that
+//!   decide which calls may be tried again;
 //! - [`docs::interrupts`]: pause a run, save it, resume it elsewhere; approval, checkpoints,
 //!   stopping and cancelling;
 //! - [`docs::workflows`]: sequential and loop agents with a judge, sub-agents as tools,
@@ -211,6 +213,10 @@ pub mod docs {
 
     #[doc = include_str!("../docs/testing.md")]
     pub mod testing {}
+
+    #[doc = include_str!("../docs/effects.md")]
+    #[cfg(feature = "tools")]
+    pub mod effects {}
 
     #[doc = include_str!("../docs/interrupts.md")]
     #[cfg(feature = "approval")]

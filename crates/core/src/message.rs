@@ -31,6 +31,14 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments as JSON text, as the model wrote them.
     pub arguments: String,
+    /// The agent's key for this logical call, never sent to a model: the same for every try
+    /// of the call (a retry, a resume in another process, a replay, an approval's pause, an
+    /// early start and its adoption), another for every other call, even with the same
+    /// arguments. A tool that has effects passes it on (an `Idempotency-Key` header, an MCP
+    /// request's `_meta`), so that the effect happens once. Empty until the agent gives the
+    /// call its key, as the model's message comes in; saved with the session.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
 }
 
 impl ToolCall {
@@ -48,6 +56,7 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments: arguments.to_string(),
+            key: String::new(),
         }
     }
 
@@ -61,6 +70,7 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments: arguments.into(),
+            key: String::new(),
         }
     }
 

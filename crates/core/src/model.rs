@@ -27,6 +27,12 @@ pub struct ToolSpec {
     /// model is still streaming. Not sent to providers.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
+    /// A second call with the same arguments has no effect the first did not have (an MCP
+    /// tool's `idempotentHint`): a call whose answer was lost on the way may be sent again.
+    /// A read-only tool is idempotent whatever this says ([`ToolSpec::may_repeat`]). Not sent
+    /// to providers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idempotent: bool,
 }
 
 impl ToolSpec {
@@ -37,6 +43,7 @@ impl ToolSpec {
             description: description.into(),
             parameters,
             read_only: false,
+            idempotent: false,
         }
     }
 
@@ -52,6 +59,28 @@ impl ToolSpec {
     pub fn read_only(mut self) -> Self {
         self.read_only = true;
         self
+    }
+
+    /// Mark the tool as idempotent ([`ToolSpec::idempotent`]).
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
+        self
+    }
+
+    /// Whether a call of the tool may be sent again when its outcome is unknown (its answer
+    /// was lost): it only reads, or a second call changes nothing.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::ToolSpec;
+    ///
+    /// let spec = |name| ToolSpec::new(name, "", json!({"type": "object"}));
+    /// assert!(spec("search").read_only().may_repeat());
+    /// assert!(spec("set_title").idempotent().may_repeat());
+    /// assert!(!spec("pay").may_repeat());
+    /// ```
+    pub fn may_repeat(&self) -> bool {
+        self.read_only || self.idempotent
     }
 }
 

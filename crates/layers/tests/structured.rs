@@ -245,11 +245,7 @@ async fn tool_arguments_that_do_not_match_are_repaired_before_any_tool_runs() {
     let bad = ModelResponse::tool_calls([
         ToolCall::new("c1", "weather", json!({"city": "Paris"})),
         ToolCall::new("c2", "weather", json!({"town": "Lyon"})),
-        ToolCall {
-            id: "c3".into(),
-            name: "weather".into(),
-            arguments: "{\"city\": ".into(),
-        },
+        ToolCall::raw("c3", "weather", "{\"city\": "),
         ToolCall::new("c4", "unknown", json!({})),
     ]);
     let good = ModelResponse::tool_calls([ToolCall::new("c5", "weather", json!({"city": "Lyon"}))]);

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ResourceContents, Tool};
+use rmcp::model::{
+    CallToolResult, ContentBlock, JsonObject, ResourceContents, Tool, ToolAnnotations,
+};
 use serde_json::Value;
 use tower_agent_core::ToolSpec;
 
@@ -61,11 +63,11 @@ fn spec(name: &str, tool: &Tool) -> ToolSpec {
         description,
         Value::Object(tool.input_schema.as_ref().clone()),
     );
-    spec.read_only = tool
-        .annotations
-        .as_ref()
-        .and_then(|a| a.read_only_hint)
-        .unwrap_or(false);
+    let hint = |hint: fn(&ToolAnnotations) -> Option<bool>| {
+        tool.annotations.as_ref().and_then(hint).unwrap_or(false)
+    };
+    spec.read_only = hint(|a| a.read_only_hint);
+    spec.idempotent = hint(|a| a.idempotent_hint);
     spec
 }
 

@@ -22,8 +22,13 @@
 //!
 //! Several servers at once: a tool keeps its name unless another server has a tool of the same
 //! name; then each of those is named `{server}_{tool}`. The tool's MCP annotations
-//! (`readOnlyHint`, `destructiveHint`, ...) stay readable with [`McpTools::annotations`], and
-//! `readOnlyHint` becomes [`ToolSpec::read_only`].
+//! (`readOnlyHint`, `destructiveHint`, ...) stay readable with [`McpTools::annotations`];
+//! `readOnlyHint` becomes [`ToolSpec::read_only`] and `idempotentHint`
+//! [`ToolSpec::idempotent`]. A call whose answer is lost with the connection is sent once more
+//! only to a tool with either hint. Each call carries its key
+//! ([`ToolCall::key`](tower_agent_core::ToolCall::key)) in the request's `_meta`, as
+//! `idempotencyKey`, the same on every send. `destructiveHint` changes nothing here: gate
+//! such tools with an approval policy.
 //!
 //! ```no_run
 //! use tower_agent_core::{DescribeTools, Message};
@@ -353,8 +358,11 @@ impl Inner {
         };
         let conn = Arc::clone(&self.servers[route.server]);
         let remote = route.remote.clone();
+        let may_repeat = route.annotations.as_ref().is_some_and(|a| {
+            a.read_only_hint.unwrap_or(false) || a.idempotent_hint.unwrap_or(false)
+        });
         drop(routes);
-        conn.call(&self, remote, arguments, &req).await
+        conn.call(&self, remote, arguments, &req, may_repeat).await
     }
 }
 

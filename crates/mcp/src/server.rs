@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, JsonObject,
-    PingRequest, RequestId, ServerResult, Tool,
+    Meta, PingRequest, RequestId, ServerResult, Tool,
 };
 use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
@@ -244,6 +244,8 @@ enum Attempt {
     /// The server provably did not run the call: it refused it for its session, or the
     /// connection was refused before anything was sent.
     Refused(ServiceError),
+    /// The call was sent and its answer lost with the connection: it may have run.
+    Lost(Error),
 }
 
 /// Why the tools could not be listed.
@@ -483,13 +485,16 @@ impl Conn {
 
     /// Call the server's tool `remote` for `req`. A call the server provably did not run (it
     /// refused it because it no longer knows the session, or the connection was refused)
-    /// connects again and is sent once more; a call whose outcome is unknown never is.
+    /// connects again and is sent once more. A call whose answer was lost with the connection
+    /// may have run: it is sent once more only when `may_repeat` (the tool only reads, or is
+    /// idempotent), with the same key ([`ToolCall::key`](tower_agent_core::ToolCall::key)).
     pub(crate) async fn call(
         &self,
         inner: &Arc<Inner>,
         remote: String,
         arguments: Option<JsonObject>,
         req: &ToolRequest,
+        may_repeat: bool,
     ) -> Result<ToolResponse, Error> {
         let connected = self.peer(inner).await?;
         let generation = connected.generation;
@@ -498,6 +503,21 @@ impl Conn {
             .await
         {
             Attempt::Done(result) => return result,
+            Attempt::Lost(error) if !may_repeat => return Err(error),
+            Attempt::Lost(error) => {
+                tracing::info!(
+                    server = %self.config.name,
+                    %error,
+                    "the answer to an idempotent MCP call was lost: sending it once more"
+                );
+                let connected = self.peer(inner).await?;
+                let generation = connected.generation;
+                return match self.attempt(connected, remote, arguments, req).await {
+                    Attempt::Done(result) => result,
+                    Attempt::Lost(error) => Err(error),
+                    Attempt::Refused(error) => Err(self.failed(error, generation).await),
+                };
+            }
             Attempt::Refused(error) => error,
         };
         tracing::info!(
@@ -510,6 +530,7 @@ impl Conn {
         let generation = connected.generation;
         match self.attempt(connected, remote, arguments, req).await {
             Attempt::Done(result) => result,
+            Attempt::Lost(error) => Err(error),
             Attempt::Refused(error) => {
                 // Refused on a new session too: nothing ran; the next call connects again.
                 self.lost(generation).await;
@@ -540,6 +561,13 @@ impl Conn {
         } = connected;
         let mut params = CallToolRequestParams::new(remote);
         params.arguments = arguments;
+        if !req.call.key.is_empty() {
+            // The call's key, for a server that runs each effect once (MCP's SEP-3182 names
+            // the field `idempotencyKey`).
+            let mut meta = JsonObject::new();
+            meta.insert("idempotencyKey".into(), req.call.key.clone().into());
+            params.meta = Some(Meta(meta));
+        }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let handle = match peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
@@ -562,7 +590,7 @@ impl Conn {
             lost = lost(cancel.peer.as_ref(), self.config.ping()) => {
                 cancel.peer = None;
                 // The call was sent and may be running: its outcome is unknown.
-                return Attempt::Done(Err(self.failed(lost, generation).await));
+                return Attempt::Lost(self.failed(lost, generation).await);
             }
         };
         cancel.peer = None;
@@ -595,6 +623,9 @@ impl Conn {
                 ),
             )),
             Err(error) if crate::refused(&error) => return Attempt::Refused(error),
+            Err(error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                return Attempt::Lost(self.failed(error, generation).await);
+            }
             Err(error) => Err(self.failed(error, generation).await),
         })
     }

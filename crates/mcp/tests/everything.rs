@@ -110,11 +110,7 @@ async fn calls_echo_and_get_sum_and_names_what_is_wrong() {
 
     // Arguments that are not a JSON object never reach the server.
     let malformed = ToolRequest::new(
-        ToolCall {
-            id: "c5".into(),
-            name: "echo".into(),
-            arguments: "{\"message\": ".into(),
-        },
+        ToolCall::raw("c5", "echo", "{\"message\": "),
         RunContext::new(),
     );
     let malformed = run(&tools, malformed).await;

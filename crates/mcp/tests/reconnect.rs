@@ -21,8 +21,11 @@ use tower_agent_mcp::{McpError, McpServer, McpTools};
 
 use common::{everything, free_port, serve};
 
+/// A call with a key, as the agent gives each: `key-{id}`.
 fn call(id: &str, name: &str, arguments: Value) -> ToolRequest {
-    ToolRequest::new(ToolCall::new(id, name, arguments), RunContext::new())
+    let mut call = ToolCall::new(id, name, arguments);
+    call.key = format!("key-{id}");
+    ToolRequest::new(call, RunContext::new())
 }
 
 fn source(error: &tower_agent_core::Error) -> &McpError {
@@ -103,6 +106,9 @@ enum OnCall {
     /// Reads the request and closes the connection without a word: the call's outcome is
     /// unknown to the client.
     Drop,
+    /// Runs the first call, then closes the connection without a word (its answer is lost);
+    /// answers the calls after it.
+    RunThenDropOnce,
     /// Refuses it as though the session were gone, whatever the session.
     Refuse,
 }
@@ -116,11 +122,17 @@ struct State {
     sessions: HashSet<String>,
     next_session: u32,
     initializes: usize,
-    /// `tools/call` requests received, and those the server ran.
+    /// `tools/call` requests received, and those the server ran (a call with the key of one
+    /// it ran is answered without running again, as a server that keys its effects does).
     calls_received: usize,
     calls_run: usize,
     /// `tools/call` requests refused for their session.
     calls_refused: usize,
+    /// The `annotations` of the one tool the server lists.
+    annotations: Value,
+    /// The `_meta.idempotencyKey` of each `tools/call` received, and of each it ran.
+    keys: Vec<Option<String>>,
+    ran_keys: HashSet<String>,
 }
 
 /// A small MCP server over streamable HTTP (JSON answers, no event stream) on 127.0.0.1.
@@ -151,6 +163,9 @@ impl Fake {
             calls_received: 0,
             calls_run: 0,
             calls_refused: 0,
+            annotations: Value::Null,
+            keys: Vec::new(),
+            ran_keys: HashSet::new(),
         }));
         let shared = Arc::clone(&state);
         let task = tokio::spawn(async move {
@@ -297,6 +312,8 @@ fn decide(state: &mut State, method: &str, session: Option<String>, body: &[u8])
     let known = session.is_some_and(|s| state.sessions.contains(&s));
     if rpc == "tools/call" {
         state.calls_received += 1;
+        let key = message["params"]["_meta"]["idempotencyKey"].as_str();
+        state.keys.push(key.map(str::to_owned));
     }
     if !known || (rpc == "tools/call" && state.on_call == OnCall::Refuse) {
         if rpc == "tools/call" {
@@ -347,13 +364,26 @@ fn decide(state: &mut State, method: &str, session: Option<String>, body: &[u8])
                 "result": {"tools": [{
                     "name": "shout",
                     "description": "Says it louder.",
-                    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}
+                    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                    "annotations": state.annotations.clone()
                 }]}
             }),
         ),
         "tools/call" if state.on_call == OnCall::Drop => Action::Drop,
-        "tools/call" => {
+        "tools/call" if state.on_call == OnCall::RunThenDropOnce => {
+            if let Some(key) = state.keys.last().cloned().flatten() {
+                state.ran_keys.insert(key);
+            }
             state.calls_run += 1;
+            state.on_call = OnCall::Answer;
+            Action::Drop
+        }
+        "tools/call" => {
+            let key = state.keys.last().cloned().flatten();
+            let ran_before = key.is_some_and(|key| !state.ran_keys.insert(key));
+            if !ran_before {
+                state.calls_run += 1;
+            }
             let text = message["params"]["arguments"]["text"]
                 .as_str()
                 .unwrap_or_default()
@@ -673,4 +703,44 @@ async fn a_call_whose_answer_was_lost_is_not_sent_again() {
     assert_eq!(state.calls_received, 2);
     assert_eq!(state.calls_run, 1);
     assert_eq!(tools.tool_specs().len(), 1);
+}
+
+/// A call whose answer was lost is sent again only to a tool that says a second call changes
+/// nothing (`idempotentHint`, or `readOnlyHint`), and with the same key, so that a server
+/// that keys its effects runs it once.
+#[tokio::test]
+async fn a_lost_answer_is_asked_again_only_of_an_idempotent_tool_with_the_same_key() {
+    for (annotations, again) in [
+        (json!({"idempotentHint": true}), true),
+        (json!({"readOnlyHint": true}), true),
+        (json!({"destructiveHint": false}), false),
+        (Value::Null, false),
+    ] {
+        let fake = Fake::start(Refusal::BadRequestWithoutId, OnCall::RunThenDropOnce).await;
+        fake.state().annotations = annotations.clone();
+        let tools = McpTools::connect([McpServer::http("fake", &fake.url)])
+            .await
+            .expect("connects");
+        let spec = &tools.tool_specs()[0];
+        assert_eq!(spec.may_repeat(), again, "{annotations}");
+        let answer = shout(&tools, "c1").await;
+        let state = fake.state();
+        assert_eq!(
+            state.calls_run, 1,
+            "{annotations}: the effect happened once"
+        );
+        if again {
+            assert_eq!(answer.expect("answered the second time"), "C1");
+            assert_eq!(state.calls_received, 2, "{annotations}");
+            assert_eq!(
+                state.keys,
+                [Some("key-c1".to_owned()), Some("key-c1".to_owned())]
+            );
+        } else {
+            let error = answer.expect_err("the outcome is unknown");
+            assert!(matches!(source(&error), McpError::Lost { .. }), "{error}");
+            assert_eq!(state.calls_received, 1, "{annotations}: never sent again");
+            assert_eq!(state.keys, [Some("key-c1".to_owned())]);
+        }
+    }
 }

@@ -90,3 +90,26 @@ fn gemini_reuses_bytes_only_for_unchanged_messages() {
     let model = Gemini::new("m");
     check(|req| model.request_body(req));
 }
+
+/// A call's key ([`ToolCall::key`]) is the agent's, never the model's: no provider sends it.
+#[test]
+fn no_provider_sends_a_calls_key() {
+    let mut keyed = call("a");
+    keyed.key = "6f1d2a0c-key-of-the-call".into();
+    let messages = vec![
+        Message::user("read a"),
+        Message::assistant_with_calls("", [keyed.clone()]),
+        Message::tool_result(ToolResult::success(&keyed, "A")),
+    ];
+    let req = ModelRequest::new(History::from(messages));
+    let bodies = [
+        OpenAi::new("m").request_body(&req),
+        Anthropic::new("m").request_body(&req),
+        Gemini::new("m").request_body(&req),
+    ];
+    for body in bodies {
+        let body = String::from_utf8(body.expect("encodes")).expect("UTF-8");
+        assert!(body.contains("read_file"), "the call is sent: {body}");
+        assert!(!body.contains("key-of-the-call"), "the key is not: {body}");
+    }
+}

@@ -167,6 +167,13 @@ impl ToolContext {
         &self.call
     }
 
+    /// The call's key ([`ToolCall::key`]): the same on every try of this call, another for
+    /// every other call. Send it with the effect (an `Idempotency-Key` header, a payment's
+    /// reference) so that it happens once.
+    pub fn key(&self) -> &str {
+        &self.call.key
+    }
+
     /// The value the host resumed this call with; `None` on a first execution.
     pub fn resume(&self) -> Option<&Value> {
         self.resume.as_ref()

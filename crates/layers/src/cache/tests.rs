@@ -113,11 +113,7 @@ impl Tools {
 }
 
 fn request(id: &str, tool: &str, arguments: &str, ctx: &RunContext) -> ToolRequest {
-    let call = ToolCall {
-        id: id.into(),
-        name: tool.into(),
-        arguments: arguments.into(),
-    };
+    let call = ToolCall::raw(id, tool, arguments);
     ToolRequest::new(call, ctx.clone())
 }
 

@@ -24,6 +24,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::call::{self, CallFailure, record_tool, tool_span};
+use super::rounds::call_key;
 
 /// How an early run ended: as [`call::call`] says.
 type EarlyOutcome = Option<Result<ToolResponse, CallFailure>>;
@@ -155,9 +156,12 @@ where
     T::Future: Send,
 {
     fn delta(&mut self, delta: Delta, out: &mut Vec<Delta>) -> Result<(), Error> {
-        if let Delta::ToolCall(call) = &delta {
+        if let Delta::ToolCall(streamed) = &delta {
             let mut shared = lock(&self.shared);
-            if self.starts(&shared, call) {
+            if self.starts(&shared, streamed) {
+                // The key the round gives the call when the message is in: the same call.
+                let mut call = streamed.clone();
+                call.key = call_key(self.ctx.run_id(), self.ctx.round(), &call.id);
                 let mut tools = self.tools.clone();
                 let tentative = Tentative::new();
                 let request = ToolRequest {
@@ -175,7 +179,7 @@ where
                     task: AbortOnDropHandle::new(run),
                     tentative,
                 };
-                shared.runs.push((call.clone(), run));
+                shared.runs.push((call, run));
             }
         }
         out.push(delta);

@@ -1,20 +1,22 @@
 //! What a request is keyed by and written as: its canonical JSON and its hash.
 
+use std::borrow::Cow;
 use std::io::{BufWriter, Write};
 
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tower_agent_core::{Error, GenerationOptions, History, ModelRequest};
+use tower_agent_core::{ContentPart, Error, GenerationOptions, History, Message, ModelRequest};
 
 use super::scrub;
 
-/// The request as the provider is asked it: system, messages, tool specs (what providers
-/// send of them), options. Hashed as it is encoded, without a copy of the request.
+/// The request as the provider is asked it: system, messages (without the calls' keys, which
+/// are the agent's and change from run to run), tool specs (what providers send of them),
+/// options. Hashed as it is encoded, without a copy of the request unless its calls have keys.
 #[derive(Serialize)]
 pub(super) struct Canonical<'a> {
     system: Option<&'a str>,
-    messages: &'a History,
+    messages: Cow<'a, History>,
     tools: Vec<ToolWire<'a>>,
     options: &'a GenerationOptions,
 }
@@ -30,7 +32,7 @@ impl<'a> Canonical<'a> {
     pub(super) fn of(req: &'a ModelRequest) -> Self {
         Self {
             system: req.system.as_deref(),
-            messages: &req.messages,
+            messages: without_keys(&req.messages),
             tools: req
                 .tools
                 .iter()
@@ -43,6 +45,26 @@ impl<'a> Canonical<'a> {
             options: &req.options,
         }
     }
+}
+
+/// `history` with no call's key: what a provider is sent.
+fn without_keys(history: &History) -> Cow<'_, History> {
+    let keyed = history
+        .iter()
+        .flat_map(Message::tool_calls)
+        .any(|call| !call.key.is_empty());
+    if !keyed {
+        return Cow::Borrowed(history);
+    }
+    let mut bare = history.clone();
+    for message in bare.tail_mut(0) {
+        for part in &mut message.content {
+            if let ContentPart::ToolCall(call) = part {
+                call.key.clear();
+            }
+        }
+    }
+    Cow::Owned(bare)
 }
 
 /// A tool call as the cassette keys it: the tool and its arguments, not the call's id.

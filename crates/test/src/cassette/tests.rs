@@ -27,7 +27,12 @@ async fn tool_calls_replay_from_the_cassette_and_the_tools_do_not_run() {
             ModelResponse::text("Rainy."),
         ])
     };
-    let ask = || AgentRequest::new(Session::with_id("s"), "Weather in Oslo?");
+    // The replay is the recorded run again, under its run id: its calls get the same keys.
+    let ask = || {
+        let mut req = AgentRequest::new(Session::with_id("s"), "Weather in Oslo?");
+        req.ctx = tower_agent_core::RunContext::new().with_run_id("recorded-run");
+        req
+    };
 
     // Record: the model and the tool answer; both are written.
     let weather = StubTool::returning("weather", "4°C, light rain");
@@ -205,7 +210,12 @@ async fn record_and_replay(arguments: Value, result: &str, answer: &str) -> (Str
         ModelResponse::tool_calls([ToolCall::new("c1", "tool", arguments)]),
         ModelResponse::text(answer),
     ]);
-    let ask = || AgentRequest::new(Session::with_id("s"), "Read the config.");
+    // The replay is the recorded run again, under its run id: its calls get the same keys.
+    let ask = || {
+        let mut req = AgentRequest::new(Session::with_id("s"), "Read the config.");
+        req.ctx = tower_agent_core::RunContext::new().with_run_id("recorded-run");
+        req
+    };
     let recording = Cassette::open(&path, Mode::Record).expect("a new cassette");
     let tools = recording
         .tool_layer()
