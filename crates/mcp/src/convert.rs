@@ -13,17 +13,21 @@ use crate::{Route, Routes};
 
 /// The routes to every server's tools: `(server index, server name, its tools)`. A name two
 /// servers share becomes `{server}_{tool}` for each of them.
-pub(crate) fn routes<'a>(servers: impl Iterator<Item = (usize, &'a str, &'a [Tool])>) -> Routes {
+/// The routes of the tools each server lists: `(index, name, whether its hints are trusted,
+/// tools)`.
+pub(crate) fn routes<'a>(
+    servers: impl Iterator<Item = (usize, &'a str, bool, &'a [Tool])>,
+) -> Routes {
     let servers: Vec<_> = servers.collect();
     let mut count: HashMap<&str, usize> = HashMap::new();
-    for (_, _, tools) in &servers {
+    for (_, _, _, tools) in &servers {
         for tool in *tools {
             *count.entry(tool.name.as_ref()).or_default() += 1;
         }
     }
     let mut specs = Vec::new();
     let mut by_name = HashMap::new();
-    for (index, server, tools) in servers {
+    for (index, server, trusted, tools) in servers {
         for tool in tools {
             let name = if count[tool.name.as_ref()] > 1 {
                 format!("{server}_{}", tool.name)
@@ -34,13 +38,16 @@ pub(crate) fn routes<'a>(servers: impl Iterator<Item = (usize, &'a str, &'a [Too
                 tracing::warn!(tool = %name, server, "MCP tool name taken by another tool: not offered");
                 continue;
             }
-            specs.push(spec(&name, tool));
+            let spec = spec(&name, tool, trusted);
+            let may_repeat = spec.may_repeat();
+            specs.push(spec);
             by_name.insert(
                 name,
                 Route {
                     server: index,
                     remote: tool.name.to_string(),
                     annotations: tool.annotations.clone(),
+                    may_repeat,
                 },
             );
         }
@@ -51,8 +58,9 @@ pub(crate) fn routes<'a>(servers: impl Iterator<Item = (usize, &'a str, &'a [Too
     }
 }
 
-/// The spec the model is offered: the input schema as the server gave it.
-fn spec(name: &str, tool: &Tool) -> ToolSpec {
+/// The spec the model is offered: the input schema as the server gave it; the hints only
+/// when the server is `trusted`.
+fn spec(name: &str, tool: &Tool, trusted: bool) -> ToolSpec {
     let description = match (&tool.description, &tool.title) {
         (Some(description), _) => description.to_string(),
         (None, Some(title)) => title.clone(),
@@ -64,7 +72,7 @@ fn spec(name: &str, tool: &Tool) -> ToolSpec {
         Value::Object(tool.input_schema.as_ref().clone()),
     );
     let hint = |hint: fn(&ToolAnnotations) -> Option<bool>| {
-        tool.annotations.as_ref().and_then(hint).unwrap_or(false)
+        trusted && tool.annotations.as_ref().and_then(hint).unwrap_or(false)
     };
     spec.read_only = hint(|a| a.read_only_hint);
     spec.idempotent = hint(|a| a.idempotent_hint);
@@ -202,16 +210,32 @@ mod tests {
     fn a_shared_name_is_prefixed_with_each_server() {
         let a = [tool("search", Some(true)), tool("echo", None)];
         let b = [tool("search", None)];
-        let routes = routes([(0, "web", &a[..]), (1, "docs", &b[..])].into_iter());
+        let routes = routes([(0, "web", true, &a[..]), (1, "docs", true, &b[..])].into_iter());
         let names: Vec<_> = routes.specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["web_search", "echo", "docs_search"]);
         assert_eq!(routes.by_name["docs_search"].server, 1);
         assert_eq!(routes.by_name["docs_search"].remote, "search");
         assert!(routes.specs[0].read_only, "readOnlyHint becomes read_only");
+        assert!(routes.by_name["web_search"].may_repeat);
         assert!(!routes.specs[2].read_only);
+        assert!(!routes.by_name["docs_search"].may_repeat);
         assert_eq!(
             routes.specs[0].parameters["properties"]["q"]["type"],
             "string"
+        );
+    }
+
+    #[test]
+    fn the_hints_of_a_server_not_trusted_decide_nothing() {
+        let a = [tool("search", Some(true))];
+        let routes = routes([(0, "web", false, &a[..])].into_iter());
+        assert!(!routes.specs[0].read_only);
+        assert!(!routes.by_name["search"].may_repeat);
+        let kept = routes.by_name["search"].annotations.as_ref();
+        assert_eq!(
+            kept.and_then(|a| a.read_only_hint),
+            Some(true),
+            "still readable"
         );
     }
 

@@ -22,10 +22,11 @@
 //!
 //! Several servers at once: a tool keeps its name unless another server has a tool of the same
 //! name; then each of those is named `{server}_{tool}`. The tool's MCP annotations
-//! (`readOnlyHint`, `destructiveHint`, ...) stay readable with [`McpTools::annotations`];
-//! `readOnlyHint` becomes [`ToolSpec::read_only`] and `idempotentHint`
-//! [`ToolSpec::idempotent`]. A call whose answer is lost with the connection is sent once more
-//! only to a tool with either hint. Each call carries its key
+//! (`readOnlyHint`, `destructiveHint`, ...) stay readable with [`McpTools::annotations`]. They
+//! are the server's claims: only for a server you trust ([`McpServer::trust_hints`]) does
+//! `readOnlyHint` become [`ToolSpec::read_only`] and `idempotentHint`
+//! [`ToolSpec::idempotent`], and a call whose answer is lost with the connection is sent once
+//! more to a tool with either hint. Each call carries its key
 //! ([`ToolCall::key`](tower_agent_core::ToolCall::key)) in the request's `_meta`, as
 //! `idempotencyKey`, the same on every send. `destructiveHint` changes nothing here: gate
 //! such tools with an approval policy.
@@ -190,6 +191,9 @@ struct Route {
     /// The tool's name on its server.
     remote: String,
     annotations: Option<ToolAnnotations>,
+    /// A call whose answer was lost may be sent again: the server is trusted and says the
+    /// tool only reads or is idempotent.
+    may_repeat: bool,
 }
 
 impl McpTools {
@@ -339,11 +343,15 @@ impl Inner {
             .iter()
             .map(|conn| (conn.index(), conn.tools()))
             .collect();
-        let listed_routes = convert::routes(
-            listed
-                .iter()
-                .map(|(index, tools)| (*index, self.servers[*index].name(), tools.as_slice())),
-        );
+        let listed_routes = convert::routes(listed.iter().map(|(index, tools)| {
+            let server = &self.servers[*index];
+            (
+                *index,
+                server.name(),
+                server.trusts_hints(),
+                tools.as_slice(),
+            )
+        }));
         *routes = Arc::new(listed_routes);
     }
 
@@ -358,9 +366,7 @@ impl Inner {
         };
         let conn = Arc::clone(&self.servers[route.server]);
         let remote = route.remote.clone();
-        let may_repeat = route.annotations.as_ref().is_some_and(|a| {
-            a.read_only_hint.unwrap_or(false) || a.idempotent_hint.unwrap_or(false)
-        });
+        let may_repeat = route.may_repeat;
         drop(routes);
         conn.call(&self, remote, arguments, &req, may_repeat).await
     }

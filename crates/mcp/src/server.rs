@@ -28,6 +28,7 @@ pub struct McpServer {
     connect_timeout: Duration,
     list_timeout: Duration,
     required: bool,
+    trust_hints: bool,
 }
 
 /// How often a server is pinged while a call waits for it, by default.
@@ -75,6 +76,7 @@ impl McpServer {
             connect_timeout: CONNECT_TIMEOUT,
             list_timeout: LIST_TIMEOUT,
             required: false,
+            trust_hints: false,
         }
     }
 
@@ -91,6 +93,7 @@ impl McpServer {
             connect_timeout: CONNECT_TIMEOUT,
             list_timeout: LIST_TIMEOUT,
             required: false,
+            trust_hints: false,
         }
     }
 
@@ -166,6 +169,18 @@ impl McpServer {
     /// [`McpTools::unavailable`](crate::McpTools::unavailable) names it).
     pub fn required(mut self, required: bool) -> Self {
         self.required = required;
+        self
+    }
+
+    /// Whether the agent acts on the server's tool hints (`false` by default). MCP's
+    /// annotations are the server's own claims, to be trusted only from a trusted server:
+    /// trusted, `readOnlyHint` makes a tool [`read_only`](tower_agent_core::ToolSpec::read_only)
+    /// (its calls may start early) and `idempotentHint`
+    /// [`idempotent`](tower_agent_core::ToolSpec::idempotent), and a call of either whose
+    /// answer was lost with the connection is sent once more, with the same key. Untrusted,
+    /// the hints are only read ([`McpTools::annotations`](crate::McpTools::annotations)).
+    pub fn trust_hints(mut self, trust: bool) -> Self {
+        self.trust_hints = trust;
         self
     }
 
@@ -271,6 +286,11 @@ impl Conn {
 
     pub(crate) fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// Whether the agent acts on the server's tool hints ([`McpServer::trust_hints`]).
+    pub(crate) fn trusts_hints(&self) -> bool {
+        self.config.trust_hints
     }
 
     pub(crate) fn index(&self) -> usize {

@@ -44,7 +44,14 @@ async fn lists_the_tools_with_their_schemas_and_hints() {
     let Some(everything) = everything() else {
         return;
     };
-    let tools = McpTools::connect([stdio("everything", &everything)])
+    // The hints of a server the host does not trust decide nothing.
+    let untrusted = McpTools::connect([stdio("everything", &everything)])
+        .await
+        .expect("connects");
+    let echo = untrusted.tool_specs();
+    let echo = echo.iter().find(|s| s.name == "echo").expect("echo");
+    assert!(!echo.read_only && !echo.idempotent);
+    let tools = McpTools::connect([stdio("everything", &everything).trust_hints(true)])
         .await
         .expect("connects");
     let specs = tools.tool_specs();
@@ -69,6 +76,7 @@ async fn lists_the_tools_with_their_schemas_and_hints() {
         .find(|s| s.name == "trigger-long-running-operation")
         .expect("listed");
     assert!(long.read_only, "readOnlyHint: true becomes read_only");
+    assert!(long.idempotent, "idempotentHint: true becomes idempotent");
     let hints = tools
         .annotations("trigger-long-running-operation")
         .expect("annotations kept");
@@ -343,6 +351,43 @@ async fn a_server_that_exits_mid_call_is_a_typed_error_then_started_again() {
     );
     let second = std::fs::read_to_string(&pid).expect("pid written");
     assert_ne!(first, second, "a new process");
+}
+
+/// The same death mid-call, of a read-only tool on a server whose hints the host trusts: the
+/// call is sent once more, with its key, to the server started again, and answered.
+#[tokio::test]
+async fn a_read_only_call_of_a_server_that_exits_is_sent_again_to_the_new_one() {
+    let Some(everything) = everything() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (server, _, pid) = teed(&everything, dir.path());
+    let tools = McpTools::connect([server.trust_hints(true)])
+        .await
+        .expect("connects");
+    let first = std::fs::read_to_string(&pid).expect("pid written");
+    let kill = {
+        let first = first.trim().to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let status = std::process::Command::new("sh")
+                .args(["-c", &format!("kill -KILL {first}")])
+                .status()
+                .expect("sh runs");
+            assert!(status.success(), "the server was killed");
+        })
+    };
+    let mut long = call(
+        "c1",
+        "trigger-long-running-operation",
+        json!({"duration": 2, "steps": 2}),
+    );
+    long.call.key = "key-of-c1".into();
+    let answer = run(&tools, long).await;
+    kill.await.expect("killed");
+    assert!(!answer.result.is_error, "{}", answer.result.content);
+    let second = std::fs::read_to_string(&pid).expect("pid written");
+    assert_ne!(first, second, "answered by a new process");
 }
 
 /// The MCP tools, waiting after a call of `add-tool` until the server's

@@ -705,9 +705,9 @@ async fn a_call_whose_answer_was_lost_is_not_sent_again() {
     assert_eq!(tools.tool_specs().len(), 1);
 }
 
-/// A call whose answer was lost is sent again only to a tool that says a second call changes
-/// nothing (`idempotentHint`, or `readOnlyHint`), and with the same key, so that a server
-/// that keys its effects runs it once.
+/// A call whose answer was lost is sent again only to a tool of a trusted server that says a
+/// second call changes nothing (`idempotentHint`, or `readOnlyHint`), and with the same key,
+/// so that a server that keys its effects runs it once.
 #[tokio::test]
 async fn a_lost_answer_is_asked_again_only_of_an_idempotent_tool_with_the_same_key() {
     for (annotations, again) in [
@@ -718,7 +718,7 @@ async fn a_lost_answer_is_asked_again_only_of_an_idempotent_tool_with_the_same_k
     ] {
         let fake = Fake::start(Refusal::BadRequestWithoutId, OnCall::RunThenDropOnce).await;
         fake.state().annotations = annotations.clone();
-        let tools = McpTools::connect([McpServer::http("fake", &fake.url)])
+        let tools = McpTools::connect([McpServer::http("fake", &fake.url).trust_hints(true)])
             .await
             .expect("connects");
         let spec = &tools.tool_specs()[0];
@@ -743,4 +743,19 @@ async fn a_lost_answer_is_asked_again_only_of_an_idempotent_tool_with_the_same_k
             assert_eq!(state.keys, [Some("key-c1".to_owned())]);
         }
     }
+}
+
+/// The same hints from a server the host does not trust: the call is never sent again.
+#[tokio::test]
+async fn a_lost_answer_is_never_asked_again_of_a_server_not_trusted() {
+    let fake = Fake::start(Refusal::BadRequestWithoutId, OnCall::RunThenDropOnce).await;
+    fake.state().annotations = json!({"idempotentHint": true, "readOnlyHint": true});
+    let tools = McpTools::connect([McpServer::http("fake", &fake.url)])
+        .await
+        .expect("connects");
+    let error = shout(&tools, "c1")
+        .await
+        .expect_err("the outcome is unknown");
+    assert!(matches!(source(&error), McpError::Lost { .. }), "{error}");
+    assert_eq!(fake.state().calls_received, 1);
 }
