@@ -168,13 +168,22 @@ async fn arguments_revised_to_something_not_an_object_deny_the_call() {
     assert!(content.contains("not a JSON object"), "{content}");
 }
 
+/// Approval of every `shell` call, by interrupt.
+#[cfg(feature = "approval")]
+fn approval() -> tower_agent_layers::ApprovalLayer {
+    use tower_agent_layers::approval::{ApprovalLayer, Gate};
+    ApprovalLayer::builder()
+        .gate("shell", Gate::new())
+        .build()
+        .expect("valid")
+}
+
 /// In their canonical places: the limits outside the guard count a denied call (a model that
 /// insists is stopped), and approval inside it is never asked about a denied call.
 #[cfg(all(feature = "limits", feature = "approval"))]
 #[tokio::test]
 async fn a_denied_call_counts_against_the_limits_and_never_reaches_approval() {
     use tower_agent_core::{Outcome, StopReason};
-    use tower_agent_layers::approval::{ApprovalLayer, Gate};
     use tower_agent_layers::limits::{CallLimitsLayer, Limit};
 
     let tool = StubTool::returning("shell", "ran");
@@ -185,12 +194,7 @@ async fn a_denied_call_counts_against_the_limits_and_never_reaches_approval() {
         ModelResponse::text("unreachable"),
     ]);
     let agent = Agent::builder()
-        .with(
-            ApprovalLayer::builder()
-                .gate("shell", Gate::new())
-                .build()
-                .expect("valid"),
-        )
+        .with(approval())
         .with(CallLimitsLayer::new().tool_calls(Limit::per_run(2)))
         .with(policy())
         .build(model, ToolSet::new().tool(tool.clone()));
@@ -220,17 +224,12 @@ async fn a_denied_call_counts_against_the_limits_and_never_reaches_approval() {
 #[tokio::test]
 async fn a_human_approves_the_revised_arguments() {
     use tower_agent_core::{Decision, Outcome};
-    use tower_agent_layers::approval::{ApprovalLayer, Gate, ReviewRequest};
+    use tower_agent_layers::approval::ReviewRequest;
 
     let tool = StubTool::returning("shell", "built");
     let model = ScriptedModel::new([shell("c1", "make"), ModelResponse::text("Built.")]);
     let agent = Agent::builder()
-        .with(
-            ApprovalLayer::builder()
-                .gate("shell", Gate::new())
-                .build()
-                .expect("valid"),
-        )
+        .with(approval())
         .with(policy())
         .build(model, ToolSet::new().tool(tool.clone()));
     let paused = agent

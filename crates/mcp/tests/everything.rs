@@ -302,6 +302,19 @@ async fn a_cancelled_run_cancels_the_server_call() {
     assert!(told, "the server heard of the cancellation");
 }
 
+/// Kills the process `pid` (SIGKILL) in 400 ms, mid-call.
+fn kill_soon(pid: &str) -> tokio::task::JoinHandle<()> {
+    let pid = pid.trim().to_owned();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let status = std::process::Command::new("sh")
+            .args(["-c", &format!("kill -KILL {pid}")])
+            .status()
+            .expect("sh runs");
+        assert!(status.success(), "the server was killed");
+    })
+}
+
 #[tokio::test]
 async fn a_server_that_exits_mid_call_is_a_typed_error_then_started_again() {
     let Some(everything) = everything() else {
@@ -311,17 +324,7 @@ async fn a_server_that_exits_mid_call_is_a_typed_error_then_started_again() {
     let (server, _, pid) = teed(&everything, dir.path());
     let tools = McpTools::connect([server]).await.expect("connects");
     let first = std::fs::read_to_string(&pid).expect("pid written");
-    let kill = {
-        let first = first.trim().to_owned();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            let status = std::process::Command::new("sh")
-                .args(["-c", &format!("kill -KILL {first}")])
-                .status()
-                .expect("sh runs");
-            assert!(status.success(), "the server was killed");
-        })
-    };
+    let kill = kill_soon(&first);
     let long = call(
         "c1",
         "trigger-long-running-operation",
@@ -366,17 +369,7 @@ async fn a_read_only_call_of_a_server_that_exits_is_sent_again_to_the_new_one() 
         .await
         .expect("connects");
     let first = std::fs::read_to_string(&pid).expect("pid written");
-    let kill = {
-        let first = first.trim().to_owned();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            let status = std::process::Command::new("sh")
-                .args(["-c", &format!("kill -KILL {first}")])
-                .status()
-                .expect("sh runs");
-            assert!(status.success(), "the server was killed");
-        })
-    };
+    let kill = kill_soon(&first);
     let mut long = call(
         "c1",
         "trigger-long-running-operation",
