@@ -24,7 +24,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::call::{self, CallFailure, record_tool, tool_span};
-use super::rounds::call_key;
+use super::key::call_key;
 
 /// How an early run ended: as [`call::call`] says.
 type EarlyOutcome = Option<Result<ToolResponse, CallFailure>>;

@@ -48,6 +48,7 @@ mod builtins;
 mod call;
 mod early;
 mod input;
+mod key;
 mod resume;
 mod rounds;
 mod saving;

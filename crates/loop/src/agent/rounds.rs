@@ -13,6 +13,7 @@ use tower_service::Service;
 use super::call::{call, ignore};
 use super::early::Early;
 use super::input::check_input;
+use super::key::call_key;
 use super::state::{BeforeInput, Run};
 use super::tools::{RUN_FAILED, RoundTools, not_executed};
 use super::truncated::AfterCut;
@@ -517,14 +518,3 @@ where
         Err(error.with_session(self.session).with_usage(self.usage))
     }
 }
-
-/// The key of the call `call_id` of `round` in the run `run_id` ([`ToolCall::key`]): the
-/// same wherever it is derived again (an early start and its adoption, a replay of the run
-/// under the same id), another for every other call. Within a round, call ids are unique.
-pub(super) fn call_key(run_id: &str, round: u32, call_id: &str) -> String {
-    let name = format!("{run_id}\n{round}\n{call_id}");
-    uuid::Uuid::new_v5(&KEYS, name.as_bytes()).to_string()
-}
-
-/// The namespace of call keys (a UUID of its own, so keys collide with no other v5 UUIDs).
-const KEYS: uuid::Uuid = uuid::Uuid::from_u128(0x6d1f_2a0c_4b7e_5c11_9a3d_0e8f_7b24_c6a5);
