@@ -53,6 +53,8 @@ pub(super) struct Case<'r> {
     pub(super) saved: Vec<Session>,
     /// The result each answered call got in a saved version: it never changes after.
     pub(super) results: HashMap<String, String>,
+    /// The key each call had in a saved version: it never changes after.
+    pub(super) keys: HashMap<String, String>,
     /// The store of the host's, when the check runs on one ([`StackCheck::run_stored`]).
     pub(super) stored: Option<super::CheckSaves>,
     /// The store holds the case's session: runs name it by id.
@@ -189,6 +191,7 @@ impl Case<'_> {
         // Another timeline: from this version on, its calls in flight were never finished, and
         // the calls it decides run there for the first time.
         self.results.clear();
+        self.keys.clear();
         {
             let mut counts = lock(&self.world.counts);
             counts.executed.clear();
@@ -498,6 +501,7 @@ impl Case<'_> {
             .map_err(|e| violation(format!("a session does not serialize: {e}")))?;
         self.check_no_secret("a saved version", &json)?;
         self.check_ran_as_shown(session)?;
+        self.check_keys(session)?;
         for result in session.history.iter().flat_map(Message::tool_results) {
             match self.results.get(&result.call_id) {
                 Some(earlier) if *earlier != result.content => {
@@ -546,9 +550,9 @@ impl Case<'_> {
         Ok(())
     }
 
-    /// A call whose result the tools gave ran with the arguments `session` shows for it (a
-    /// guard's revision, a human's edit): the model reads the call that ran. A call answered
-    /// without running (a synthetic result) is not compared.
+    /// A call whose result the tools gave ran with the arguments and the key `session` shows
+    /// for it (a guard's revision, a human's edit): the model reads the call that ran. A call
+    /// answered without running (a synthetic result) is not compared.
     fn check_ran_as_shown(&self, session: &Session) -> Result<(), Violation> {
         let counts = lock(&self.world.counts);
         let synthetic = [
@@ -568,11 +572,17 @@ impl Case<'_> {
             let Some(content) = answered.get(call.id.as_str()) else {
                 continue;
             };
-            let Some(ran) = counts.ran_with.get(&call.id) else {
+            let Some((ran, key)) = counts.ran_with.get(&call.id) else {
                 continue;
             };
             if synthetic.iter().any(|text| content.starts_with(text)) {
                 continue;
+            }
+            if *key != call.key {
+                return Err(violation(format!(
+                    "call `{}` ran with the key {key:?}, yet the session shows {:?}",
+                    call.id, call.key
+                )));
             }
             let shown = serde_json::from_str::<Value>(&call.arguments).ok();
             if shown != serde_json::from_str::<Value>(ran).ok() {
@@ -580,6 +590,38 @@ impl Case<'_> {
                     "call `{}` ran with {ran}, yet the session shows {}",
                     call.id, call.arguments
                 )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each call the model made has a key of its own, and keeps it in every later version
+    /// (through saves, resumes, kills, summaries); a generated leftover has none.
+    fn check_keys(&mut self, session: &Session) -> Result<(), Violation> {
+        let mut owners: HashMap<&str, &str> = HashMap::new();
+        for call in session.history.iter().flat_map(Message::tool_calls) {
+            if call.key.is_empty() {
+                continue;
+            }
+            if let Some(other) = owners.insert(&call.key, &call.id) {
+                if other != call.id {
+                    return Err(violation(format!(
+                        "calls `{other}` and `{}` have the same key",
+                        call.id
+                    )));
+                }
+            }
+            match self.keys.get(&call.id) {
+                Some(key) if *key != call.key => {
+                    return Err(violation(format!(
+                        "call `{}` had the key {key}, then {}",
+                        call.id, call.key
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    self.keys.insert(call.id.clone(), call.key.clone());
+                }
             }
         }
         Ok(())

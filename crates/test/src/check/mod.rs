@@ -32,7 +32,8 @@
 //!   ran and the loop announced as finished (`ToolFinished`) is in the version saved before
 //!   the announcement; no call runs twice (a call in flight when its process died is
 //!   answered, never run again); a call the tools ran stands in each version with the
-//!   arguments it ran with (a guard's revision, a human's edit);
+//!   arguments and the key it ran with (a guard's revision, a human's edit); each call the
+//!   model made has a key no other call has, the same in every version;
 //! - after each input's runs: nothing the user sent is lost: each input the session took (the
 //!   model answered it, or paused on it, or it is in the history) is still in the history, or
 //!   in a summary of it;
@@ -296,6 +297,7 @@ impl StackCheck {
                 tool_calls_per_run: self.tool_calls_per_run,
                 saved: Vec::new(),
                 results: Default::default(),
+                keys: Default::default(),
             };
             let result = case.run(agent).await;
             {

@@ -40,8 +40,8 @@ pub(super) struct Counts {
     pub(super) finishing: bool,
     /// The call ids the tools ran, each time they ran one.
     pub(super) executed: Vec<String>,
-    /// The arguments each call ran with, by call id.
-    pub(super) ran_with: HashMap<String, String>,
+    /// The arguments and the key each call ran with, by call id.
+    pub(super) ran_with: HashMap<String, (String, String)>,
     /// The calls of answers cut off at their length limit: none may run (but a read-only
     /// call started early, before the answer was known to be cut).
     pub(super) cut: Vec<String>,
@@ -267,7 +267,7 @@ impl Service<ToolRequest> for CheckTools {
                 counts.executed.push(call.id.clone());
                 counts
                     .ran_with
-                    .insert(call.id.clone(), call.arguments.clone());
+                    .insert(call.id.clone(), (call.arguments.clone(), call.key.clone()));
                 if req.early.is_none() && counts.cut.contains(&call.id) {
                     counts.cut_ran.push(call.id.clone());
                 }
