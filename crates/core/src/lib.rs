@@ -88,7 +88,7 @@ pub use event::{AnyLayerEvent, Event, EventSink, EventStream, LayerEvent, Observ
 pub use history::{
     CallBlock, History, HistoryError, HistoryMark, Repair, RepairReport, Unanswered,
 };
-pub use message::{ContentPart, Message, Role, ToolCall, ToolResult};
+pub use message::{CallKey, ContentPart, Message, NotACallKey, Role, ToolCall, ToolResult};
 pub use model::{
     FinishReason, GenerationOptions, ModelRequest, ModelResponse, PromptCache, ResponseFormat,
     ResponseOrigin, ToolChoice, ToolSpec, Usage,

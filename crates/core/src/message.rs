@@ -1,5 +1,7 @@
 //! Provider-neutral messages: roles, content parts, tool calls and tool results.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -35,10 +37,77 @@ pub struct ToolCall {
     /// of the call (a retry, a resume in another process, a replay, an approval's pause, an
     /// early start and its adoption), another for every other call, even with the same
     /// arguments. A tool that has effects passes it on (an `Idempotency-Key` header, an MCP
-    /// request's `_meta`), so that the effect happens once. Empty until the agent gives the
+    /// request's `_meta`), so that the effect happens once. `None` until the agent gives the
     /// call its key, as the model's message comes in; saved with the session.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<CallKey>,
+}
+
+/// The agent's key for one logical call ([`ToolCall::key`]): 128 bits, written as a UUID
+/// (`6d1f2a0c-4b7e-5c11-9a3d-0e8f7b24c6a5`), in JSON too.
+///
+/// ```
+/// use tower_agent_core::CallKey;
+///
+/// let key: CallKey = "6d1f2a0c-4b7e-5c11-9a3d-0e8f7b24c6a5".parse()?;
+/// assert_eq!(key.to_string(), "6d1f2a0c-4b7e-5c11-9a3d-0e8f7b24c6a5");
+/// assert_eq!(serde_json::to_value(key)?, "6d1f2a0c-4b7e-5c11-9a3d-0e8f7b24c6a5");
+/// assert!("not a key".parse::<CallKey>().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallKey(uuid::Uuid);
+
+impl CallKey {
+    /// The key of these 128 bits.
+    pub const fn from_u128(bits: u128) -> Self {
+        Self(uuid::Uuid::from_u128(bits))
+    }
+
+    /// Its 128 bits.
+    pub const fn as_u128(self) -> u128 {
+        self.0.as_u128()
+    }
+}
+
+impl fmt::Display for CallKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0.hyphenated(), f)
+    }
+}
+
+impl fmt::Debug for CallKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CallKey({self})")
+    }
+}
+
+/// Text that is not a call key (a UUID).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a call key (a UUID): {0}")]
+pub struct NotACallKey(String);
+
+impl std::str::FromStr for CallKey {
+    type Err = NotACallKey;
+
+    fn from_str(text: &str) -> Result<Self, NotACallKey> {
+        uuid::Uuid::parse_str(text)
+            .map(Self)
+            .map_err(|error| NotACallKey(error.to_string()))
+    }
+}
+
+impl Serialize for CallKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for CallKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 impl ToolCall {
@@ -56,7 +125,7 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments: arguments.to_string(),
-            key: String::new(),
+            key: None,
         }
     }
 
@@ -70,7 +139,7 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments: arguments.into(),
-            key: String::new(),
+            key: None,
         }
     }
 

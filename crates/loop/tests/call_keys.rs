@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
-    AgentRequest, AgentResponse, Message, ModelResponse, RunContext, Session, ToolCall,
+    AgentRequest, AgentResponse, CallKey, Message, ModelResponse, RunContext, Session, ToolCall,
     ToolRequest, around_tool,
 };
 use tower_agent_loop::Agent;
@@ -20,17 +20,20 @@ fn pay(id: &str) -> ModelResponse {
 }
 
 /// The keys of the calls in `res`'s session, in order.
-fn keys_in(res: &AgentResponse) -> Vec<String> {
+fn keys_in(res: &AgentResponse) -> Vec<CallKey> {
     res.session
         .history
         .iter()
         .flat_map(Message::tool_calls)
-        .map(|call| call.key.clone())
+        .map(|call| call.key.expect("every call the model made has a key"))
         .collect()
 }
 
-fn keys_seen(tool: &StubTool) -> Vec<String> {
-    tool.requests().into_iter().map(|r| r.call.key).collect()
+fn keys_seen(tool: &StubTool) -> Vec<CallKey> {
+    tool.requests()
+        .into_iter()
+        .map(|r| r.call.key.expect("the tool is given the key"))
+        .collect()
 }
 
 #[tokio::test]
@@ -45,7 +48,10 @@ async fn each_call_gets_its_own_key_the_tool_reads_and_the_session_keeps() {
         .expect("the run ends");
     let keys = keys_in(&res);
     assert_eq!(keys.len(), 2);
-    assert!(keys.iter().all(|key| key.len() == 36), "{keys:?}");
+    assert!(
+        keys.iter().all(|key| key.to_string().len() == 36),
+        "{keys:?}"
+    );
     assert_ne!(
         keys[0], keys[1],
         "the same arguments, another call: another key"
@@ -61,13 +67,13 @@ async fn each_call_gets_its_own_key_the_tool_reads_and_the_session_keeps() {
             .expect("deserializes");
     assert_eq!(saved.history, res.session.history);
     let last = model.requests().pop().expect("three model calls");
-    let shown: Vec<&str> = last
+    let shown: Vec<Option<CallKey>> = last
         .messages
         .iter()
         .flat_map(Message::tool_calls)
-        .map(|c| c.key.as_str())
+        .map(|c| c.key)
         .collect();
-    assert_eq!(shown, [keys[0].as_str(), keys[1].as_str()]);
+    assert_eq!(shown, [Some(keys[0]), Some(keys[1])]);
 }
 
 #[tokio::test]
@@ -114,7 +120,7 @@ async fn a_call_tried_again_by_a_tool_layer_keeps_its_key() {
     let seen = keys_seen(&tool);
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0], seen[1]);
-    assert_eq!(keys_in(&res), [seen[0].clone()]);
+    assert_eq!(keys_in(&res), [seen[0]]);
 }
 
 #[tokio::test]
@@ -126,8 +132,8 @@ async fn a_paused_call_resumed_in_another_process_keeps_its_key() {
         .oneshot(AgentRequest::new(Session::new(), "pay"))
         .await
         .expect("the run pauses");
-    let key = keys_seen(&tool)[0].clone();
-    assert_eq!(paused.session.interrupts[0].call.key, key);
+    let key = keys_seen(&tool)[0];
+    assert_eq!(paused.session.interrupts[0].call.key, Some(key));
     // Another process: the session from its JSON, another agent, another run id.
     let stored = serde_json::to_string(&paused.session).expect("serializes");
     let session: Session = serde_json::from_str(&stored).expect("deserializes");
@@ -147,8 +153,11 @@ async fn an_early_start_and_the_call_it_becomes_share_the_key() {
     let tool = StubTool::returning("lookup", "found").read_only();
     let model = ScriptedModel::new([
         ModelResponse::new(Message::assistant_with_calls(
-            "Looking it up, then more text after the call.",
-            [ToolCall::new("c1", "lookup", json!({"q": "x"}))],
+            "Looking two things up.",
+            [
+                ToolCall::new("c1", "lookup", json!({"q": "x"})),
+                ToolCall::new("c2", "lookup", json!({"q": "y"})),
+            ],
         )),
         ModelResponse::text("Done."),
     ])
@@ -163,12 +172,16 @@ async fn an_early_start_and_the_call_it_becomes_share_the_key() {
     let requests = tool.requests();
     assert_eq!(
         requests.len(),
-        1,
-        "the early run was adopted, not run again"
+        2,
+        "the early runs were adopted, not run again"
     );
-    assert!(requests[0].early.is_some(), "it started early");
-    assert_eq!(keys_in(&res), [requests[0].call.key.clone()]);
-    assert!(!requests[0].call.key.is_empty());
+    assert!(
+        requests.iter().all(|r| r.early.is_some()),
+        "both started early"
+    );
+    let early: Vec<CallKey> = requests.iter().filter_map(|r| r.call.key).collect();
+    assert_eq!(keys_in(&res), early);
+    assert_ne!(early[0], early[1]);
 }
 
 /// A typed tool reads its call's key from its context, and sends it with the effect.
@@ -177,13 +190,14 @@ async fn a_typed_tool_reads_the_key_from_its_context() {
     use std::sync::{Arc, Mutex};
     use tower_agent_tools::{NoArgs, ToolContext, tool_fn};
 
-    let sent: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sent: Arc<Mutex<Vec<CallKey>>> = Arc::default();
     let ledger = Arc::clone(&sent);
     let pay = tool_fn("pay", "Pay.", move |_: NoArgs, cx: ToolContext| {
         let ledger = Arc::clone(&ledger);
         async move {
             // What an HTTP tool would send as its `Idempotency-Key` header.
-            ledger.lock().expect("the ledger").push(cx.key().to_owned());
+            let key = cx.key().expect("a call the model made has a key");
+            ledger.lock().expect("the ledger").push(key);
             Ok::<_, tower_agent_core::Error>("paid")
         }
     });
@@ -198,5 +212,4 @@ async fn a_typed_tool_reads_the_key_from_its_context() {
         .expect("the run ends");
     let sent = sent.lock().expect("the ledger").clone();
     assert_eq!(sent, keys_in(&res));
-    assert!(!sent[0].is_empty());
 }

@@ -581,11 +581,11 @@ impl Conn {
         } = connected;
         let mut params = CallToolRequestParams::new(remote);
         params.arguments = arguments;
-        if !req.call.key.is_empty() {
+        if let Some(key) = req.call.key {
             // The call's key, for a server that runs each effect once (MCP's SEP-3182 names
             // the field `idempotencyKey`).
             let mut meta = JsonObject::new();
-            meta.insert("idempotencyKey".into(), req.call.key.clone().into());
+            meta.insert("idempotencyKey".into(), key.to_string().into());
             params.meta = Some(Meta(meta));
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));

@@ -375,7 +375,7 @@ async fn a_read_only_call_of_a_server_that_exits_is_sent_again_to_the_new_one() 
         "trigger-long-running-operation",
         json!({"duration": 2, "steps": 2}),
     );
-    long.call.key = "key-of-c1".into();
+    long.call.key = Some(tower_agent_core::CallKey::from_u128(1));
     let answer = run(&tools, long).await;
     kill.await.expect("killed");
     assert!(!answer.result.is_error, "{}", answer.result.content);

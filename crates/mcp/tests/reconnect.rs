@@ -16,16 +16,21 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
-use tower_agent_core::{DescribeTools, ErrorKind, RunContext, ToolCall, ToolRequest};
+use tower_agent_core::{CallKey, DescribeTools, ErrorKind, RunContext, ToolCall, ToolRequest};
 use tower_agent_mcp::{McpError, McpServer, McpTools};
 
 use common::{everything, free_port, serve};
 
-/// A call with a key, as the agent gives each: `key-{id}`.
+/// A call with a key, as the agent gives each ([`key_of`]).
 fn call(id: &str, name: &str, arguments: Value) -> ToolRequest {
     let mut call = ToolCall::new(id, name, arguments);
-    call.key = format!("key-{id}");
+    call.key = Some(key_of(id));
     ToolRequest::new(call, RunContext::new())
+}
+
+/// The key of the call `id` in these tests: its bytes as a number.
+fn key_of(id: &str) -> CallKey {
+    CallKey::from_u128(id.bytes().fold(0, |n, b| n << 8 | u128::from(b)))
 }
 
 fn source(error: &tower_agent_core::Error) -> &McpError {
@@ -732,15 +737,13 @@ async fn a_lost_answer_is_asked_again_only_of_an_idempotent_tool_with_the_same_k
         if again {
             assert_eq!(answer.expect("answered the second time"), "C1");
             assert_eq!(state.calls_received, 2, "{annotations}");
-            assert_eq!(
-                state.keys,
-                [Some("key-c1".to_owned()), Some("key-c1".to_owned())]
-            );
+            let key = Some(key_of("c1").to_string());
+            assert_eq!(state.keys, [key.clone(), key]);
         } else {
             let error = answer.expect_err("the outcome is unknown");
             assert!(matches!(source(&error), McpError::Lost { .. }), "{error}");
             assert_eq!(state.calls_received, 1, "{annotations}: never sent again");
-            assert_eq!(state.keys, [Some("key-c1".to_owned())]);
+            assert_eq!(state.keys, [Some(key_of("c1").to_string())]);
         }
     }
 }

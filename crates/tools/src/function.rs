@@ -13,7 +13,7 @@ use serde_json::Value;
 #[cfg(doc)]
 use tower_agent_core::ToolAction;
 use tower_agent_core::{
-    DecisionKind, Error, RunContext, ToolCall, ToolRequest, ToolResponse, ToolSpec,
+    CallKey, DecisionKind, Error, RunContext, ToolCall, ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_service::Service;
 
@@ -170,8 +170,8 @@ impl ToolContext {
     /// The call's key ([`ToolCall::key`]): the same on every try of this call, another for
     /// every other call. Send it with the effect (an `Idempotency-Key` header, a payment's
     /// reference) so that it happens once.
-    pub fn key(&self) -> &str {
-        &self.call.key
+    pub fn key(&self) -> Option<CallKey> {
+        self.call.key
     }
 
     /// The value the host resumed this call with; `None` on a first execution.

@@ -24,7 +24,7 @@ use tower_agent_core::{
 use tower_service::Service;
 
 use super::call::{self, CallFailure, record_tool, tool_span};
-use super::key::call_key;
+use super::key::CallKeys;
 
 /// How an early run ended: as [`call::call`] says.
 type EarlyOutcome = Option<Result<ToolResponse, CallFailure>>;
@@ -80,6 +80,7 @@ impl Early {
         specs: &Arc<[ToolSpec]>,
         tools: &T,
         ctx: &RunContext,
+        keys: CallKeys,
     ) -> Option<(Self, EarlyFilter<T>)>
     where
         T: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
@@ -96,6 +97,8 @@ impl Early {
             specs: Arc::clone(specs),
             tools: tools.clone(),
             ctx: ctx.clone(),
+            keys,
+            closed: 0,
         };
         Some((Self { shared }, filter))
     }
@@ -135,6 +138,9 @@ pub(super) struct EarlyFilter<T> {
     specs: Arc<[ToolSpec]>,
     tools: T,
     ctx: RunContext,
+    keys: CallKeys,
+    /// The calls the stream closed so far: the next one's position in the message.
+    closed: usize,
 }
 
 impl<T> EarlyFilter<T> {
@@ -157,11 +163,13 @@ where
 {
     fn delta(&mut self, delta: Delta, out: &mut Vec<Delta>) -> Result<(), Error> {
         if let Delta::ToolCall(streamed) = &delta {
+            let position = self.closed;
+            self.closed += 1;
             let mut shared = lock(&self.shared);
             if self.starts(&shared, streamed) {
                 // The key the round gives the call when the message is in: the same call.
                 let mut call = streamed.clone();
-                call.key = call_key(self.ctx.run_id(), self.ctx.round(), &call.id);
+                call.key = Some(self.keys.key(self.ctx.round(), position));
                 let mut tools = self.tools.clone();
                 let tentative = Tentative::new();
                 let request = ToolRequest {
@@ -187,6 +195,7 @@ where
     }
 
     fn restart(&mut self) {
+        self.closed = 0;
         lock(&self.shared).runs.clear();
     }
 }

@@ -222,6 +222,7 @@ where
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
+        let keys = key::CallKeys::of_run(ctx.run_id());
         let run = Run {
             model: self.model.clone(),
             tools: self.tools.clone(),
@@ -235,6 +236,7 @@ where
             saving: saving::Saving::new(saver),
             before_input: None,
             deltas: Deltas::default(),
+            keys,
         };
         // A combinator, not an async block around the run: the block would keep the run it
         // moved into the run's future, a second copy in every run's allocation.

@@ -13,7 +13,6 @@ use tower_service::Service;
 use super::call::{call, ignore};
 use super::early::Early;
 use super::input::check_input;
-use super::key::call_key;
 use super::state::{BeforeInput, Run};
 use super::tools::{RUN_FAILED, RoundTools, not_executed};
 use super::truncated::AfterCut;
@@ -275,7 +274,8 @@ where
             // Above every layer's filter: it starts the calls the layers let through.
             let mut early = None;
             if self.config.early_tool_start {
-                if let Some((runs, filter)) = Early::new(&request.tools, &self.tools, &request.ctx)
+                if let Some((runs, filter)) =
+                    Early::new(&request.tools, &self.tools, &request.ctx, self.keys)
                 {
                     request.deltas.filter(filter);
                     early = Some(runs);
@@ -358,11 +358,11 @@ where
         let mut calls = 0;
         for part in &mut message.content {
             if let ContentPart::ToolCall(call) = part {
+                call.key = Some(self.keys.key(round, calls));
                 calls += 1;
                 if call.id.is_empty() || !self.call_ids.insert(call.id.clone()) {
                     call.id = self.fresh_id(round, calls);
                 }
-                call.key = call_key(self.ctx.run_id(), round, &call.id);
             }
         }
         calls

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tower_agent_core::{Deltas, HistoryMark, Interrupt, RunContext, Session, Usage};
 
 use super::builder::AgentConfig;
+use super::key::CallKeys;
 use super::saving::Saving;
 
 /// One run's state.
@@ -32,6 +33,8 @@ pub(super) struct Run<M, T> {
     pub(super) before_input: Option<Box<BeforeInput>>,
     /// The way up for the model's deltas, in every round: settled after each call.
     pub(super) deltas: Deltas,
+    /// The keys of the run's calls.
+    pub(super) keys: CallKeys,
 }
 
 /// Where the history stood before a run's new messages, how many user messages the input

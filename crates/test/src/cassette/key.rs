@@ -52,7 +52,7 @@ fn without_keys(history: &History) -> Cow<'_, History> {
     let keyed = history
         .iter()
         .flat_map(Message::tool_calls)
-        .any(|call| !call.key.is_empty());
+        .any(|call| call.key.is_some());
     if !keyed {
         return Cow::Borrowed(history);
     }
@@ -60,7 +60,7 @@ fn without_keys(history: &History) -> Cow<'_, History> {
     for message in bare.tail_mut(0) {
         for part in &mut message.content {
             if let ContentPart::ToolCall(call) = part {
-                call.key.clear();
+                call.key = None;
             }
         }
     }

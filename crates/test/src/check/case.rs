@@ -10,8 +10,9 @@ use std::task::{Context, Poll};
 use serde_json::{Value, json};
 use tower_agent_core::history::validate;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, CancellationToken, Decision, DecisionKind, Decisions,
-    Error, ErrorKind, Interrupt, Message, Outcome, Session, StopReason, ToolCall, ToolResult,
+    AgentInput, AgentRequest, AgentResponse, CallKey, CancellationToken, Decision, DecisionKind,
+    Decisions, Error, ErrorKind, Interrupt, Message, Outcome, Session, StopReason, ToolCall,
+    ToolResult,
 };
 use tower_service::Service;
 
@@ -54,7 +55,7 @@ pub(super) struct Case<'r> {
     /// The result each answered call got in a saved version: it never changes after.
     pub(super) results: HashMap<String, String>,
     /// The key each call had in a saved version: it never changes after.
-    pub(super) keys: HashMap<String, String>,
+    pub(super) keys: HashMap<String, CallKey>,
     /// The store of the host's, when the check runs on one ([`StackCheck::run_stored`]).
     pub(super) stored: Option<super::CheckSaves>,
     /// The store holds the case's session: runs name it by id.
@@ -598,12 +599,12 @@ impl Case<'_> {
     /// Each call the model made has a key of its own, and keeps it in every later version
     /// (through saves, resumes, kills, summaries); a generated leftover has none.
     fn check_keys(&mut self, session: &Session) -> Result<(), Violation> {
-        let mut owners: HashMap<&str, &str> = HashMap::new();
+        let mut owners: HashMap<CallKey, &str> = HashMap::new();
         for call in session.history.iter().flat_map(Message::tool_calls) {
-            if call.key.is_empty() {
+            let Some(key) = call.key else {
                 continue;
-            }
-            if let Some(other) = owners.insert(&call.key, &call.id) {
+            };
+            if let Some(other) = owners.insert(key, &call.id) {
                 if other != call.id {
                     return Err(violation(format!(
                         "calls `{other}` and `{}` have the same key",
@@ -612,15 +613,15 @@ impl Case<'_> {
                 }
             }
             match self.keys.get(&call.id) {
-                Some(key) if *key != call.key => {
+                Some(earlier) if *earlier != key => {
                     return Err(violation(format!(
-                        "call `{}` had the key {key}, then {}",
-                        call.id, call.key
+                        "call `{}` had the key {earlier}, then {key}",
+                        call.id
                     )));
                 }
                 Some(_) => {}
                 None => {
-                    self.keys.insert(call.id.clone(), call.key.clone());
+                    self.keys.insert(call.id.clone(), key);
                 }
             }
         }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::stream::Delta;
 use tower_agent_core::{
-    DescribeTools, Error, ErrorKind, Message, ModelRequest, ModelResponse, Role, ToolCall,
+    CallKey, DescribeTools, Error, ErrorKind, Message, ModelRequest, ModelResponse, Role, ToolCall,
     ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_service::Service;
@@ -41,7 +41,7 @@ pub(super) struct Counts {
     /// The call ids the tools ran, each time they ran one.
     pub(super) executed: Vec<String>,
     /// The arguments and the key each call ran with, by call id.
-    pub(super) ran_with: HashMap<String, (String, String)>,
+    pub(super) ran_with: HashMap<String, (String, Option<CallKey>)>,
     /// The calls of answers cut off at their length limit: none may run (but a read-only
     /// call started early, before the answer was known to be cut).
     pub(super) cut: Vec<String>,
@@ -267,7 +267,7 @@ impl Service<ToolRequest> for CheckTools {
                 counts.executed.push(call.id.clone());
                 counts
                     .ran_with
-                    .insert(call.id.clone(), (call.arguments.clone(), call.key.clone()));
+                    .insert(call.id.clone(), (call.arguments.clone(), call.key));
                 if req.early.is_none() && counts.cut.contains(&call.id) {
                     counts.cut_ran.push(call.id.clone());
                 }
