@@ -63,6 +63,7 @@ compile_error!(
     "tower-agent-mcp needs a transport: the `stdio` feature, the `http` feature, or both"
 );
 
+mod config;
 mod convert;
 mod handler;
 #[cfg(feature = "http")]
@@ -81,9 +82,9 @@ use futures_util::future::join_all;
 use tower_agent_core::{DescribeTools, Error, ToolRequest, ToolResponse, ToolSpec};
 use tower_service::Service;
 
+pub use config::McpServer;
 pub use rmcp;
 pub use rmcp::model::ToolAnnotations;
-pub use server::McpServer;
 
 use server::Conn;
 

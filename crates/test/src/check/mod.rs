@@ -87,6 +87,7 @@ use tower_service::Service;
 use crate::{dump, lock};
 
 mod case;
+mod invariants;
 mod trace;
 mod world;
 
