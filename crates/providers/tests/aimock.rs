@@ -392,8 +392,12 @@ async fn a_secret_split_across_anthropic_chunks_never_reaches_a_reader() {
     a_split_secret_never_reaches_a_reader(anthropic(&url)).await;
 }
 
+/// The run about Paris. Its run id is fixed: a replay from the cassette is the recorded run
+/// again, and its calls get the same keys.
 fn paris() -> AgentRequest {
-    AgentRequest::new(Session::with_id("paris"), "What is the weather in Paris?")
+    let mut req = AgentRequest::new(Session::with_id("paris"), "What is the weather in Paris?");
+    req.ctx = tower_agent_core::RunContext::new().with_run_id("paris-run");
+    req
 }
 
 /// Record and replay: the run above recorded through a cassette right around the provider,
