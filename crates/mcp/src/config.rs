@@ -121,30 +121,33 @@ impl McpServer {
         self
     }
 
-    /// Ping the server (MCP's `ping`) this often while a call waits for its answer (HTTP;
-    /// 15 s by default; zero: never). A ping that fails, or gets no answer in the same time,
-    /// means the connection is lost: the call fails (see [`McpError::Lost`]) and the next
-    /// call connects again. Without it a call would wait forever for a server that went away
-    /// mid-call (rmcp leaves such a request pending). A stdio server needs none: its exit
-    /// closes the stream at once.
+    /// Ping the server (MCP's `ping`) this often while a call waits for its answer (HTTP; 15 s by
+    /// default; zero: never). A ping that fails, or gets no answer in the same time, means the
+    /// connection is lost: the call fails (see [`McpError::Lost`](crate::McpError::Lost)) and the
+    /// next call connects again. Without it a call would wait forever for a server that went away
+    /// mid-call (rmcp leaves such a request pending). A stdio server needs none: its exit closes
+    /// the stream at once.
     pub fn ping_every(mut self, every: Duration) -> Self {
         self.ping = every;
         self
     }
 
-    /// How long connecting may take: starting the process (stdio) or reaching the URL (HTTP),
-    /// and MCP's `initialize` handshake (30 s by default; zero: no limit). Past it the
-    /// connection fails with [`ErrorKind::Timeout`] and an [`McpError::Timeout`] source. It
-    /// applies to every connection: at [`McpTools::connect`](crate::McpTools::connect), and
-    /// when a call connects again. A first `npx -y` may download the server: give it longer.
+    /// How long connecting may take: starting the process (stdio) or reaching the URL (HTTP), and
+    /// MCP's `initialize` handshake (30 s by default; zero: no limit). Past it the connection fails
+    /// with [`ErrorKind::Timeout`](tower_agent_core::ErrorKind::Timeout) and an
+    /// [`McpError::Timeout`](crate::McpError::Timeout) source. It applies to every connection: at
+    /// [`McpTools::connect`](crate::McpTools::connect), and when a call connects again. A first
+    /// `npx -y` may download the server: give it longer.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// How long listing the server's tools (`tools/list`, every page) may take (30 s by
-    /// default; zero: no limit). Past it the listing fails with [`ErrorKind::Timeout`] and an
-    /// [`McpError::Timeout`] source; a connection whose tools cannot be listed is not used.
+    /// How long listing the server's tools (`tools/list`, every page) may take (30 s by default;
+    /// zero: no limit). Past it the listing fails with
+    /// [`ErrorKind::Timeout`](tower_agent_core::ErrorKind::Timeout) and an
+    /// [`McpError::Timeout`](crate::McpError::Timeout) source; a connection whose tools cannot be
+    /// listed is not used.
     pub fn list_timeout(mut self, timeout: Duration) -> Self {
         self.list_timeout = timeout;
         self
