@@ -352,6 +352,12 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
         ("tripped", report.tripped),
         ("limited", report.limited),
         ("cut calls", report.cut_calls),
+        ("calls recovered as done", report.recovered[0]),
+        (
+            "calls recovered as not run",
+            report.recovered[1] + u32::from(stored),
+        ),
+        ("calls recovered as unknown", report.recovered[2]),
         ("leftovers", report.leftovers),
         ("summaries", report.summaries),
         ("large results", report.large_results),

@@ -126,6 +126,22 @@ pub enum Event {
         /// What it is doing, when said.
         message: Option<String>,
     },
+    /// A call an earlier run started and did not finish (its process died) was asked what
+    /// became of it instead of running again ([`ToolRequest::recover`](crate::ToolRequest::recover)):
+    /// the tool's reconcile step said, or nothing could ([`Recovery::Unknown`]: the model was
+    /// told to check before calling again, and the host may want to look too).
+    ToolRecovered {
+        /// The round.
+        round: u32,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// What became of it ([`Recovery::name`](crate::Recovery::name)): `"done"`,
+        /// `"not_run"` or `"unknown"`. The result itself is the call's, in the history (where
+        /// the layers outside the tools, redaction among them, have seen it).
+        outcome: &'static str,
+    },
     /// The run ended normally (completed, stopped, cancelled or interrupted).
     RunFinished {
         /// How it ended.
@@ -215,6 +231,7 @@ impl Event {
             Event::ToolStarted { .. } => "tool_started",
             Event::ToolFinished { .. } => "tool_finished",
             Event::ToolProgress { .. } => "tool_progress",
+            Event::ToolRecovered { .. } => "tool_recovered",
             Event::RunFinished { .. } => "run_finished",
             Event::RunFailed { .. } => "run_failed",
             Event::Warning { .. } => "warning",

@@ -220,6 +220,27 @@ impl ToolResult {
     pub const UNANSWERED: &'static str = "error: this tool call did not complete. It may have \
          been cancelled or interrupted, and no result was recorded: do not assume it took effect.";
 
+    /// The content of the result of a call an earlier run started (its write-ahead record,
+    /// [`Session::started`](crate::Session::started)) and did not finish, when nothing can say
+    /// whether it took effect ([`Recovery::Unknown`](crate::Recovery::Unknown)).
+    pub const OUTCOME_UNKNOWN: &'static str = "error: the process running this tool call \
+         stopped before its result was saved, so whether it took effect is unknown. Check (look \
+         the effect up) before making the call again.";
+
+    /// The content of the result of a call the run ended without (cancelled, stopped or
+    /// failed) when it may have been running (the write-ahead record,
+    /// [`Session::started`](crate::Session::started), has it): "not executed" would claim too
+    /// much.
+    pub const ENDED_WHILE_RUNNING: &'static str = "error: the run ended (cancelled, stopped or \
+         failed) while this tool call may have been running, so whether it took effect is \
+         unknown. Check (look the effect up) before making the call again.";
+
+    /// The content of the result of a call an earlier run started and did not finish, when its
+    /// tool says it did not run ([`Recovery::NotRun`](crate::Recovery::NotRun)).
+    pub const NOT_RUN: &'static str = "not executed: the process running this tool call stopped \
+         before the call took effect (the tool checked). Make the call again if it is still \
+         needed.";
+
     /// The start of the content of the synthetic result of a call left without one whose
     /// arguments are not valid JSON; the parser's message follows.
     pub const MALFORMED: &'static str = "error: this tool call was not executed: its arguments \

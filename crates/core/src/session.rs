@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use crate::cost::Cost;
 pub use crate::decision::Interrupt;
 use crate::history::{History, Repair};
-use crate::message::{ContentPart, Message, Role, ToolCall, ToolResult};
+use crate::message::{CallKey, ContentPart, Message, Role, ToolCall, ToolResult};
 
 /// A conversation that outlives a run: history, JSON state and pending interrupts.
 ///
@@ -40,6 +40,15 @@ pub struct Session {
     /// Calls waiting for a decision, when the last run was interrupted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interrupts: Vec<Interrupt>,
+    /// The write-ahead record: the keys ([`ToolCall::key`]) of calls that were handed to
+    /// their tool and have no result yet. The loop saves a call's key here before a call that
+    /// may not repeat ([`ToolSpec::may_repeat`](crate::ToolSpec::may_repeat)) runs, and drops
+    /// it with the result it saves. A key still here when a run starts is a call whose process
+    /// died while it ran: it may have taken effect, so it is recovered
+    /// ([`ToolRequest::recover`](crate::ToolRequest::recover)), never run again blindly nor
+    /// reported as not done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<CallKey>,
 }
 
 impl Default for Session {
@@ -61,6 +70,7 @@ impl Session {
             history: History::new(),
             state: Map::new(),
             interrupts: Vec::new(),
+            started: Vec::new(),
         }
     }
 
@@ -93,11 +103,12 @@ impl Session {
     /// session the agent left can hold calls without results nowhere else.
     pub fn push_input(&mut self, messages: impl IntoIterator<Item = Message>) {
         let pending = std::mem::take(&mut self.interrupts);
+        let started = std::mem::take(&mut self.started);
         let answer = |call: &ToolCall| {
             if pending.iter().any(|i| i.call.id == call.id) {
                 ToolResult::error(call, ToolResult::NOT_DECIDED)
             } else {
-                ToolResult::unanswered(call)
+                unanswered(call, &started)
             }
         };
         self.history
@@ -108,11 +119,30 @@ impl Session {
     /// Give calls a previous run left without a result a [`ToolResult::unanswered`] one, right
     /// after its call; calls of pending interrupts keep waiting. Returns how many were
     /// answered.
+    ///
+    /// A call the write-ahead record says had started ([`Session::started`]) is answered
+    /// [`ToolResult::OUTCOME_UNKNOWN`] (it may have taken effect), and the record is cleared:
+    /// the loop recovers such calls first, through their tools, so that this only answers what
+    /// nothing could say.
     pub fn answer_dangling_calls(&mut self) -> usize {
         let pending = &self.interrupts;
+        let started = std::mem::take(&mut self.started);
         let wait = |call: &ToolCall| pending.iter().any(|i| i.call.id == call.id);
-        let how = Repair::new().last_message_only().wait(&wait);
+        let answer = |call: &ToolCall| unanswered(call, &started);
+        let how = Repair::new()
+            .last_message_only()
+            .wait(&wait)
+            .answer(&answer);
         self.history.repair(&how).answered
+    }
+}
+
+/// The synthetic result of a call left without one: [`ToolResult::OUTCOME_UNKNOWN`] when the
+/// write-ahead record says it had started, else [`ToolResult::unanswered`].
+fn unanswered(call: &ToolCall, started: &[CallKey]) -> ToolResult {
+    match call.key {
+        Some(key) if started.contains(&key) => ToolResult::error(call, ToolResult::OUTCOME_UNKNOWN),
+        _ => ToolResult::unanswered(call),
     }
 }
 

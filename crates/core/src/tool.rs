@@ -29,6 +29,17 @@ pub struct ToolRequest {
     /// start): the model's final message may yet discard it. A layer that counts calls (a
     /// limit, a checkpoint) gives back what it counted if that happens ([`Tentative`]).
     pub early: Option<Tentative>,
+    /// Set when an earlier run started this call and stopped (its process died) before the
+    /// call's result was saved: the call may have taken effect ([`Session::started`], the
+    /// write-ahead record). It is **not** to run again: the tool says what became of it (the
+    /// `Tools` router asks the tool's reconcile step, and answers [`Recovery::Unknown`] for a
+    /// tool without one), or runs it again only when the tool may repeat
+    /// ([`ToolSpec::may_repeat`](crate::ToolSpec::may_repeat)). Layers that gate calls
+    /// (approval, limits, a guard, a checkpoint) let it through untouched: it is not a new
+    /// call, and its answer must reach the session whatever a gate would say now.
+    ///
+    /// [`Session::started`]: crate::Session::started
+    pub recover: bool,
 }
 
 impl ToolRequest {
@@ -39,6 +50,95 @@ impl ToolRequest {
             ctx,
             resume: None,
             early: None,
+            recover: false,
+        }
+    }
+}
+
+/// What became of a call an earlier run started and did not finish ([`ToolRequest::recover`]):
+/// a tool's reconcile step answers it from the effect's own record, looked up by the call's
+/// key ([`ToolCall::key`](crate::ToolCall::key)).
+///
+/// ```
+/// use serde_json::json;
+/// use tower_agent_core::{Recovery, ToolCall, ToolResult};
+///
+/// let call = ToolCall::new("c1", "refund", json!({"order": "A-1"}));
+/// let done = Recovery::done("refunded A-1").result(&call);
+/// assert_eq!((done.content.as_str(), done.is_error), ("refunded A-1", false));
+/// assert_eq!(Recovery::NotRun.result(&call).content, ToolResult::NOT_RUN);
+/// assert_eq!(Recovery::Unknown.result(&call).content, ToolResult::OUTCOME_UNKNOWN);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recovery {
+    /// It took effect: its result, as the model would have seen it, and the arguments it ran
+    /// with when they were not the model's (a human's edit, a guard's revision: the effect's
+    /// record has them), so that the session shows the call that ran.
+    Done {
+        /// The call's result.
+        result: String,
+        /// The arguments it ran with, when not the model's.
+        arguments: Option<Value>,
+    },
+    /// It did not take effect: the model is told so, and may make the call again (a new call,
+    /// with a new key, through every gate).
+    NotRun,
+    /// Nothing can say: the model is told to check before calling again.
+    Unknown,
+}
+
+impl Recovery {
+    /// It took effect, with the model's arguments, and `result` is its result.
+    pub fn done(result: impl Into<String>) -> Self {
+        Recovery::Done {
+            result: result.into(),
+            arguments: None,
+        }
+    }
+
+    /// The call's result: its own ([`Recovery::Done`]), [`ToolResult::NOT_RUN`] or
+    /// [`ToolResult::OUTCOME_UNKNOWN`] (both errors the model sees).
+    pub fn result(&self, call: &ToolCall) -> ToolResult {
+        match self {
+            Recovery::Done { result, .. } => ToolResult::success(call, result.as_str()),
+            Recovery::NotRun => ToolResult::error(call, ToolResult::NOT_RUN),
+            Recovery::Unknown => ToolResult::error(call, ToolResult::OUTCOME_UNKNOWN),
+        }
+    }
+
+    /// Answer `req`, which recovers a call ([`ToolRequest::recover`]), with this: the run hears
+    /// it ([`Event::ToolRecovered`](crate::Event::ToolRecovered)), and the call gets
+    /// [`Recovery::result`]. An observer that fails on the event changes nothing: what became
+    /// of the call reaches the session.
+    pub async fn respond(self, req: &ToolRequest) -> ToolResponse {
+        let (call, ctx) = (&req.call, &req.ctx);
+        let _observer_failed = ctx
+            .emit(crate::Event::ToolRecovered {
+                round: ctx.round(),
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                outcome: self.name(),
+            })
+            .await;
+        let mut response = ToolResponse::new(self.result(call));
+        if let Recovery::Done {
+            arguments: Some(arguments),
+            ..
+        } = self
+        {
+            response.arguments = Some(arguments.to_string());
+        }
+        response
+    }
+
+    /// Its name, for the [`Event::ToolRecovered`](crate::Event::ToolRecovered) a host reads:
+    /// `"done"`, `"not_run"`, `"unknown"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Recovery::Done { .. } => "done",
+            Recovery::NotRun => "not_run",
+            Recovery::Unknown => "unknown",
         }
     }
 }

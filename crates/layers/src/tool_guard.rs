@@ -200,6 +200,11 @@ where
         // The service that was made ready serves this call; a clone takes its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        // A call an earlier run started is recovered, not made again: the policy saw it then,
+        // and what became of it must reach the session whatever the policy says now.
+        if req.recover {
+            return Box::pin(async move { inner.call(req).await });
+        }
         let verdict = (self.policy)(req.call.clone(), req.ctx.clone());
         Box::pin(async move {
             match verdict.await {

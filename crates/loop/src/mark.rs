@@ -2,10 +2,10 @@
 //! changed keeps this, not a copy of the session.
 
 use serde_json::{Map, Value};
-use tower_agent_core::{HistoryMark, Interrupt, Session};
+use tower_agent_core::{CallKey, HistoryMark, Interrupt, Session};
 
-/// A session as it was ([`SessionMark::of`]): its history's mark, its state and its
-/// interrupts.
+/// A session as it was ([`SessionMark::of`]): its history's mark, its state, its interrupts
+/// and its write-ahead record.
 ///
 /// ```
 /// use tower_agent_core::{Message, Session};
@@ -23,6 +23,7 @@ pub struct SessionMark {
     history: HistoryMark,
     state: Map<String, Value>,
     interrupts: Vec<Interrupt>,
+    started: Vec<CallKey>,
 }
 
 impl SessionMark {
@@ -33,16 +34,18 @@ impl SessionMark {
             history: session.history.mark(),
             state: session.state.clone(),
             interrupts: session.interrupts.clone(),
+            started: session.started.clone(),
         }
     }
 
-    /// Whether `session` is the one marked: the same messages (none added, none edited), state
-    /// and interrupts.
+    /// Whether `session` is the one marked: the same messages (none added, none edited), state,
+    /// interrupts and write-ahead record.
     pub fn is(&self, session: &Session) -> bool {
         let history = &session.history;
         history.len() == self.history.len()
             && history.kept(&self.history) == history.len()
             && session.state == self.state
             && session.interrupts == self.interrupts
+            && session.started == self.started
     }
 }

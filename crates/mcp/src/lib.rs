@@ -79,7 +79,7 @@ use std::task::{Context, Poll};
 
 use futures_util::future::join_all;
 
-use tower_agent_core::{DescribeTools, Error, ToolRequest, ToolResponse, ToolSpec};
+use tower_agent_core::{DescribeTools, Error, Recovery, ToolRequest, ToolResponse, ToolSpec};
 use tower_service::Service;
 
 pub use config::McpServer;
@@ -361,6 +361,12 @@ impl Inner {
         let Some(route) = routes.by_name.get(&req.call.name) else {
             return Ok(ToolResponse::unknown_tool(&req.call, &routes.specs));
         };
+        // A call an earlier run started and did not finish: MCP has no way to ask a server
+        // what became of it, so only a tool that may repeat is sent again (with its key).
+        if req.recover && !route.may_repeat {
+            drop(routes);
+            return Ok(Recovery::Unknown.respond(&req).await);
+        }
         let arguments = match convert::arguments(&req.call.arguments) {
             Ok(arguments) => arguments,
             Err(message) => return Ok(ToolResponse::error(&req.call, message)),

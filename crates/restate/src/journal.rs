@@ -3,6 +3,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use serde::de::DeserializeOwned;
@@ -128,9 +130,12 @@ impl Steps {
 /// results, and keeps its own state right. A failed call is journaled too (its error's kind
 /// and message): a retry layer outside it makes each attempt a step of its own.
 ///
-/// A tool step is named by the call's id: the id is the tool's idempotency key. A step in
-/// flight when the process died runs again on the replay (at least once); a journaled one
-/// never does (exactly once).
+/// A tool call is two steps: one that records it started (write-ahead), then the call. A
+/// journaled call never runs again (exactly once). A call in flight when the process died
+/// (started, not recorded) is not run blindly on the replay: it reaches the tools as a
+/// recovery ([`ToolRequest::recover`]), and the tool's reconcile step says what became of it,
+/// looked up by the call's key ([`ToolCall::key`](tower_agent_core::ToolCall::key), the same
+/// on the replay); a tool that may repeat runs again.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct JournalLayer;
 
@@ -174,6 +179,14 @@ pub trait JournaledRequest: sealed::Sealed + Send + 'static {
 
     /// The step's name: what it calls, after the nested agent's path (a workflow's step).
     fn step_name(&self) -> String;
+
+    /// The name of the step that records, before the call, that it started (the write-ahead
+    /// record of a call with effects: a tool call); `None` for a model call.
+    fn started_step(&self) -> Option<String>;
+
+    /// This request, recovering a call an attempt before the replay started and did not
+    /// record ([`ToolRequest::recover`]).
+    fn recovering(self) -> Self;
 }
 
 mod sealed {
@@ -196,6 +209,14 @@ impl JournaledRequest for ModelRequest {
     fn step_name(&self) -> String {
         on_path(&self.ctx, format!("model (round {})", self.ctx.round()))
     }
+
+    fn started_step(&self) -> Option<String> {
+        None
+    }
+
+    fn recovering(self) -> Self {
+        self
+    }
 }
 
 impl JournaledRequest for ToolRequest {
@@ -206,6 +227,15 @@ impl JournaledRequest for ToolRequest {
             &self.ctx,
             format!("tool {} {}", self.call.name, self.call.id),
         )
+    }
+
+    fn started_step(&self) -> Option<String> {
+        Some(format!("{} started", self.step_name()))
+    }
+
+    fn recovering(mut self) -> Self {
+        self.recover = true;
+        self
     }
 }
 
@@ -235,9 +265,35 @@ where
             return Box::pin(async move { inner.call(request).await.map_err(into_error) });
         };
         let name = request.step_name();
-        // Called only when the journal has no result for this step.
-        let call =
-            Box::pin(async move { Recorded::of(inner.call(request).await.map_err(into_error)) });
-        Box::pin(async move { steps.journal(name, call).await })
+        let Some(started) = request.started_step() else {
+            // Called only when the journal has no result for this step.
+            let call =
+                Box::pin(
+                    async move { Recorded::of(inner.call(request).await.map_err(into_error)) },
+                );
+            return Box::pin(async move { steps.journal(name, call).await });
+        };
+        Box::pin(async move {
+            // Write-ahead: a step records that the call started. Its closure runs only the
+            // first time; on a replay the journal has it, and a call whose own step the
+            // journal lacks then was in flight when the service died: it is recovered.
+            let first = Arc::new(AtomicBool::new(false));
+            let marked = Arc::clone(&first);
+            let mark = Box::pin(async move {
+                marked.store(true, Ordering::SeqCst);
+                Recorded::of(Ok(()))
+            });
+            steps.journal::<()>(started, mark).await?;
+            let request = match first.load(Ordering::SeqCst) {
+                true => request,
+                false => request.recovering(),
+            };
+            // Called only when the journal has no result for this step.
+            let call =
+                Box::pin(
+                    async move { Recorded::of(inner.call(request).await.map_err(into_error)) },
+                );
+            steps.journal(name, call).await
+        })
     }
 }

@@ -368,7 +368,12 @@ mod tests {
         .expect("runs");
         assert_eq!(
             journal.names(),
-            ["model (round 1)", "tool clock c1", "model (round 2)"]
+            [
+                "model (round 1)",
+                "tool clock c1 started",
+                "tool clock c1",
+                "model (round 2)"
+            ]
         );
         assert_eq!((model.request_count(), clock.calls().len()), (2, 1));
 
@@ -390,6 +395,58 @@ mod tests {
         assert_eq!(again.text(), res.text());
         assert_eq!((model.request_count(), clock.calls().len()), (0, 0));
         assert_eq!(again.session.history.len(), res.session.history.len());
+    }
+
+    #[tokio::test]
+    async fn a_call_in_flight_when_the_service_died_is_recovered_on_the_replay_not_run_again() {
+        let journal = Recording::default();
+        let (agent, ..) = clock_agent("It is noon.");
+        journaled(agent, request("time?"), |name, call| {
+            journal.step(name, call)
+        })
+        .await
+        .expect("runs");
+        // The service died in the tool call: its write-ahead step is journaled, its result is
+        // not. The replay asks the tools what became of it; the clock has no reconcile step.
+        let mut recorded: HashMap<String, Value> = journal
+            .0
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .cloned()
+            .collect();
+        recorded.remove("tool clock c1");
+        let made = Recording::default();
+        let (agent, model, clock) = clock_agent("never asked");
+        let again = journaled(agent, request("time?"), |name, call| {
+            let value = recorded.get(&name).cloned();
+            let made = made.clone();
+            async move {
+                match value {
+                    Some(value) => Journaled::Recorded(value),
+                    None => made.step(name, call).await,
+                }
+            }
+        })
+        .await
+        .expect("replays");
+        assert_eq!(
+            made.names(),
+            ["tool clock c1"],
+            "only the missing step is made"
+        );
+        assert_eq!((model.request_count(), clock.calls().len()), (0, 0));
+        let result = again
+            .session
+            .history
+            .iter()
+            .flat_map(tower_agent_core::Message::tool_results)
+            .next()
+            .expect("a result");
+        assert_eq!(
+            result.content,
+            tower_agent_core::ToolResult::OUTCOME_UNKNOWN
+        );
     }
 
     #[tokio::test]
@@ -415,9 +472,11 @@ mod tests {
             names,
             [
                 "pipeline/a: model (round 1)",
+                "pipeline/a: tool clock c1 started",
                 "pipeline/a: tool clock c1",
                 "pipeline/a: model (round 2)",
                 "pipeline/b: model (round 1)",
+                "pipeline/b: tool clock call_inv12345_1_1 started",
                 "pipeline/b: tool clock call_inv12345_1_1",
                 "pipeline/b: model (round 2)",
             ]
@@ -442,7 +501,12 @@ mod tests {
         assert_eq!(res.text().as_deref(), Some("done"));
         assert_eq!(
             journal.names(),
-            ["model (round 1)", "tool helper h1", "model (round 2)"]
+            [
+                "model (round 1)",
+                "tool helper h1 started",
+                "tool helper h1",
+                "model (round 2)"
+            ]
         );
         assert_eq!(
             helper_model.request_count(),

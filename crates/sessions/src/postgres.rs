@@ -7,7 +7,7 @@ use tokio_postgres::{NoTls, Statement};
 use tower_agent_core::{Session, new_id};
 
 use crate::known::{KnownHistories, prefix_end};
-use crate::rows::{backend, corrupt, json, session, version};
+use crate::rows::{Columns, backend, corrupt, json, session, version};
 use crate::{BoxFuture, ListQuery, Page, SessionStore, StoreError, Stored, Version, check_id};
 
 /// The schema, one migration per version; `tower_agent_schema` holds how many ran. Ids compare
@@ -34,6 +34,8 @@ const MIGRATIONS: &[&str] = &[
     "CREATE SEQUENCE tower_agent_versions;
     SELECT setval('tower_agent_versions',
         (SELECT coalesce(max(version), 0) + 1 FROM tower_agent_sessions), false);",
+    // 3: the write-ahead record of calls that started and have no result (`Session::started`).
+    "ALTER TABLE tower_agent_sessions ADD COLUMN started TEXT NOT NULL DEFAULT '[]';",
 ];
 
 /// Sessions in Postgres, for processes on many machines: two tables (`tower_agent_sessions`,
@@ -284,7 +286,7 @@ impl PostgresSessions {
             .query_opt(
                 &prepared(
                     &tx,
-                    "SELECT version, incarnation, len, state, interrupts
+                    "SELECT version, incarnation, len, state, interrupts, started
                  FROM tower_agent_sessions WHERE id = $1",
                 )
                 .await?,
@@ -298,8 +300,11 @@ impl PostgresSessions {
         let stored: i64 = column(id, &row, 0)?;
         let incarnation: String = column(id, &row, 1)?;
         let len: i64 = column(id, &row, 2)?;
-        let state: String = column(id, &row, 3)?;
-        let interrupts: String = column(id, &row, 4)?;
+        let columns = Columns {
+            state: column(id, &row, 3)?,
+            interrupts: column(id, &row, 4)?,
+            started: column(id, &row, 5)?,
+        };
         let rows = tx
             .query(
                 &prepared(
@@ -316,7 +321,7 @@ impl PostgresSessions {
         for row in &rows {
             messages.push((column::<i64>(id, row, 0)?, column::<&str>(id, row, 1)?));
         }
-        let session = session(id, len, &state, &interrupts, messages)?;
+        let session = session(id, len, &columns, messages)?;
         let version = version(id, stored)?;
         self.known.record(&session, version, &incarnation);
         Ok(Some(Stored { session, version }))
@@ -329,8 +334,11 @@ impl PostgresSessions {
         expected: Option<Version>,
     ) -> Result<Version, StoreError> {
         let id = session.id.as_str();
-        let state = json(&session.state)?;
-        let interrupts = json(&session.interrupts)?;
+        let Columns {
+            state,
+            interrupts,
+            started,
+        } = Columns::of(session)?;
         let len = session.history.len() as i64;
         let tx = client.transaction().await.map_err(backend)?;
         let found = tx
@@ -366,11 +374,11 @@ impl PostgresSessions {
                             &tx,
                             "UPDATE tower_agent_sessions
                      SET version = nextval('tower_agent_versions'), len = $2, state = $3,
-                         interrupts = $4
+                         interrupts = $4, started = $5
                      WHERE id = $1 RETURNING version",
                         )
                         .await?,
-                        &[&id, &len, &state, &interrupts],
+                        &[&id, &len, &state, &interrupts, &started],
                     )
                     .await
                     .map_err(backend)?;
@@ -385,12 +393,12 @@ impl PostgresSessions {
                         &prepared(
                             &tx,
                             "INSERT INTO tower_agent_sessions
-                             (id, version, incarnation, len, state, interrupts)
-                         VALUES ($1, nextval('tower_agent_versions'), $2, $3, $4, $5)
+                             (id, version, incarnation, len, state, interrupts, started)
+                         VALUES ($1, nextval('tower_agent_versions'), $2, $3, $4, $5, $6)
                          ON CONFLICT (id) DO NOTHING RETURNING version",
                         )
                         .await?,
-                        &[&id, &incarnation, &len, &state, &interrupts],
+                        &[&id, &incarnation, &len, &state, &interrupts, &started],
                     )
                     .await
                     .map_err(backend)?;

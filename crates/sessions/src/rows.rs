@@ -27,13 +27,30 @@ pub(crate) fn version(id: &str, stored: i64) -> Result<Version, StoreError> {
         .map_err(|e| corrupt(id, e))
 }
 
-/// Session `id` from its row (`len` messages, state and interrupts as JSON) and its message
-/// rows (position, JSON) in order: a missing, misplaced or unreadable one is a corrupt row.
+/// The JSON columns of a session's row: its state, interrupts and write-ahead record.
+pub(crate) struct Columns {
+    pub(crate) state: String,
+    pub(crate) interrupts: String,
+    pub(crate) started: String,
+}
+
+impl Columns {
+    /// The columns of `session`.
+    pub(crate) fn of(session: &Session) -> Result<Self, StoreError> {
+        Ok(Self {
+            state: json(&session.state)?,
+            interrupts: json(&session.interrupts)?,
+            started: json(&session.started)?,
+        })
+    }
+}
+
+/// Session `id` from its row (`len` messages, its JSON columns) and its message rows
+/// (position, JSON) in order: a missing, misplaced or unreadable one is a corrupt row.
 pub(crate) fn session<B: AsRef<str>>(
     id: &str,
     len: i64,
-    state: &str,
-    interrupts: &str,
+    columns: &Columns,
     rows: impl IntoIterator<Item = (i64, B)>,
 ) -> Result<Session, StoreError> {
     let mut messages = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
@@ -55,8 +72,11 @@ pub(crate) fn session<B: AsRef<str>>(
     Ok(Session {
         id: id.to_owned(),
         history: History::from(messages),
-        state: serde_json::from_str(state).map_err(|e| corrupt(id, format!("state: {e}")))?,
-        interrupts: serde_json::from_str(interrupts)
+        state: serde_json::from_str(&columns.state)
+            .map_err(|e| corrupt(id, format!("state: {e}")))?,
+        interrupts: serde_json::from_str(&columns.interrupts)
             .map_err(|e| corrupt(id, format!("interrupts: {e}")))?,
+        started: serde_json::from_str(&columns.started)
+            .map_err(|e| corrupt(id, format!("started: {e}")))?,
     })
 }

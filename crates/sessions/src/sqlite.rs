@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tower_agent_core::{Session, new_id};
 
 use crate::known::{KnownHistories, prefix_end};
-use crate::rows::{backend, json, session, version};
+use crate::rows::{Columns, backend, json, session, version};
 use crate::{BoxFuture, ListQuery, Page, SessionStore, StoreError, Stored, Version, check_id};
 
 /// The schema, one migration per version: the database's `user_version` says how many ran.
@@ -31,6 +31,8 @@ const MIGRATIONS: &[&str] = &[
     // gets a version it had before; it starts above every version stored.
     "CREATE TABLE last_version (version INTEGER NOT NULL);
     INSERT INTO last_version (version) SELECT coalesce(max(version), 0) FROM sessions;",
+    // 3: the write-ahead record of calls that started and have no result (`Session::started`).
+    "ALTER TABLE sessions ADD COLUMN started TEXT NOT NULL DEFAULT '[]';",
 ];
 
 /// Sessions in one SQLite file: the embedded default. SQLite is compiled in (no system
@@ -227,7 +229,7 @@ impl SessionStore for SqliteSessions {
                 let tx = connection.transaction().map_err(backend)?;
                 let row = tx
                     .query_row(
-                        "SELECT version, incarnation, len, state, interrupts
+                        "SELECT version, incarnation, len, state, interrupts, started
                          FROM sessions WHERE id = ?1",
                         [&id],
                         |row| {
@@ -235,14 +237,17 @@ impl SessionStore for SqliteSessions {
                                 row.get::<_, i64>(0)?,
                                 row.get::<_, String>(1)?,
                                 row.get::<_, i64>(2)?,
-                                row.get::<_, String>(3)?,
-                                row.get::<_, String>(4)?,
+                                Columns {
+                                    state: row.get(3)?,
+                                    interrupts: row.get(4)?,
+                                    started: row.get(5)?,
+                                },
                             ))
                         },
                     )
                     .optional()
                     .map_err(backend)?;
-                let Some((stored, incarnation, len, state, interrupts)) = row else {
+                let Some((stored, incarnation, len, columns)) = row else {
                     return Ok(None);
                 };
                 let mut statement = tx
@@ -257,7 +262,7 @@ impl SessionStore for SqliteSessions {
                     .map_err(backend)?
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(backend)?;
-                let session = session(&id, len, &state, &interrupts, rows)?;
+                let session = session(&id, len, &columns, rows)?;
                 let version = version(&id, stored)?;
                 known.record(&session, version, &incarnation);
                 Ok(Some(Stored { session, version }))
@@ -298,8 +303,11 @@ impl SessionStore for SqliteSessions {
                         found: found.map(|(v, _)| v),
                     });
                 }
-                let state = json(&session.state)?;
-                let interrupts = json(&session.interrupts)?;
+                let Columns {
+                    state,
+                    interrupts,
+                    started,
+                } = Columns::of(&session)?;
                 let len = session.history.len() as i64;
                 let next: i64 = tx
                     .query_row(
@@ -312,9 +320,10 @@ impl SessionStore for SqliteSessions {
                     Some((version, incarnation)) => {
                         let kept = known.stored(&session, version, &incarnation);
                         tx.execute(
-                            "UPDATE sessions SET version = ?2, len = ?3, state = ?4, interrupts = ?5
+                            "UPDATE sessions
+                             SET version = ?2, len = ?3, state = ?4, interrupts = ?5, started = ?6
                              WHERE id = ?1",
-                            params![session.id, next, len, state, interrupts],
+                            params![session.id, next, len, state, interrupts, started],
                         )
                         .map_err(backend)?;
                         (incarnation, kept)
@@ -322,9 +331,18 @@ impl SessionStore for SqliteSessions {
                     None => {
                         let incarnation = new_id();
                         tx.execute(
-                            "INSERT INTO sessions (id, version, incarnation, len, state, interrupts)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                            params![session.id, next, incarnation, len, state, interrupts],
+                            "INSERT INTO sessions
+                                 (id, version, incarnation, len, state, interrupts, started)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            params![
+                                session.id,
+                                next,
+                                incarnation,
+                                len,
+                                state,
+                                interrupts,
+                                started
+                            ],
                         )
                         .map_err(backend)?;
                         (incarnation, 0)

@@ -233,7 +233,7 @@ async fn a_file_of_the_first_schema_numbers_its_saves_above_every_stored_version
         .and_then(|c| {
             c.execute_batch(
                 "DROP TABLE last_version; UPDATE sessions SET version = 7;
-                 PRAGMA user_version = 1;",
+                 ALTER TABLE sessions DROP COLUMN started; PRAGMA user_version = 1;",
             )
         })
         .expect("made a first-schema file");

@@ -13,12 +13,14 @@ use serde_json::Value;
 #[cfg(doc)]
 use tower_agent_core::ToolAction;
 use tower_agent_core::{
-    CallKey, DecisionKind, Error, RunContext, ToolCall, ToolRequest, ToolResponse, ToolSpec,
+    CallKey, DecisionKind, Error, Recovery, RunContext, ToolCall, ToolRequest, ToolResponse,
+    ToolSpec,
 };
 use tower_service::Service;
 
+use crate::recover::recovered;
 use crate::schema::parameters_schema;
-use crate::{ResponseFuture, Tool};
+use crate::{Reconcile, ResponseFuture, Tool};
 
 /// An async function usable as a typed tool: `Fn(Args)`, `Fn(Args, RunContext)` or
 /// `Fn(Args, ToolContext)`, returning `Result<Output, Err>` where `Output:`[`ToolOutput`]
@@ -286,6 +288,7 @@ where
 pub struct FnTool<H, M> {
     spec: Arc<ToolSpec>,
     handler: H,
+    reconcile: Option<Reconcile>,
     _marker: PhantomData<fn() -> M>,
 }
 
@@ -300,6 +303,7 @@ impl<H: ToolHandler<M>, M> FnTool<H, M> {
         Self {
             spec: Arc::new(spec),
             handler,
+            reconcile: None,
             _marker: PhantomData,
         }
     }
@@ -310,6 +314,96 @@ impl<H: ToolHandler<M>, M> FnTool<H, M> {
         Arc::make_mut(&mut self.spec).read_only = true;
         self
     }
+
+    /// Mark the tool as idempotent ([`ToolSpec::idempotent`]): a second call with the same
+    /// arguments changes nothing more, so a call an earlier run started and did not finish
+    /// runs again (with the same key) instead of being reconciled.
+    pub fn idempotent(mut self) -> Self {
+        Arc::make_mut(&mut self.spec).idempotent = true;
+        self
+    }
+
+    /// The tool's reconcile step: given the arguments and context of a call an earlier run
+    /// started and did not finish (the process running it died), say what became of it by
+    /// looking the effect up by the call's key ([`ToolContext::key`]). Never make the effect
+    /// here: [`Recovery::NotRun`] tells the model, which may make the call again (a new call,
+    /// through every gate). Arguments that do not parse never ran: [`Recovery::NotRun`].
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    /// use serde_json::json;
+    /// use tower::ServiceExt;
+    /// use tower_agent_core::{CallKey, Error, Recovery, RunContext, ToolCall, ToolRequest};
+    /// use tower_agent_tools::{ToolContext, ToolSet, tool_fn};
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct Pay {
+    ///     cents: u64,
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// // The ledger the payments go to, by key.
+    /// let ledger: Arc<Mutex<Vec<(CallKey, u64)>>> = Arc::default();
+    /// let (paid, looked) = (ledger.clone(), ledger.clone());
+    /// let pay = tool_fn("pay", "Pay.", move |args: Pay, cx: ToolContext| {
+    ///     let ledger = paid.clone();
+    ///     async move {
+    ///         let key = cx.key().ok_or_else(|| Error::bad_request("a call without a key"))?;
+    ///         ledger.lock().unwrap().push((key, args.cents));
+    ///         Ok::<_, Error>(format!("paid {}", args.cents))
+    ///     }
+    /// })
+    /// .reconcile(move |_: Pay, cx: ToolContext| {
+    ///     let ledger = looked.clone();
+    ///     async move {
+    ///         let paid = ledger.lock().unwrap().iter().find(|(key, _)| Some(*key) == cx.key()).copied();
+    ///         match paid {
+    ///             Some((_, cents)) => Recovery::done(format!("paid {cents}")),
+    ///             None => Recovery::NotRun,
+    ///         }
+    ///     }
+    /// });
+    /// let tools = ToolSet::new().tool(pay);
+    ///
+    /// let mut call = ToolCall::new("c1", "pay", json!({"cents": 250}));
+    /// call.key = Some(CallKey::from_u128(7));
+    /// let paid = tools.clone().oneshot(ToolRequest::new(call.clone(), RunContext::new())).await?;
+    /// assert_eq!(paid.result.content, "paid 250");
+    ///
+    /// // The process died before the result was saved: the next run recovers the call.
+    /// let mut again = ToolRequest::new(call, RunContext::new());
+    /// again.recover = true;
+    /// let recovered = tools.oneshot(again).await?;
+    /// assert_eq!(recovered.result.content, "paid 250");
+    /// assert_eq!(ledger.lock().unwrap().len(), 1, "paid once");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reconcile<R, Fut>(mut self, step: R) -> Self
+    where
+        R: Fn(H::Args, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Recovery> + Send + 'static,
+    {
+        self.reconcile = Some(Reconcile::new(move |req: ToolRequest| {
+            let ToolRequest {
+                call, ctx, resume, ..
+            } = req;
+            let asked = parse_object::<H::Args>(&call).map(|args| {
+                let cx = ToolContext { ctx, call, resume };
+                step(args, cx)
+            });
+            async move {
+                match asked {
+                    Ok(asked) => asked.await,
+                    Err(_) => Recovery::NotRun,
+                }
+            }
+        }));
+        self
+    }
 }
 
 impl<H: Clone, M> Clone for FnTool<H, M> {
@@ -317,6 +411,7 @@ impl<H: Clone, M> Clone for FnTool<H, M> {
         Self {
             spec: self.spec.clone(),
             handler: self.handler.clone(),
+            reconcile: self.reconcile.clone(),
             _marker: PhantomData,
         }
     }
@@ -344,6 +439,10 @@ where
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
+        let req = match recovered(Some(&self.spec), self.reconcile.as_ref(), req) {
+            Ok(answer) => return answer,
+            Err(req) => req,
+        };
         let ToolRequest {
             call, ctx, resume, ..
         } = req;
@@ -376,6 +475,10 @@ where
 {
     fn spec(&self) -> ToolSpec {
         (*self.spec).clone()
+    }
+
+    fn reconcile(&self) -> Option<Reconcile> {
+        self.reconcile.clone()
     }
 }
 

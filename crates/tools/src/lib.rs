@@ -46,10 +46,12 @@
 #![forbid(unsafe_code)]
 
 mod function;
+mod recover;
 mod schema;
 mod set;
 
 pub use function::{FnTool, Reply, ToolContext, ToolHandler, ToolOutput, tool_fn};
+pub use recover::Reconcile;
 pub use schema::{NoArgs, parameters_schema, response_format};
 pub use set::ToolSet;
 
@@ -103,4 +105,12 @@ pub trait Tool:
 {
     /// The spec offered to the model.
     fn spec(&self) -> ToolSpec;
+
+    /// Its reconcile step, if it has one: what became of a call an earlier run started and
+    /// did not finish ([`ToolRequest::recover`]). Without one, [`ToolSet`] answers such a call
+    /// [`Recovery::Unknown`](tower_agent_core::Recovery::Unknown) (the model is told to
+    /// check), unless the tool may repeat ([`ToolSpec::may_repeat`]): then it runs again.
+    fn reconcile(&self) -> Option<Reconcile> {
+        None
+    }
 }

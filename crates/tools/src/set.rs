@@ -11,7 +11,8 @@ use tower_agent_core::{BoxError, DescribeTools, Error, ToolRequest, ToolResponse
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{ResponseFuture, Tool};
+use crate::recover::recovered;
+use crate::{Reconcile, ResponseFuture, Tool};
 
 type ToolService = BoxCloneSyncService<ToolRequest, ToolResponse, Error>;
 
@@ -22,6 +23,11 @@ type ToolService = BoxCloneSyncService<ToolRequest, ToolResponse, Error>;
 /// calling it, so per-tool middleware (a concurrency limit, say) applies backpressure to
 /// that tool only. Errors of a tool's service pass through as `Err` (the agent turns them
 /// into error results).
+///
+/// A call an earlier run started and did not finish ([`ToolRequest::recover`]) is not run
+/// again unless its tool may repeat ([`ToolSpec::may_repeat`]): its tool's reconcile step
+/// ([`Tool::reconcile`]) says what became of it, and a tool without one (any service added
+/// with [`ToolSet::service`]) answers [`Recovery::Unknown`](tower_agent_core::Recovery::Unknown).
 #[derive(Clone, Default)]
 pub struct ToolSet {
     inner: Arc<Inner>,
@@ -30,6 +36,8 @@ pub struct ToolSet {
 #[derive(Clone)]
 struct Inner {
     services: HashMap<String, ToolService>,
+    /// The reconcile steps of the tools that have one.
+    reconcile: HashMap<String, Reconcile>,
     /// Shared with every model request: rebuilt when a tool is added, never per call.
     specs: Arc<[ToolSpec]>,
 }
@@ -38,6 +46,7 @@ impl Default for Inner {
     fn default() -> Self {
         Self {
             services: HashMap::new(),
+            reconcile: HashMap::new(),
             specs: Arc::from(Vec::new()),
         }
     }
@@ -56,8 +65,17 @@ impl ToolSet {
     /// If a tool of the same name is already in the set (a programming error, found at
     /// start-up, like a conflicting route in axum).
     pub fn tool<T: Tool>(self, tool: T) -> Self {
-        let spec = tool.spec();
-        self.service(spec, tool)
+        let (spec, reconcile) = (tool.spec(), tool.reconcile());
+        self.service(spec, tool).with_reconcile(reconcile)
+    }
+
+    /// Keep the reconcile step of the tool added last.
+    fn with_reconcile(mut self, reconcile: Option<Reconcile>) -> Self {
+        let inner = Arc::make_mut(&mut self.inner);
+        if let (Some(reconcile), Some(spec)) = (reconcile, inner.specs.last()) {
+            inner.reconcile.insert(spec.name.clone(), reconcile);
+        }
+        self
     }
 
     /// Add a tool wrapped in `layer` (a timeout, a concurrency limit...).
@@ -73,8 +91,9 @@ impl ToolSet {
         <L::Service as Service<ToolRequest>>::Error: Into<BoxError>,
         <L::Service as Service<ToolRequest>>::Future: Send + 'static,
     {
-        let spec = tool.spec();
+        let (spec, reconcile) = (tool.spec(), tool.reconcile());
         self.service(spec, layer.layer(tool))
+            .with_reconcile(reconcile)
     }
 
     /// Add any tool service under `spec`.
@@ -146,6 +165,17 @@ impl Service<ToolRequest> for ToolSet {
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
+        let req = match req.recover {
+            false => req,
+            true => {
+                let name = req.call.name.as_str();
+                let spec = self.inner.specs.iter().find(|spec| spec.name == name);
+                match recovered(spec, self.inner.reconcile.get(name), req) {
+                    Ok(answer) => return answer,
+                    Err(req) => req,
+                }
+            }
+        };
         match self.inner.services.get(&req.call.name) {
             Some(service) => ResponseFuture::new(service.clone().oneshot(req)),
             None => {

@@ -229,7 +229,9 @@ where
 {
     fn decide(&mut self, mut req: ToolRequest) -> Asked<S> {
         let gate = match self.config.gates.get(&req.call.name) {
-            Some(gate) if gate.applies(&req.call) => gate,
+            // A call an earlier run started is recovered, not made again: it was approved
+            // then (or not gated), and what became of it is not a human's to decide.
+            Some(gate) if gate.applies(&req.call) && !req.recover => gate,
             _ => return ask::ResponseFuture::inner(self.inner.call(req), None),
         };
         if req.resume.is_some() {

@@ -56,6 +56,10 @@ where
     fn decide(&mut self, mut req: ToolRequest) -> Asked<S> {
         let every = self.config.every;
         let allowance = Allowance::of(&req.ctx, &self.config.allowance);
+        // A call an earlier run started is recovered, not made again: it counted then.
+        if req.recover {
+            return ask::ResponseFuture::inner(self.inner.call(req), allowance);
+        }
         if req.resume.is_some() {
             if !take_waiting(&req.ctx, &req.call.id) {
                 // Another layer's interrupt: counted when it first came through.

@@ -62,6 +62,10 @@ where
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
+        // A call an earlier run started is recovered, not made again: it counted then.
+        if req.recover {
+            return ResponseFuture::tool(self.inner.call(req), None);
+        }
         // A call that waited was given back when it paused: it counts now, as it runs (a
         // resume is a first execution for the limits).
         let config = &self.config;

@@ -177,6 +177,7 @@ where
                     ctx: self.ctx.clone(),
                     resume: None,
                     early: Some(tentative.clone()),
+                    recover: false,
                 };
                 let token = self.ctx.cancellation_token().clone();
                 let run = tokio::spawn(async move {

@@ -237,6 +237,7 @@ where
             before_input: None,
             deltas: Deltas::default(),
             keys,
+            recovering: Vec::new(),
         };
         // A combinator, not an async block around the run: the block would keep the run it
         // moved into the run's future, a second copy in every run's allocation.

@@ -36,6 +36,16 @@ where
         input: AgentInput,
         replay: bool,
     ) -> Result<Option<Outcome>, Error> {
+        // A replay takes what became of every call from the journal.
+        if !replay {
+            let rerun = matches!(input, AgentInput::Continue);
+            if let Some(outcome) = self.recover(rerun).await? {
+                // The run ends before its input: the calls left are answered as any input
+                // would have them.
+                self.session.answer_dangling_calls();
+                return Ok(Some(outcome));
+            }
+        }
         let outcome = match input {
             AgentInput::Resume(_) if replay => {
                 self.session.answer_dangling_calls();
@@ -66,9 +76,10 @@ where
                     .filter(|(_, call)| waiting.iter().any(|w| w.call.id == call.id))
                     .map(|(position, _)| position)
                     .collect();
-                // The decided calls are saved as in flight before they run: a process that
-                // dies meanwhile resumes with them answered as not completed, never run twice.
+                // The decided calls are saved as in flight before they run, in the write-ahead
+                // record: a process that dies meanwhile recovers them, never runs them twice.
                 if self.saving.is_on() {
+                    self.mark_round(at, Some(&positions));
                     self.save().await?;
                 }
                 let out = self
@@ -119,6 +130,47 @@ where
             }
         };
         Ok(outcome)
+    }
+
+    /// Recover the calls the session's last assistant message left without a result (the
+    /// process running them died): those the write-ahead record ([`Session::started`]) says
+    /// had started are asked what became of them ([`ToolRequest::recover`]: never run again
+    /// blindly), and with `rerun` (a `Continue`) those that may repeat run again. Their results
+    /// are saved as they come; the calls left (that may not repeat and had not started) are
+    /// answered by the input's own repair. An outcome when a recovered call ended the run.
+    ///
+    /// [`Session::started`]: tower_agent_core::Session::started
+    async fn recover(&mut self, rerun: bool) -> Result<Option<Outcome>, Error> {
+        let history = &self.session.history;
+        let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
+            return Ok(None);
+        };
+        let answered: Vec<&str> = history[at + 1..]
+            .iter()
+            .flat_map(Message::tool_results)
+            .map(|result| result.call_id.as_str())
+            .collect();
+        let (started, waiting) = (&self.session.started, &self.session.interrupts);
+        let positions: Vec<usize> = history[at]
+            .tool_calls()
+            .enumerate()
+            .filter(|(_, call)| {
+                !answered.contains(&call.id.as_str())
+                    && !waiting.iter().any(|w| w.call.id == call.id)
+            })
+            .filter(|(_, call)| match call.key {
+                Some(key) if started.contains(&key) => true,
+                _ => rerun && self.may_repeat(&call.name),
+            })
+            .map(|(position, _)| position)
+            .collect();
+        if positions.is_empty() {
+            return Ok(None);
+        }
+        self.recovering = self.session.started.clone();
+        let out = self.execute(0, at, Some(&positions), None, None).await;
+        self.recovering = Vec::new();
+        self.absorb_round(out)
     }
 
     /// The outcome of a resume whose decisions were all applied before: the calls that still

@@ -186,13 +186,15 @@ where
                         message: message.clone(),
                     });
                 }
-                // The calls are saved before they run: a process that dies meanwhile resumes
-                // knowing which were in flight (and answers them), never running them again.
-                if self.saving.is_on() {
-                    self.save().await?;
-                }
                 // The model's message is the last.
                 let at = self.session.history.len() - 1;
+                // The calls are saved before they run, with the write-ahead record of those
+                // that start first: a process that dies meanwhile resumes knowing which were in
+                // flight (and recovers them), never running them again blindly.
+                if self.saving.is_on() {
+                    self.mark_round(at, None);
+                    self.save().await?;
+                }
                 let out = self.execute(round, at, None, None, early).await;
                 if let Some(outcome) = self.absorb_round(out)? {
                     return Ok(outcome);
@@ -484,8 +486,14 @@ where
                 // Whatever failed, leave a history the model can be called with again.
                 {
                     let pending = &self.session.interrupts;
+                    let started = std::mem::take(&mut self.session.started);
                     let wait = |call: &ToolCall| pending.iter().any(|i| i.call.id == call.id);
-                    let answer = |call: &ToolCall| ToolResult::error(call, RUN_FAILED);
+                    let answer = |call: &ToolCall| match call.key {
+                        Some(key) if started.contains(&key) => {
+                            ToolResult::error(call, ToolResult::ENDED_WHILE_RUNNING)
+                        }
+                        _ => ToolResult::error(call, RUN_FAILED),
+                    };
                     let how = Repair::new().wait(&wait).answer(&answer);
                     self.session.history.repair(&how);
                 }

@@ -55,6 +55,7 @@ impl Saving {
             history: session.history.clone(),
             state: ctx.state_snapshot(),
             interrupts: session.interrupts.clone(),
+            started: session.started.clone(),
         };
         if self.saved.as_ref().is_some_and(|saved| saved.is(&session)) {
             return Ok(());

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tower_agent_core::{Deltas, HistoryMark, Interrupt, RunContext, Session, Usage};
+use tower_agent_core::{CallKey, Deltas, HistoryMark, Interrupt, RunContext, Session, Usage};
 
 use super::builder::AgentConfig;
 use super::key::CallKeys;
@@ -35,6 +35,10 @@ pub(super) struct Run<M, T> {
     pub(super) deltas: Deltas,
     /// The keys of the run's calls.
     pub(super) keys: CallKeys,
+    /// While the run recovers calls an earlier run started and did not finish: their keys
+    /// (the session's write-ahead record as the run found it). Their requests say so
+    /// ([`ToolRequest::recover`](tower_agent_core::ToolRequest::recover)).
+    pub(super) recovering: Vec<CallKey>,
 }
 
 /// Where the history stood before a run's new messages, how many user messages the input

@@ -3,9 +3,10 @@
 use futures_util::stream::{self, StreamExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tower_agent_core::{
-    BoxError, CancellationToken, ContentPart, Decisions, DescribeTools, Error, ErrorKind, Event,
-    History, Interrupt, Message, ModelRequest, ModelResponse, Pause, RunContext, RunSaves,
-    SaveReply, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    BoxError, CallKey, CancellationToken, ContentPart, Decisions, DescribeTools, Error, ErrorKind,
+    Event, History, Interrupt, Message, ModelRequest, ModelResponse, Pause, RunContext, RunSaves,
+    SaveReply, StopReason, ToolAction, ToolCall, ToolRequest, ToolResponse, ToolResult, ToolSpec,
+    Usage,
 };
 use tower_service::Service;
 
@@ -35,7 +36,7 @@ pub(super) struct RoundTools {
 impl RoundTools {
     /// The result of `call` when an earlier call of the round stopped the run, failed it or
     /// saw it cancelled: it is not run.
-    fn unrun(&self, call: &ToolCall) -> Option<ToolResult> {
+    pub(super) fn unrun(&self, call: &ToolCall) -> Option<ToolResult> {
         if let Some(reason) = &self.stop {
             Some(ToolResult::error(call, not_executed(reason)))
         } else if self.error.is_some() {
@@ -133,16 +134,28 @@ where
                         adopted = early.as_ref().and_then(|early| early.adopt(call));
                     }
                     if adopted.is_none() {
-                        self.answer(result);
+                        self.answer_unrun(result);
                         continue;
                     }
                 }
                 if let Err(error) = emit!(self.ctx, started(round, call)) {
                     out.error = Some(error);
                     let call = call_at(&self.session.history, at, pos);
-                    self.answer(ToolResult::error(call, RUN_FAILED));
+                    self.answer_unrun(ToolResult::error(call, RUN_FAILED));
                     continue;
                 }
+                // Write-ahead: a call that may not repeat is saved as started before it runs
+                // (usually by the save before it, which marked it already).
+                if adopted.is_none() {
+                    self.mark(at, pos);
+                    if let Err(error) = self.save_marks().await {
+                        out.error = Some(error);
+                        let call = call_at(&self.session.history, at, pos);
+                        self.answer(ToolResult::error(call, RUN_FAILED));
+                        continue;
+                    }
+                }
+                let call = call_at(&self.session.history, at, pos);
                 let adopted =
                     adopted.or_else(|| early.as_ref().and_then(|early| early.adopt(call)));
                 // The outcome lives in this block only (it would keep its place in the run's
@@ -151,7 +164,8 @@ where
                     let outcome = match adopted {
                         Some(run) => run.finish().await,
                         None => {
-                            let request = tool_request(call, &self.ctx, round, resume);
+                            let request =
+                                tool_request(call, &self.ctx, round, resume, &self.recovering);
                             let span = tool_span(call);
                             let (tools, token) = (&mut self.tools, self.ctx.cancellation_token());
                             // The saves the call asks for while it runs (a sub-agent's
@@ -172,6 +186,16 @@ where
                     self.answer_with(&mut out, at, pos, outcome)
                 };
                 if answered.is_some() {
+                    // The next call's write-ahead goes with this result's save.
+                    if k + 1 < count {
+                        let next = position(k + 1);
+                        if out
+                            .unrun(call_at(&self.session.history, at, next))
+                            .is_none()
+                        {
+                            self.mark(at, next);
+                        }
+                    }
                     self.save_result(&mut out).await;
                 }
                 let is_error = answered.unwrap_or(false);
@@ -198,11 +222,24 @@ where
         let token = self.ctx.cancellation_token().clone();
         let count = count(&self.session.history, at, only);
         let position = |k: usize| only.map_or(k, |positions| positions[k]);
+        // Write-ahead: the calls that may not repeat are saved as started before any runs
+        // (usually by the save before the round, which marked them already).
+        for k in 0..count {
+            self.mark(at, position(k));
+        }
+        if let Err(error) = self.save_marks().await {
+            out.error = Some(error);
+            for k in 0..count {
+                let call = call_at(&self.session.history, at, position(k));
+                self.answer(ToolResult::error(call, RUN_FAILED));
+            }
+            return out;
+        }
         // Each future owns what it needs (no borrows), which keeps the run future `Send`.
         let running: Vec<_> = (0..count)
             .map(|k| {
                 let call = call_at(&self.session.history, at, position(k));
-                let request = tool_request(call, &self.ctx, round, resume);
+                let request = tool_request(call, &self.ctx, round, resume, &self.recovering);
                 let adopted = early.as_ref().and_then(|early| early.adopt(call));
                 run_one(k, self.tools.clone(), request, adopted)
             })
@@ -261,14 +298,91 @@ where
                 out.cancelled = true;
                 ToolResult::cancelled(call)
             };
-            self.answer(result);
+            self.answer_unrun(result);
         }
         out
     }
 
-    /// Append the result of a call to the history.
+    /// Append the result of a call to the history; the call leaves the write-ahead record.
     fn answer(&mut self, result: ToolResult) {
+        if !self.session.started.is_empty() {
+            self.unmark(&result.call_id);
+        }
         self.session.history.push(Message::tool_result(result));
+    }
+
+    /// Append the synthetic result of a call the run ends without (cancelled, stopped,
+    /// failed): when the write-ahead record says it may have started, [`ToolResult::ENDED_WHILE_RUNNING`]
+    /// instead, since it may have taken effect.
+    fn answer_unrun(&mut self, mut result: ToolResult) {
+        if !self.session.started.is_empty() && self.unmark(&result.call_id) {
+            result.content = ToolResult::ENDED_WHILE_RUNNING.to_owned();
+        }
+        self.session.history.push(Message::tool_result(result));
+    }
+
+    /// Take the call `id` out of the write-ahead record (it has a result, or waits for a
+    /// decision): the next save drops it. Whether it was there. The calls of the session's
+    /// last assistant message are the only ones that can be in it.
+    fn unmark(&mut self, id: &str) -> bool {
+        let history = &self.session.history;
+        let key = history
+            .iter()
+            .rev()
+            .find(|message| message.has_tool_calls())
+            .and_then(|message| message.tool_calls().find(|call| call.id == id))
+            .and_then(|call| call.key);
+        let Some(key) = key else { return false };
+        let before = self.session.started.len();
+        self.session.started.retain(|started| *started != key);
+        self.session.started.len() < before
+    }
+
+    /// Put the call at `pos` of the message at `at` in the write-ahead record when it may not
+    /// repeat ([`ToolSpec::may_repeat`]) and the run saves: the next save records that it
+    /// started. A call without a key (a history written by hand) is not recorded.
+    pub(super) fn mark(&mut self, at: usize, pos: usize) {
+        if !self.saving.is_on() {
+            return;
+        }
+        let call = call_at(&self.session.history, at, pos);
+        let Some(key) = call.key else { return };
+        if self.session.started.contains(&key) || self.may_repeat(&call.name) {
+            return;
+        }
+        self.session.started.push(key);
+    }
+
+    /// Put the calls of the message at `at` (those at the positions `only` lists, or all) that
+    /// run first in the write-ahead record, for the save before the round: all of them when
+    /// they run concurrently, the first when one after the other (each next one goes with the
+    /// save of the result before it).
+    pub(super) fn mark_round(&mut self, at: usize, only: Option<&[usize]>) {
+        let count = match self.config.tool_execution {
+            ToolExecution::Sequential => count(&self.session.history, at, only).min(1),
+            ToolExecution::Concurrent { .. } => count(&self.session.history, at, only),
+        };
+        for k in 0..count {
+            self.mark(at, only.map_or(k, |positions| positions[k]));
+        }
+    }
+
+    /// Whether the tool `name` may repeat: read-only or idempotent, by its spec.
+    pub(super) fn may_repeat(&self, name: &str) -> bool {
+        self.tools
+            .tool_specs()
+            .iter()
+            .find(|spec| spec.name == name)
+            .is_some_and(ToolSpec::may_repeat)
+    }
+
+    /// Save the write-ahead record before calls run: nothing is written when the last save
+    /// holds it already.
+    async fn save_marks(&mut self) -> Result<(), Error> {
+        match self.saving.is_on() && !self.saving.failed {
+            true => self.save().await,
+            false => Ok(()),
+        }
     }
 
     /// Save the result [`answer_with`](Self::answer_with) put in the history. A failed save
@@ -295,7 +409,12 @@ where
     ) -> Option<bool> {
         let call = call_at(&self.session.history, at, pos);
         let token = self.ctx.cancellation_token();
-        let (result, arguments) = absorb(out, call, outcome, token)?;
+        let Some((result, arguments)) = absorb(out, call, outcome, token) else {
+            // It waits for a decision: not running any more.
+            let id = call.id.clone();
+            self.unmark(&id);
+            return None;
+        };
         // The call stands as it ran, before its result is saved: an edited call is never saved
         // with the model's arguments next to its result.
         if let Some(arguments) = arguments {
@@ -309,7 +428,10 @@ where
             }
         }
         let is_error = result.is_error;
-        self.answer(result);
+        match out.cancelled && result.content == ToolResult::CANCELLED {
+            true => self.answer_unrun(result),
+            false => self.answer(result),
+        }
         Some(is_error)
     }
 }
@@ -330,12 +452,14 @@ fn call_at(history: &History, at: usize, pos: usize) -> &ToolCall {
         .expect("the round's calls stand in its message")
 }
 
-/// The request for `call`, with its decision when the round resumes.
+/// The request for `call`, with its decision when the round resumes; a recovery when an
+/// earlier run started it (its key is among those `recovering`).
 fn tool_request(
     call: &ToolCall,
     ctx: &RunContext,
     round: u32,
     resume: Option<&Decisions>,
+    recovering: &[CallKey],
 ) -> ToolRequest {
     ToolRequest {
         call: call.clone(),
@@ -345,6 +469,7 @@ fn tool_request(
             None => None,
         },
         early: None,
+        recover: call.key.is_some_and(|key| recovering.contains(&key)),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tower_agent_core::{Interrupt, Message, Session, ToolCall};
+use tower_agent_core::{CallKey, Interrupt, Message, Session, ToolCall};
 use tower_agent_sessions::{ListQuery, MAX_ID_LEN, SessionStore, StoreError, Version};
 
 fn session(id: &str) -> Session {
@@ -24,12 +24,17 @@ async fn versions_and_conflicts(store: &dyn SessionStore) {
         matches!(twice, Err(StoreError::Conflict { expected: None, found: Some(v), .. }) if v == v1),
         "{twice:?}"
     );
-    // Everything a session holds comes back: history, state, pending interrupts.
-    let call = ToolCall::new("c1", "rm", json!({ "path": "/tmp/x" }));
+    // Everything a session holds comes back: history, state, pending interrupts, the
+    // write-ahead record of calls that started.
+    let mut call = ToolCall::new("c1", "rm", json!({ "path": "/tmp/x" }));
+    call.key = Some(CallKey::from_u128(41));
+    let mut paying = ToolCall::new("c2", "pay", json!({ "cents": 1 }));
+    paying.key = Some(CallKey::from_u128(42));
     s.history
-        .push(Message::assistant_with_calls("", [call.clone()]));
+        .push(Message::assistant_with_calls("", [call.clone(), paying]));
     s.state.insert("k".into(), json!({ "n": 1 }));
     s.interrupts.push(Interrupt::new(call, json!("approve?")));
+    s.started.push(CallKey::from_u128(42));
     let v2 = store.save(&s, Some(v1)).await.expect("updated");
     assert!(v2 > v1);
     let stored = store.load("a").await.expect("loads").expect("stored");

@@ -196,6 +196,10 @@ impl Case<'_> {
             let mut counts = lock(&self.world.counts);
             counts.executed.clear();
             counts.ran_with.clear();
+            counts.effects.clear();
+            counts.answered.clear();
+            self.report.tally_recovered(&counts.recovered);
+            counts.recovered.clear();
         }
         self.check_version(&self.session.clone())?;
         let input = if self.session.interrupts.is_empty() {
@@ -324,6 +328,24 @@ impl Case<'_> {
         A: Service<AgentRequest, Response = AgentResponse, Error = Error>,
     {
         self.report.runs += 1;
+        if std::env::var("DEBUG_CHECK").is_ok() {
+            let last = self.session.history.last().map(|m| {
+                format!(
+                    "{:?} calls={:?}",
+                    m.role,
+                    m.tool_calls().map(|c| c.id.clone()).collect::<Vec<_>>()
+                )
+            });
+            eprintln!(
+                "SEND {input:?} kill={kill_at:?} cancel={cancel_at:?} started={:?} interrupts={:?} last={last:?}",
+                self.session.started,
+                self.session
+                    .interrupts
+                    .iter()
+                    .map(|i| i.call.id.clone())
+                    .collect::<Vec<_>>()
+            );
+        }
         let token = CancellationToken::new();
         let trace = Trace::new(self.world.secret.is_some());
         let request = match &self.stored {

@@ -30,6 +30,7 @@ impl Case<'_> {
         self.check_no_secret("a saved version", &json)?;
         self.check_ran_as_shown(session)?;
         self.check_keys(session)?;
+        self.check_effects_once(session)?;
         for result in session.history.iter().flat_map(Message::tool_results) {
             match self.results.get(&result.call_id) {
                 Some(earlier) if *earlier != result.content => {
@@ -89,6 +90,9 @@ impl Case<'_> {
             ToolResult::NOT_DECIDED,
             ToolResult::UNANSWERED,
             ToolResult::MALFORMED,
+            ToolResult::OUTCOME_UNKNOWN,
+            ToolResult::NOT_RUN,
+            ToolResult::ENDED_WHILE_RUNNING,
         ];
         let answered: HashMap<&str, &str> = session
             .history
@@ -117,6 +121,45 @@ impl Case<'_> {
                 return Err(violation(format!(
                     "call `{}` ran with {ran}, yet the session shows {}",
                     call.id, call.arguments
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Tool effects happen once: a call of a tool that may not repeat ran at most once,
+    /// through kills, cancellations and the recoveries after them; a call the session says
+    /// did not run never ran, and one it says ran (its own result) did.
+    pub(super) fn check_effects_once(&self, session: &Session) -> Result<(), Violation> {
+        let counts = lock(&self.world.counts);
+        if let Some((key, times)) = counts.effects.iter().find(|(_, times)| **times > 1) {
+            return Err(violation(format!(
+                "the effect of the call with key {key} happened {times} times"
+            )));
+        }
+        for call in session.history.iter().flat_map(Message::tool_calls) {
+            let Some(key) = call.key else { continue };
+            let result = session
+                .history
+                .iter()
+                .flat_map(Message::tool_results)
+                .find(|result| result.call_id == call.id);
+            let Some(result) = result else { continue };
+            let ran = counts.effects.contains_key(&key);
+            if result.content == ToolResult::NOT_RUN && ran {
+                return Err(violation(format!(
+                    "call `{}` is said not to have run, yet it did",
+                    call.id
+                )));
+            }
+            let recovered_done = counts
+                .recovered
+                .iter()
+                .any(|(k, outcome)| *k == key && *outcome == "done");
+            if recovered_done && !ran {
+                return Err(violation(format!(
+                    "call `{}` was recovered as done, yet it never ran",
+                    call.id
                 )));
             }
         }

@@ -307,6 +307,7 @@ impl StackCheck {
                 case.report.tool_calls += counts.tool_calls;
                 case.report.large_results += counts.large_results;
                 case.report.cut_calls += counts.cut.len() as u32;
+                case.report.tally_recovered(&counts.recovered);
             }
             if let Err(violation) = result {
                 panic!(
@@ -378,6 +379,22 @@ pub struct Report {
     pub limited: u32,
     /// Calls of model answers cut off at their length limit (none may run).
     pub cut_calls: u32,
+    /// Calls a killed run left started and the next run recovered, by what the tools said:
+    /// done, not run, unknown (none may run twice).
+    pub recovered: [u32; 3],
+}
+
+impl Report {
+    /// Count the calls recovered, by what the tools said.
+    pub(super) fn tally_recovered(&mut self, recovered: &[(tower_agent_core::CallKey, &str)]) {
+        for (_, outcome) in recovered {
+            match *outcome {
+                "done" => self.recovered[0] += 1,
+                "not_run" => self.recovered[1] += 1,
+                _ => self.recovered[2] += 1,
+            }
+        }
+    }
 }
 
 impl fmt::Display for Report {
@@ -386,7 +403,8 @@ impl fmt::Display for Report {
             f,
             "{} cases, {} runs ({} completed, {} stopped, {} cancelled, {} interrupted, {} failed, \
              {} killed, {} tripped, {} limited), {} from leftovers, {} summaries, {} tool calls \
-             ({} large results), {} calls cut off, {} versions saved, {} resumed",
+             ({} large results), {} calls cut off, {} recovered ({} done, {} not run, {} unknown), \
+             {} versions saved, {} resumed",
             self.cases,
             self.runs,
             self.completed,
@@ -402,6 +420,10 @@ impl fmt::Display for Report {
             self.tool_calls,
             self.large_results,
             self.cut_calls,
+            self.recovered.iter().sum::<u32>(),
+            self.recovered[0],
+            self.recovered[1],
+            self.recovered[2],
             self.versions,
             self.resumed_versions
         )

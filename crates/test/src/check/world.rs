@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::stream::Delta;
 use tower_agent_core::{
-    CallKey, DescribeTools, Error, ErrorKind, Message, ModelRequest, ModelResponse, Role, ToolCall,
-    ToolRequest, ToolResponse, ToolSpec,
+    CallKey, DescribeTools, Error, ErrorKind, Message, ModelRequest, ModelResponse, Recovery, Role,
+    ToolCall, ToolRequest, ToolResponse, ToolSpec,
 };
 use tower_service::Service;
 
@@ -47,6 +47,15 @@ pub(super) struct Counts {
     pub(super) cut: Vec<String>,
     /// Calls of cut answers the tools were asked to run.
     pub(super) cut_ran: Vec<String>,
+    /// The effects of tools that may not repeat: how many times each key ran (the external
+    /// ledger a payment would go to). More than once is a duplicated effect.
+    pub(super) effects: HashMap<CallKey, u32>,
+    /// What each such call answered, when it got to answer, and the arguments it ran with:
+    /// its reconcile step reads them.
+    pub(super) answered: HashMap<CallKey, (String, String)>,
+    /// Calls the loop asked to recover, and what the tools said: `"done"`, `"not_run"` or
+    /// `"unknown"`.
+    pub(super) recovered: Vec<(CallKey, &'static str)>,
 }
 
 impl World {
@@ -260,42 +269,89 @@ impl Service<ToolRequest> for CheckTools {
     fn call(&mut self, req: ToolRequest) -> Self::Future {
         let world = Arc::clone(&self.world);
         Box::pin(async move {
-            let call = req.call;
-            {
-                let mut counts = lock(&world.counts);
-                counts.tool_calls += 1;
-                counts.executed.push(call.id.clone());
-                counts
-                    .ran_with
-                    .insert(call.id.clone(), (call.arguments.clone(), call.key));
-                if req.early.is_none() && counts.cut.contains(&call.id) {
-                    counts.cut_ran.push(call.id.clone());
-                }
-            }
-            if !world.tools.iter().any(|spec| spec.name == call.name) {
-                return Ok(ToolResponse::unknown_tool(&call, &world.tools));
-            }
-            if serde_json::from_str::<Value>(&call.arguments).is_err() {
-                return Ok(ToolResponse::error(&call, "check: malformed arguments"));
-            }
-            match world.below(100) {
-                0..10 => Ok(ToolResponse::error(&call, "check: the tool failed")),
-                10..20 => {
-                    lock(&world.counts).large_results += 1;
-                    Ok(ToolResponse::success(&call, "large ".repeat(2_000)))
-                }
-                20..35 => {
-                    // A while, counted in polls: the case stays the same on every run.
-                    for _ in 0..=world.below(5) {
-                        tokio::task::yield_now().await;
+            let spec = world.tools.iter().find(|spec| spec.name == req.call.name);
+            let repeats = spec.is_some_and(ToolSpec::may_repeat);
+            let key = req.call.key.filter(|_| !repeats && spec.is_some());
+            if req.recover && !repeats {
+                // The tool's reconcile step: its ledger says what became of the call.
+                let recovery = {
+                    let mut counts = lock(&world.counts);
+                    let recovery = match key {
+                        Some(key) => match (counts.answered.get(&key), counts.effects.get(&key)) {
+                            (Some((result, arguments)), _) => Recovery::Done {
+                                result: result.clone(),
+                                arguments: serde_json::from_str(arguments).ok(),
+                            },
+                            (None, Some(_)) => Recovery::Unknown,
+                            (None, None) => Recovery::NotRun,
+                        },
+                        None => Recovery::Unknown,
+                    };
+                    if let Some(key) = req.call.key {
+                        counts.recovered.push((key, recovery.name()));
                     }
-                    Ok(ToolResponse::success(&call, format!("{} done", call.name)))
-                }
-                _ => Ok(ToolResponse::success(
-                    &call,
-                    format!("{} done.{}", call.name, world.maybe_secret()),
-                )),
+                    recovery
+                };
+                return Ok(recovery.respond(&req).await);
             }
+            let early = req.early.is_some();
+            let call = req.call;
+            let arguments = call.arguments.clone();
+            if let Some(key) = key {
+                *lock(&world.counts).effects.entry(key).or_default() += 1;
+            }
+            let response = answer(&world, call, early).await;
+            if let (Some(key), Ok(response)) = (key, &response) {
+                let content = response.result.content.clone();
+                lock(&world.counts)
+                    .answered
+                    .insert(key, (content, arguments));
+                // Now and then the answer takes a poll to come back: a run killed then leaves
+                // a call that took effect without its result saved.
+                if world.chance(30) {
+                    tokio::task::yield_now().await;
+                }
+            }
+            response
         })
+    }
+}
+
+/// The check tools' answer to `call` (`early`: started while the model streamed).
+async fn answer(world: &World, call: ToolCall, early: bool) -> Result<ToolResponse, Error> {
+    {
+        let mut counts = lock(&world.counts);
+        counts.tool_calls += 1;
+        counts.executed.push(call.id.clone());
+        counts
+            .ran_with
+            .insert(call.id.clone(), (call.arguments.clone(), call.key));
+        if !early && counts.cut.contains(&call.id) {
+            counts.cut_ran.push(call.id.clone());
+        }
+    }
+    if !world.tools.iter().any(|spec| spec.name == call.name) {
+        return Ok(ToolResponse::unknown_tool(&call, &world.tools));
+    }
+    if serde_json::from_str::<Value>(&call.arguments).is_err() {
+        return Ok(ToolResponse::error(&call, "check: malformed arguments"));
+    }
+    match world.below(100) {
+        0..10 => Ok(ToolResponse::error(&call, "check: the tool failed")),
+        10..20 => {
+            lock(&world.counts).large_results += 1;
+            Ok(ToolResponse::success(&call, "large ".repeat(2_000)))
+        }
+        20..35 => {
+            // A while, counted in polls: the case stays the same on every run.
+            for _ in 0..=world.below(5) {
+                tokio::task::yield_now().await;
+            }
+            Ok(ToolResponse::success(&call, format!("{} done", call.name)))
+        }
+        _ => Ok(ToolResponse::success(
+            &call,
+            format!("{} done.{}", call.name, world.maybe_secret()),
+        )),
     }
 }
