@@ -244,9 +244,12 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
         .tool_calls_per_run(6);
     let every = |model: &tower_agent_test::check::CheckModel| {
         let other = model.seed() % 2 == 0;
-        let builder = match other {
-            true => Agent::builder().concurrent_tools(4),
-            false => Agent::builder(),
+        // A third of the cases run the reads concurrently and the writes in turn, with the
+        // repeats of a message answered, not run.
+        let builder = match (other, model.seed() % 3 == 0) {
+            (_, true) => Agent::builder().concurrent_reads(4).dedupe_calls(true),
+            (true, false) => Agent::builder().concurrent_tools(4),
+            (false, false) => Agent::builder(),
         };
         let guardrail = GuardrailLayer::new()
             .input(Guardrail::new("no_forbidden", |text: String| async move {

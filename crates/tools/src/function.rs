@@ -439,10 +439,9 @@ where
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
-        let req = match recovered(Some(&self.spec), self.reconcile.as_ref(), req) {
-            Ok(answer) => return answer,
-            Err(req) => req,
-        };
+        if let Some(answer) = recovered(Some(&self.spec), self.reconcile.as_ref(), &req) {
+            return answer;
+        }
         let ToolRequest {
             call, ctx, resume, ..
         } = req;

@@ -45,17 +45,18 @@ impl fmt::Debug for Reconcile {
 
 /// The answer to `req` when it recovers a call of a tool that may not repeat: what its
 /// reconcile step says, or [`Recovery::Unknown`] without one; the run hears it as an
-/// [`Event::ToolRecovered`](tower_agent_core::Event::ToolRecovered). `Err(req)`: run it (a first call, or a tool that may repeat).
+/// [`Event::ToolRecovered`](tower_agent_core::Event::ToolRecovered). `None`: run it (a first
+/// call, or a tool that may repeat).
 pub(crate) fn recovered(
     spec: Option<&ToolSpec>,
     reconcile: Option<&Reconcile>,
-    req: ToolRequest,
-) -> Result<ResponseFuture, ToolRequest> {
+    req: &ToolRequest,
+) -> Option<ResponseFuture> {
     if !req.recover || spec.is_some_and(ToolSpec::may_repeat) {
-        return Err(req);
+        return None;
     }
-    let reconcile = reconcile.cloned();
-    Ok(ResponseFuture::new(async move {
+    let (reconcile, req) = (reconcile.cloned(), req.clone());
+    Some(ResponseFuture::new(async move {
         let recovery = match &reconcile {
             Some(reconcile) => reconcile.ask(req.clone()).await,
             None => Recovery::Unknown,

@@ -165,17 +165,13 @@ impl Service<ToolRequest> for ToolSet {
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
-        let req = match req.recover {
-            false => req,
-            true => {
-                let name = req.call.name.as_str();
-                let spec = self.inner.specs.iter().find(|spec| spec.name == name);
-                match recovered(spec, self.inner.reconcile.get(name), req) {
-                    Ok(answer) => return answer,
-                    Err(req) => req,
-                }
+        if req.recover {
+            let name = req.call.name.as_str();
+            let spec = self.inner.specs.iter().find(|spec| spec.name == name);
+            if let Some(answer) = recovered(spec, self.inner.reconcile.get(name), &req) {
+                return answer;
             }
-        };
+        }
         match self.inner.services.get(&req.call.name) {
             Some(service) => ResponseFuture::new(service.clone().oneshot(req)),
             None => {

@@ -19,6 +19,13 @@ pub enum ToolExecution {
         /// The most calls running at once (at least 1).
         limit: usize,
     },
+    /// Calls whose tools may repeat ([`ToolSpec::may_repeat`]: read-only or idempotent) up to
+    /// `limit` at once; every other call alone, in call order (a payment before the refund
+    /// that follows it), beside the reads. The hints decide what may overlap.
+    ConcurrentReads {
+        /// The most calls running at once (at least 1).
+        limit: usize,
+    },
 }
 
 /// What the agent does with a model answer cut off at its length limit
@@ -80,6 +87,9 @@ pub struct AgentConfig {
     /// The agent's name, for telemetry (`gen_ai.agent.name`); `None`: the name of the
     /// workflow step or sub-agent that runs it, if any.
     pub name: Option<Arc<str>>,
+    /// A call that repeats an earlier call of the same message (same tool, same arguments)
+    /// is not run: the earlier one's result answers it ([`AgentBuilder::dedupe_calls`]).
+    pub dedupe_calls: bool,
 }
 
 impl Default for AgentConfig {
@@ -93,6 +103,7 @@ impl Default for AgentConfig {
             early_tool_start: false,
             truncation: Truncation::Stop,
             name: None,
+            dedupe_calls: false,
         }
     }
 }
@@ -145,6 +156,25 @@ impl AgentBuilder {
         self.config.tool_execution = ToolExecution::Concurrent {
             limit: limit.max(1),
         };
+        self
+    }
+
+    /// Run the read-only and idempotent calls of a round up to `limit` at once, and every
+    /// other call alone, in call order, beside them ([`ToolExecution::ConcurrentReads`]); 0
+    /// counts as 1.
+    pub fn concurrent_reads(mut self, limit: usize) -> Self {
+        self.config.tool_execution = ToolExecution::ConcurrentReads {
+            limit: limit.max(1),
+        };
+        self
+    }
+
+    /// Run a call that repeats an earlier call of the same message (same tool, same arguments,
+    /// compared as JSON) only once: the repeat is answered with the earlier call's result and
+    /// never reaches the tools. Off by default: a model may mean two of the same (two
+    /// identical orders).
+    pub fn dedupe_calls(mut self, dedupe: bool) -> Self {
+        self.config.dedupe_calls = dedupe;
         self
     }
 

@@ -106,6 +106,18 @@ impl Builtins {
         self
     }
 
+    /// [`AgentBuilder::concurrent_reads`].
+    pub fn concurrent_reads(mut self, limit: usize) -> Self {
+        self.agent = self.agent.concurrent_reads(limit);
+        self
+    }
+
+    /// [`AgentBuilder::dedupe_calls`].
+    pub fn dedupe_calls(mut self, dedupe: bool) -> Self {
+        self.agent = self.agent.dedupe_calls(dedupe);
+        self
+    }
+
     /// [`AgentBuilder::tool_specs`].
     pub fn tool_specs(mut self, specs: impl Into<Arc<[ToolSpec]>>) -> Self {
         self.agent = self.agent.tool_specs(specs);

@@ -188,14 +188,20 @@ where
                 }
                 // The model's message is the last.
                 let at = self.session.history.len() - 1;
+                // Repeats of a call of the same message are answered, not run (by option).
+                let only = match self.config.dedupe_calls {
+                    true => self.answer_repeats(at),
+                    false => None,
+                };
+                let only = only.as_deref();
                 // The calls are saved before they run, with the write-ahead record of those
                 // that start first: a process that dies meanwhile resumes knowing which were in
                 // flight (and recovers them), never running them again blindly.
                 if self.saving.is_on() {
-                    self.mark_round(at, None);
+                    self.mark_round(at, only);
                     self.save().await?;
                 }
-                let out = self.execute(round, at, None, None, early).await;
+                let out = self.execute(round, at, only, None, early).await;
                 if let Some(outcome) = self.absorb_round(out)? {
                     return Ok(outcome);
                 }
@@ -368,6 +374,45 @@ where
             }
         }
         calls
+    }
+
+    /// Answer each call of the message at `at` that repeats an earlier call of it (same tool,
+    /// same arguments as JSON): it is not run. The positions of the calls left to run, or
+    /// `None` when nothing repeats.
+    fn answer_repeats(&mut self, at: usize) -> Option<Vec<usize>> {
+        let calls: Vec<&ToolCall> = self.session.history[at].tool_calls().collect();
+        let parsed: Vec<Option<serde_json::Value>> = calls
+            .iter()
+            .map(|call| serde_json::from_str(&call.arguments).ok())
+            .collect();
+        let mut repeats = Vec::new();
+        for (j, call) in calls.iter().enumerate() {
+            let first = (0..j).find(|&i| {
+                calls[i].name == call.name && parsed[i].is_some() && parsed[i] == parsed[j]
+            });
+            if let Some(i) = first {
+                let text = format!(
+                    "not executed: this call repeats call `{}` of the same message (the same tool \
+                     with the same arguments), whose result answers both",
+                    calls[i].id
+                );
+                repeats.push(ToolResult::error(call, text));
+            }
+        }
+        if repeats.is_empty() {
+            return None;
+        }
+        let repeated: Vec<String> = repeats.iter().map(|r| r.call_id.clone()).collect();
+        let only = calls
+            .iter()
+            .enumerate()
+            .filter(|(_, call)| !repeated.contains(&call.id))
+            .map(|(position, _)| position)
+            .collect();
+        for result in repeats {
+            self.session.history.push(Message::tool_result(result));
+        }
+        Some(only)
     }
 
     /// A new id, taken, for the `index`-th call of `round` whose own was empty or taken.

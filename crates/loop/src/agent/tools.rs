@@ -1,5 +1,7 @@
 //! Executing the tool calls of one round.
 
+use std::sync::Arc;
+
 use futures_util::stream::{self, StreamExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tower_agent_core::{
@@ -98,6 +100,11 @@ where
                 // Boxed: the concurrent round's future is large, and every run's future would be
                 // as large (a run's future holds its largest step, whichever it is waiting on).
                 ToolExecution::Concurrent { limit } => {
+                    let limit = (limit, false);
+                    Box::pin(self.concurrent(limit, round, at, only, resume, early)).await
+                }
+                ToolExecution::ConcurrentReads { limit } => {
+                    let limit = (limit, true);
                     Box::pin(self.concurrent(limit, round, at, only, resume, early)).await
                 }
             }
@@ -208,10 +215,11 @@ where
         }
     }
 
-    /// Up to `limit` calls at once; each result goes into the history as it comes.
+    /// Up to `limit` calls at once, with `in_turn` those that may not repeat one at a time in
+    /// call order; each result goes into the history as it comes.
     async fn concurrent(
         &mut self,
-        limit: usize,
+        (limit, in_turn): (usize, bool),
         round: u32,
         at: usize,
         only: Option<&[usize]>,
@@ -236,12 +244,15 @@ where
             return out;
         }
         // Each future owns what it needs (no borrows), which keeps the run future `Send`.
+        // The calls that run in turn take the turn in call order (tokio's lock is fair).
+        let turn = Arc::new(tokio::sync::Mutex::new(()));
         let running: Vec<_> = (0..count)
             .map(|k| {
                 let call = call_at(&self.session.history, at, position(k));
                 let request = tool_request(call, &self.ctx, round, resume, &self.recovering);
                 let adopted = early.as_ref().and_then(|early| early.adopt(call));
-                run_one(k, self.tools.clone(), request, adopted)
+                let turn = (in_turn && !self.may_repeat(&call.name)).then(|| Arc::clone(&turn));
+                run_one(k, self.tools.clone(), request, adopted, turn)
             })
             .collect();
         let mut running = stream::iter(running).buffer_unordered(limit.max(1));
@@ -360,7 +371,9 @@ where
     pub(super) fn mark_round(&mut self, at: usize, only: Option<&[usize]>) {
         let count = match self.config.tool_execution {
             ToolExecution::Sequential => count(&self.session.history, at, only).min(1),
-            ToolExecution::Concurrent { .. } => count(&self.session.history, at, only),
+            ToolExecution::Concurrent { .. } | ToolExecution::ConcurrentReads { .. } => {
+                count(&self.session.history, at, only)
+            }
         };
         for k in 0..count {
             self.mark(at, only.map_or(k, |positions| positions[k]));
@@ -483,17 +496,23 @@ async fn next_ask(
     }
 }
 
-/// One call of a concurrent round: announce it, run it (or wait for its early run).
+/// One call of a concurrent round: wait for its `turn` if it runs in turn, announce it, run
+/// it (or wait for its early run).
 async fn run_one<T>(
     index: usize,
     mut service: T,
     request: ToolRequest,
     early: Option<EarlyRun>,
+    turn: Option<Arc<tokio::sync::Mutex<()>>>,
 ) -> (usize, Result<Option<ToolOutcome>, Error>)
 where
     T: Service<ToolRequest, Response = ToolResponse>,
     T::Error: Into<BoxError>,
 {
+    let _turn = match &turn {
+        Some(turn) => Some(turn.lock().await),
+        None => None,
+    };
     let ctx = request.ctx.clone();
     if let Err(error) = emit!(ctx, started(ctx.round(), &request.call)) {
         return (index, Err(error));
