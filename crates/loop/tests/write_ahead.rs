@@ -518,3 +518,46 @@ async fn the_write_ahead_record_costs_no_save_of_its_own() {
     }
     assert!(paid.last().expect("saved").started.is_empty());
 }
+
+#[tokio::test]
+async fn a_read_only_call_run_again_on_continue_may_pause_and_the_session_stays_valid() {
+    let world = World::default();
+    let lookup = ToolCall::new("l1", "lookup", json!({ "cents": 1 }));
+    let saved = crash(
+        Agent::builder(),
+        &world,
+        vec![lookup],
+        (Dies::Before, false),
+        1,
+        &[],
+    )
+    .await;
+    // The next process's lookup asks the host before it answers.
+    let asks =
+        tower_agent_test::StubTool::interrupting("lookup", json!("which account?")).read_only();
+    let agent = Agent::builder().build(ScriptedModel::new([]), ToolSet::new().tool(asks));
+    let response = agent
+        .oneshot(AgentRequest::new(saved, AgentInput::Continue))
+        .await
+        .expect("the run");
+    assert!(matches!(
+        response.outcome,
+        tower_agent_core::Outcome::Interrupted { .. }
+    ));
+    let waiting: Vec<&str> = response
+        .session
+        .interrupts
+        .iter()
+        .map(|i| i.call.id.as_str())
+        .collect();
+    assert_eq!(waiting, ["l1"]);
+    tower_agent_core::history::validate(&response.session.history, &waiting)
+        .expect("every call but the one that waits has a result");
+    let answered = response
+        .session
+        .history
+        .iter()
+        .flat_map(Message::tool_results)
+        .any(|result| result.call_id == "l1");
+    assert!(!answered, "the call that waits has no result");
+}

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
-use tower_agent_core::{AgentRequest, Error, ModelResponse, Role, Session, ToolCall};
+use tower_agent_core::{
+    AgentRequest, Error, Message, ModelResponse, Recovery, Role, Session, ToolCall,
+};
 use tower_agent_layers::approval::{ApprovalLayer, Gate};
 use tower_agent_loop::Agent;
 use tower_agent_restate::restate_sdk::prelude::{Endpoint, HttpServer};
@@ -30,6 +32,8 @@ use tower_agent_tools::{NoArgs, ToolContext, ToolSet, tool_fn};
 
 /// How many service processes the crash test kills.
 const KILLS: usize = 3;
+/// Kill points of the exactly-once runs (`EXACTLY_ONCE_KILLS` to change).
+const RESTATE_KILL_POINTS: u32 = 300;
 /// Steps of the figure run: 500 rounds of one model call and one tool call.
 const BENCH_ROUNDS: usize = 500;
 /// Runs at once on one service process (`DURABLE_CONCURRENT` to try more).
@@ -74,6 +78,10 @@ fn model() -> ScriptedModel {
         };
         match (first.as_str(), results) {
             ("crash", 0) => call("w1", "write"),
+            ("pay", 0) => Ok(ModelResponse::tool_calls([
+                ToolCall::new("p1", "pay", json!({})),
+                ToolCall::new("p2", "pay", json!({})),
+            ])),
             ("crash", 1) => call("s2", "slow"),
             ("approve", 0) => call("d1", "deploy"),
             ("cancel", 0) => call("h1", "hang"),
@@ -142,7 +150,37 @@ fn agent(effects: PathBuf, slow_finishes: bool) -> BoxAgent {
         stamp();
         Ok::<_, Error>("ok")
     });
+    // A payment: its effect is a ledger line with the call's key, a few milliseconds into
+    // the call (the kill points fall around it); its reconcile step looks the key up.
+    let (paid, looked) = (effects.clone(), effects.clone());
+    let pay = tool_fn("pay", "Pays.", move |_: NoArgs, tc: ToolContext| {
+        let (path, key) = (
+            paid.clone(),
+            tc.key().map(|k| k.to_string()).unwrap_or_default(),
+        );
+        let pause = u64::from(started().elapsed().subsec_micros() % 20);
+        async move {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            log(&path, &format!("paid {key}"));
+            tokio::time::sleep(Duration::from_millis(20 - pause)).await;
+            Ok::<_, Error>(format!("paid {key}"))
+        }
+    })
+    .reconcile(move |_: NoArgs, tc: ToolContext| {
+        let line = format!(
+            "paid {}",
+            tc.key().map(|k| k.to_string()).unwrap_or_default()
+        );
+        let found = lines(&looked).contains(&line);
+        async move {
+            match found {
+                true => Recovery::done(line),
+                false => Recovery::NotRun,
+            }
+        }
+    });
     let tools = ToolSet::new()
+        .tool(pay)
         .tool(logged("write", effects.clone()))
         .tool(logged("deploy", effects))
         .tool(slow)
@@ -461,6 +499,110 @@ fn parent() {
         "crash: {KILLS} service processes killed with SIGKILL mid-tool-call, {KILLS} runs \
          replayed and completed; journaled calls run again: 0; calls in flight run again: 0 \
          (recovered)"
+    );
+
+    // 1b. Exactly once over many kill points: runs of two payments, the service killed with
+    // SIGKILL at random points (up to three times a run), each run replayed to completion.
+    let (mut kills, mut runs, mut effect_count, mut not_run) = (0, 0, 0, 0);
+    let kill_points = std::env::var("EXACTLY_ONCE_KILLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(RESTATE_KILL_POINTS);
+    let mut random = started.elapsed().as_nanos() as u64 | 1;
+    let mut below = |n: u64| {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % n.max(1)
+    };
+    let payments = Instant::now();
+    while kills < kill_points {
+        let key = format!("pay-{runs}");
+        runs += 1;
+        let from = lines(&effects).len();
+        let invocation = http.start_run(&server, &key, "pay");
+        for _ in 0..=below(3) {
+            std::thread::sleep(Duration::from_millis(below(60)));
+            service.kill();
+            kills += 1;
+            service = Service::start("replay", port, &effects, &times);
+        }
+        let (status, result) = http.result(&server, &invocation);
+        assert_eq!(status, 200, "{result}");
+        assert_eq!(result["text"], "finished", "{result}");
+        let (_, session) = http.send(
+            reqwest::Method::POST,
+            &format!("{}/Agent/{key}/session", server.ingress()),
+            None,
+        );
+        let session: Session = serde_json::from_value(session).expect("a session");
+        session.history.validate().expect("a valid history");
+        let ledger: Vec<String> = lines(&effects)[from..]
+            .iter()
+            .filter(|l| l.starts_with("paid "))
+            .cloned()
+            .collect();
+        let mut once = ledger.clone();
+        once.sort();
+        once.dedup();
+        assert_eq!(
+            once.len(),
+            ledger.len(),
+            "{key}: an effect twice: {ledger:?}"
+        );
+        for call in session.history.iter().flat_map(Message::tool_calls) {
+            let line = format!("paid {}", call.key.expect("a key"));
+            let result = session
+                .history
+                .iter()
+                .flat_map(Message::tool_results)
+                .find(|r| r.call_id == call.id)
+                .expect("answered");
+            match ledger.contains(&line) {
+                true => {
+                    assert_eq!(
+                        result.content, line,
+                        "{key}: the effect is lost from the session"
+                    );
+                    effect_count += 1;
+                }
+                false => {
+                    // Only a recovery says "not run": the service died before the effect.
+                    assert_eq!(
+                        result.content,
+                        tower_agent_core::ToolResult::NOT_RUN,
+                        "{key}: a result without its effect"
+                    );
+                    not_run += 1;
+                }
+            }
+        }
+        assert_eq!(
+            session.history.iter().flat_map(Message::tool_calls).count(),
+            2,
+            "{key}: two payments"
+        );
+        let shown = ledger
+            .iter()
+            .filter(|line| {
+                session
+                    .history
+                    .iter()
+                    .flat_map(Message::tool_results)
+                    .any(|r| &r.content == *line)
+            })
+            .count();
+        assert_eq!(
+            shown,
+            ledger.len(),
+            "{key}: an effect of no call of the session"
+        );
+    }
+    println!(
+        "exactly once on Restate: {kills} kill points (SIGKILL of the service) over {runs} runs, \
+         each replayed to completion; {effect_count} effects, 0 duplicated, 0 lost; {not_run} \
+         calls recovered as not run (killed before their effect); {:.1} s",
+        payments.elapsed().as_secs_f64()
     );
 
     // 2. The server killed while a run waits on an approval.

@@ -39,9 +39,14 @@ where
         // A replay takes what became of every call from the journal.
         if !replay {
             let rerun = matches!(input, AgentInput::Continue);
-            if let Some(outcome) = self.recover(rerun).await? {
+            if let Some(mut outcome) = self.recover(rerun).await? {
                 // The run ends before its input: the calls left are answered as any input
-                // would have them.
+                // would have them, but those that wait (a call run again paused for a
+                // decision), beside those that waited already.
+                if let Outcome::Interrupted { interrupts } = &mut outcome {
+                    self.session.interrupts.append(interrupts);
+                    interrupts.clone_from(&self.session.interrupts);
+                }
                 self.session.answer_dangling_calls();
                 return Ok(Some(outcome));
             }

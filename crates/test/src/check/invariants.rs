@@ -25,6 +25,20 @@ impl Case<'_> {
         pending.extend(session.history.open_calls().iter().map(|c| c.id.as_str()));
         validate(&session.history, &pending)
             .map_err(|e| violation(format!("a saved version is broken: {e}")))?;
+        // A call that waits for a decision has no result yet.
+        for interrupt in &session.interrupts {
+            let answered = session
+                .history
+                .iter()
+                .flat_map(Message::tool_results)
+                .any(|result| result.call_id == interrupt.call.id);
+            if answered {
+                return Err(violation(format!(
+                    "call `{}` waits for a decision, yet it has a result",
+                    interrupt.call.id
+                )));
+            }
+        }
         let json = serde_json::to_string(session)
             .map_err(|e| violation(format!("a session does not serialize: {e}")))?;
         self.check_no_secret("a saved version", &json)?;
