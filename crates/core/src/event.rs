@@ -127,8 +127,9 @@ pub enum Event {
         message: Option<String>,
     },
     /// A call an earlier run started and did not finish (its process died) was asked what
-    /// became of it instead of running again ([`ToolRequest::recover`](crate::ToolRequest::recover)):
-    /// the tool's reconcile step said, or nothing could ([`Recovery::Unknown`]: the model was
+    /// became of it instead of running again
+    /// ([`ToolRequest::recover`](crate::ToolRequest::recover)): the tool's reconcile step
+    /// said, or nothing could ([`Recovery::Unknown`](crate::Recovery::Unknown): the model was
     /// told to check before calling again, and the host may want to look too).
     ToolRecovered {
         /// The round.

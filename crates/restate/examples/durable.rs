@@ -40,8 +40,8 @@ async fn main() {
         "deploy",
         "Deploy the release.",
         |_: NoArgs, tc: ToolContext| {
-            // The call id is the idempotency key of the deploy.
-            let key = tc.call().id.clone();
+            // The call's key is the idempotency key of the deploy: the same on a replay.
+            let key = tc.key().map(|key| key.to_string()).unwrap_or_default();
             async move {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 Ok::<_, Error>(format!("v2 is live (idempotency key {key})"))
