@@ -853,7 +853,14 @@ async fn a_process_killed_mid_tool_call_resumes_without_running_it_again() {
         "it was in flight"
     );
 
-    // Another process resumes: the call is answered as not completed, never run again.
+    assert_eq!(
+        saved.started,
+        [call.key.expect("a key")],
+        "saved as started before it ran"
+    );
+
+    // Another process resumes: the call, in the write-ahead record, is recovered, never run
+    // again; its tool has no reconcile step, so the model is told the outcome is unknown.
     let looked = Looked::default();
     let agent = Agent::builder()
         .system(SUPPORT)
@@ -875,7 +882,10 @@ async fn a_process_killed_mid_tool_call_resumes_without_running_it_again() {
         .flat_map(Message::tool_results)
         .find(|r| r.call_id == call.id)
         .expect("the call is answered");
-    assert_eq!(result.content, tower_agent_core::ToolResult::UNANSWERED);
+    assert_eq!(
+        result.content,
+        tower_agent_core::ToolResult::OUTCOME_UNKNOWN
+    );
     let ran_again = looked.lock().expect("lock").len();
     let calls_after = res
         .session

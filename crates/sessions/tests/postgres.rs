@@ -249,6 +249,7 @@ async fn tables_of_the_first_schema_number_their_saves_above_every_stored_versio
         .await
         .batch_execute(
             "DROP SEQUENCE tower_agent_versions;
+             ALTER TABLE tower_agent_sessions DROP COLUMN started;
              UPDATE tower_agent_sessions SET version = 7;
              UPDATE tower_agent_schema SET version = 1;",
         )
