@@ -2,48 +2,23 @@
 //! stay unanswered), nothing twice, the input withdrawn when a layer stops the first model
 //! call, and nothing at all for a `Continue` with nothing to continue.
 
-use std::sync::{Arc, Mutex, PoisonError};
+mod common;
+
 use std::time::Duration;
 
+use common::Saves;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_agent_core::event::BoxFuture;
 use tower_agent_core::history::validate;
 use tower_agent_core::{
     AgentInput, AgentRequest, Error, ErrorKind, Message, ModelRequest, ModelResponse, Outcome,
-    Saver, Session, StopReason, ToolCall, before_model,
+    Session, StopReason, ToolCall, before_model,
 };
 use tower_agent_loop::{Agent, AgentBuilder};
 use tower_agent_test::ScriptedModel;
 use tower_agent_tools::{ToolSet, tool_fn};
-
-/// Every session the loop saved, in order.
-#[derive(Clone, Default)]
-struct Saves(Arc<Mutex<Vec<Session>>>);
-
-impl Saves {
-    fn all(&self) -> Vec<Session> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl Saver for Saves {
-    fn save<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<(), Error>> {
-        let saves = self.0.clone();
-        Box::pin(async move {
-            saves
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(session.clone());
-            Ok(())
-        })
-    }
-}
 
 #[derive(Deserialize, JsonSchema)]
 struct Wait {

@@ -4,52 +4,23 @@
 //! done. Each test kills a run (its task aborted where it stands, as a process that dies) and
 //! goes on from the last version it saved, in a new agent.
 
+mod common;
+
 use std::sync::{Arc, Mutex, PoisonError};
 
+use common::Saves;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
-use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, CallKey, Error, Event, Message, ModelResponse,
-    Recovery, Saver, Session, ToolCall, ToolResult,
+    Recovery, Session, ToolCall, ToolResult,
 };
 use tower_agent_loop::{Agent, AgentBuilder};
 use tower_agent_test::{EventRecorder, ScriptedModel};
 use tower_agent_tools::{ToolContext, ToolSet, tool_fn};
-
-/// Every session the loop saved, in order.
-#[derive(Clone, Default)]
-struct Saves(Arc<Mutex<Vec<Session>>>);
-
-impl Saves {
-    fn all(&self) -> Vec<Session> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// What a store holds: the last version saved.
-    fn last(&self) -> Session {
-        self.all().pop().expect("a version was saved")
-    }
-}
-
-impl Saver for Saves {
-    fn save<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<(), Error>> {
-        let saves = self.0.clone();
-        Box::pin(async move {
-            saves
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(session.clone());
-            Ok(())
-        })
-    }
-}
 
 #[derive(Deserialize, JsonSchema)]
 struct Pay {
