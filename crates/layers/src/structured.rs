@@ -11,8 +11,14 @@
 //! appended to the request, up to [`StructuredLayer::repairs`] times (2 by default). The
 //! loop sees only the answer that matched: the repair exchange is not in the session. When no
 //! answer matched, the call fails with [`ErrorKind::InvalidResponse`] and a [`Mismatch`]
-//! source naming the errors and the last answer. An answer that calls tools is not a final
-//! answer and is not checked against the format.
+//! source naming the errors and the last answer, unless [`StructuredLayer::let_last_through`]
+//! lets that last answer through (with an [`Event::Warning`]). An answer that calls tools is
+//! not a final answer and is not checked against the format.
+//!
+//! An answer that is one JSON value in a Markdown code fence (`` ```json ... ``` ``, as many
+//! models write it) is taken without a repair: its text becomes the bare JSON (stream readers
+//! get it, after a retraction of the fenced text), as Vercel AI's `extractJson` and
+//! LangChain's JSON parsers take it.
 //!
 //! With [`StructuredLayer::tool_arguments`], tool calls get the same repair: a call whose
 //! arguments are not JSON or do not match its tool's parameter schema is answered with the
@@ -59,14 +65,15 @@
 //!
 //! [`Event::Retrying`]: tower_agent_core::Event::Retrying
 //! [`Event::Retract`]: tower_agent_core::Event::Retract
+//! [`Event::Warning`]: tower_agent_core::Event::Warning
 
 use std::fmt;
 use std::task::{Context, Poll};
 
 use serde_json::Value;
 use tower_agent_core::{
-    BoxError, Error, ErrorKind, Message, ModelRequest, ModelResponse, ResponseFormat, ToolCall,
-    ToolResult, Usage,
+    BoxError, ContentPart, Error, ErrorKind, Event, Message, ModelRequest, ModelResponse,
+    ResponseFormat, ToolCall, ToolResult, Usage,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -79,6 +86,7 @@ const MAX_ERRORS: usize = 8;
 pub struct StructuredLayer {
     repairs: u32,
     tool_arguments: bool,
+    let_last_through: bool,
 }
 
 impl Default for StructuredLayer {
@@ -93,12 +101,22 @@ impl StructuredLayer {
         Self {
             repairs: 2,
             tool_arguments: false,
+            let_last_through: false,
         }
     }
 
     /// How many times an answer that does not match is sent back (0: fail at once).
     pub fn repairs(mut self, repairs: u32) -> Self {
         self.repairs = repairs;
+        self
+    }
+
+    /// When the repairs run out, let the last answer through instead of failing the call,
+    /// with an [`Event::Warning`](tower_agent_core::Event::Warning) (source `"structured"`)
+    /// naming what is wrong: LangChain's behaviour when its tool-argument repairs run out. Off
+    /// by default: the caller asked for a shape, and an answer out of shape is an error.
+    pub fn let_last_through(mut self, let_through: bool) -> Self {
+        self.let_last_through = let_through;
         self
     }
 
@@ -187,10 +205,11 @@ where
             let mut spent = Usage::default();
             let mut attempt = 0;
             loop {
-                let response = inner
+                let mut response = inner
                     .call(request.clone())
                     .await
                     .map_err(|e| Error::from_boxed(e.into()).add_usage(spent))?;
+                unfence(&request, &mut response.message);
                 // A layer inside stopped the run: nothing to hold to a format.
                 if response.stop.is_some() {
                     return Ok(response.with_side_usage(spent));
@@ -202,6 +221,8 @@ where
                         return Err(e.with_usage(spent + response.usage + response.side_usage));
                     }
                 };
+                // The tokens of the answers refused before this one.
+                let before = spent;
                 spent += response.usage + response.side_usage;
                 let mismatch = refusal.mismatch;
                 if attempt == layer.repairs {
@@ -209,6 +230,18 @@ where
                         "the model's answer {mismatch} (after {} repairs)",
                         layer.repairs
                     );
+                    if layer.let_last_through {
+                        let warning = Event::Warning {
+                            source: "structured",
+                            message: format!("{message}: let through"),
+                        };
+                        request
+                            .ctx
+                            .emit(warning)
+                            .await
+                            .map_err(|e| e.with_usage(spent))?;
+                        return Ok(response.with_side_usage(before));
+                    }
                     let error = Error::new(ErrorKind::InvalidResponse, message);
                     return Err(error.with_source(mismatch).with_usage(spent));
                 }
@@ -224,6 +257,42 @@ where
                 request.messages.extend(refusal.feedback);
             }
         })
+    }
+}
+
+/// When the request asks for JSON and `message` (an answer, no tool calls) is not JSON but one
+/// JSON value in a Markdown code fence, make its text the bare JSON.
+fn unfence(request: &ModelRequest, message: &mut Message) {
+    let Some(ResponseFormat::JsonSchema { .. }) = &request.options.response_format else {
+        return;
+    };
+    if message.has_tool_calls() {
+        return;
+    }
+    let text = message.text();
+    if serde_json::from_str::<Value>(text.trim()).is_ok() {
+        return;
+    }
+    let Some(inner) = fenced(&text) else { return };
+    if serde_json::from_str::<Value>(inner).is_err() {
+        return;
+    }
+    let inner = inner.to_owned();
+    message
+        .content
+        .retain(|part| !matches!(part, ContentPart::Text { .. }));
+    message.content.push(ContentPart::Text { text: inner });
+}
+
+/// The inside of `text` when it is one Markdown code fence (` ``` ` or ` ```json `, blank
+/// space around it), trimmed.
+fn fenced(text: &str) -> Option<&str> {
+    let text = text.trim();
+    let body = text.strip_prefix("```")?.strip_suffix("```")?;
+    let (info, body) = body.split_once('\n')?;
+    match info.trim() {
+        "" | "json" | "JSON" => Some(body.trim()),
+        _ => None,
     }
 }
 

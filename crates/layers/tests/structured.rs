@@ -312,3 +312,64 @@ async fn the_session_keeps_only_the_answer_that_matched() {
         "the refused answer's tokens count"
     );
 }
+
+/// Vercel AI's `extractJson` case: a valid answer inside a Markdown fence is taken as it is,
+/// without a repair call; its text becomes the bare JSON.
+#[tokio::test]
+async fn a_fenced_json_answer_is_taken_without_a_repair() {
+    for fenced in [
+        "```json\n{\"city\": \"Paris\", \"days\": 3}\n```",
+        "  ```\n{\"city\": \"Paris\", \"days\": 3}\n```\n",
+    ] {
+        let model = ScriptedModel::new([answer(fenced, 10)]);
+        let (req, _) = request(Some(trip()));
+        let res = ask(StructuredLayer::new(), &model, req)
+            .await
+            .expect("taken");
+        assert_eq!(model.request_count(), 1, "no repair");
+        assert_eq!(res.message.text(), "{\"city\": \"Paris\", \"days\": 3}");
+    }
+    // A fence around an answer out of shape is repaired as any other; text around a fence is
+    // not a fenced answer.
+    let model = ScriptedModel::new([
+        answer("```json\n{\"city\": \"Paris\"}\n```", 10),
+        answer("Here: ```json\n{\"city\": \"Paris\", \"days\": 3}\n```", 10),
+        answer(r#"{"city": "Paris", "days": 3}"#, 10),
+    ]);
+    let (req, _) = request(Some(trip()));
+    let res = ask(StructuredLayer::new(), &model, req)
+        .await
+        .expect("repaired");
+    assert_eq!(model.request_count(), 3);
+    assert_eq!(res.message.text(), r#"{"city": "Paris", "days": 3}"#);
+}
+
+/// LangChain lets the last answer through when its repairs run out; here that is an option,
+/// with a warning the host sees.
+#[tokio::test]
+async fn the_last_answer_goes_through_when_asked_with_a_warning() {
+    let model = ScriptedModel::new([answer("not json", 10), answer(r#"{"city": 1}"#, 20)]);
+    let (req, events) = request(Some(trip()));
+    let res = ask(
+        StructuredLayer::new().repairs(1).let_last_through(true),
+        &model,
+        req,
+    )
+    .await
+    .expect("let through");
+    assert_eq!(res.message.text(), r#"{"city": 1}"#);
+    assert_eq!(res.usage, Usage::new(20, 5), "its own tokens");
+    assert_eq!(res.side_usage, Usage::new(10, 5), "the refused answer's");
+    let warned = events.events().into_iter().any(|event| {
+        matches!(event, tower_agent_core::Event::Warning { source: "structured", message }
+            if message.contains("let through"))
+    });
+    assert!(warned, "{:?}", events.names());
+    // Without the option the same answers fail the call.
+    let model = ScriptedModel::new([answer("not json", 10), answer(r#"{"city": 1}"#, 20)]);
+    let (req, _) = request(Some(trip()));
+    let error = ask(StructuredLayer::new().repairs(1), &model, req)
+        .await
+        .expect_err("fails");
+    assert_eq!(error.kind(), ErrorKind::InvalidResponse);
+}
