@@ -131,6 +131,15 @@ impl FallbackLayer {
         self
     }
 
+    /// Try the next model after any error of a model but a cancelled run: LangChain's
+    /// `with_fallbacks` and Vercel AI's fallback providers do this. The default
+    /// ([`falls_back`]) does not, since a bad request or refused credentials fail the same
+    /// way on every model and each try costs a call; choose this when your models differ in
+    /// what they accept.
+    pub fn on_any_error(self) -> Self {
+        self.when(|_| true)
+    }
+
     /// Try the next model when `rule` rejects a response (a refusal, an empty answer).
     pub fn reject(mut self, rule: impl Fn(&ModelResponse) -> bool + Send + Sync + 'static) -> Self {
         self.reject = Some(Arc::new(rule));

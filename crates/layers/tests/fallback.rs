@@ -186,3 +186,36 @@ async fn a_model_is_given_up_only_after_its_own_retries() {
     assert_eq!(res.message.text(), "from the backup");
     assert_eq!((primary.request_count(), backup.request_count()), (3, 1));
 }
+
+/// LangChain's and Vercel AI's rule: any error of the primary falls back. Asked for with
+/// `on_any_error`; an unclassified error does not fall back by default; a cancelled run never.
+#[tokio::test]
+async fn on_any_error_an_unclassified_error_falls_back_as_the_peers_do() {
+    let backup = || ScriptedModel::new([ModelResponse::text("from the backup")]);
+    let (req, _) = request();
+    let res = FallbackLayer::new()
+        .on_any_error()
+        .to("backup", backup())
+        .layer(failing(ErrorKind::Other))
+        .oneshot(req)
+        .await
+        .expect("the backup answers");
+    assert_eq!(res.message.text(), "from the backup");
+    let (req, _) = request();
+    let error = FallbackLayer::new()
+        .to("backup", backup())
+        .layer(failing(ErrorKind::Other))
+        .oneshot(req)
+        .await
+        .expect_err("not by default");
+    assert_eq!(error.kind(), ErrorKind::Other);
+    let (req, _) = request();
+    let error = FallbackLayer::new()
+        .on_any_error()
+        .to("backup", backup())
+        .layer(failing(ErrorKind::Cancelled))
+        .oneshot(req)
+        .await
+        .expect_err("a cancelled run stays cancelled");
+    assert_eq!(error.kind(), ErrorKind::Cancelled);
+}
