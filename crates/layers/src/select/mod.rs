@@ -27,7 +27,9 @@
 //! no tool at all leaves every tool (the calls in the history must stay defined).
 //! [`max_tools`](ToolSelectLayer::max_tools) caps how many selected tools are kept (the
 //! always-kept ones come on top), and a request with no more tools than that is left as it
-//! is, the selector not asked. A call on the side of the run (a summary) is left as it is.
+//! is, the selector not asked; [`cap`](ToolSelectLayer::cap) is LangChain's `max_tools`, which
+//! asks the selector whatever the number of tools. A call on the side of the run (a summary) is
+//! left as it is.
 //! Tools that layers add are selected like the others: keep eviction's read tool with
 //! `.always(evict::READ_TOOL)` when results are evicted.
 //!
@@ -103,6 +105,8 @@ pub(crate) struct Config {
     selector: Selector,
     always: Vec<String>,
     max_tools: Option<usize>,
+    /// The selector is asked even when the request has no more than `max_tools` tools.
+    capped: bool,
     /// The model's choice in a run, with the message it was made for.
     memo: ExtensionKey<Memo>,
 }
@@ -132,6 +136,7 @@ impl ToolSelectLayer {
                 selector,
                 always: Vec::new(),
                 max_tools: None,
+                capped: false,
                 memo: ExtensionKey::new(),
             }),
         }
@@ -143,6 +148,7 @@ impl ToolSelectLayer {
             selector: config.selector.clone(),
             always: config.always.clone(),
             max_tools: config.max_tools,
+            capped: config.capped,
             memo: ExtensionKey::new(),
         };
         change(&mut config);
@@ -158,9 +164,24 @@ impl ToolSelectLayer {
     }
 
     /// Keep at most `max` of the selected tools (the first named), on top of the always-kept
-    /// ones; a request with no more than `max` tools is left as it is.
+    /// ones; a request with no more than `max` tools is left as it is, the selector not asked
+    /// (a selection there could only drop tools, for a model call). This differs from
+    /// LangChain's `max_tools`, which always selects: [`cap`](Self::cap) is theirs.
     pub fn max_tools(self, max: usize) -> Self {
-        self.edit(|c| c.max_tools = Some(max))
+        self.edit(|c| {
+            c.max_tools = Some(max);
+            c.capped = false;
+        })
+    }
+
+    /// Keep at most `max` of the selected tools, and ask the selector for every request, however
+    /// few its tools: LangChain's `LLMToolSelectorMiddleware(max_tools=..)`. A request with
+    /// three tools and a cap of five is offered the ones the selector names.
+    pub fn cap(self, max: usize) -> Self {
+        self.edit(|c| {
+            c.max_tools = Some(max);
+            c.capped = true;
+        })
     }
 }
 

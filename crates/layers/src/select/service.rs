@@ -71,8 +71,8 @@ where
 
     fn call(&mut self, mut req: ModelRequest) -> Self::Future {
         let config = &self.config;
-        let applies =
-            !req.ctx.is_side_call() && config.max_tools.is_none_or(|max| req.tools.len() > max);
+        let applies = !req.ctx.is_side_call()
+            && (config.capped || config.max_tools.is_none_or(|max| req.tools.len() > max));
         if applies {
             match &config.selector {
                 Selector::Closure(select) => {

@@ -218,3 +218,27 @@ fn debug_names_the_selector() {
     let debug = format!("{layer:?}");
     assert!(debug.contains("closure") && debug.contains("search") && debug.contains('4'));
 }
+
+/// LangChain's case: `max_tools` is a cap on what the selector picks, and the selector is
+/// asked even when the request has fewer tools than that.
+#[tokio::test]
+async fn a_cap_asks_the_selector_however_few_the_tools() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&asked);
+    let layer = ToolSelectLayer::by(move |_req: &ModelRequest| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        vec!["math".to_string(), "search".to_string()]
+    });
+    let ctx = RunContext::new();
+    assert_eq!(
+        offered_through(&layer.clone().cap(6), request("hi", &ctx)).await,
+        ["search", "math"],
+        "selected (in the tools' order), though the request has fewer tools than the cap"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        offered_through(&layer.cap(1), request("hi", &ctx)).await,
+        ["math"],
+        "capped"
+    );
+}
