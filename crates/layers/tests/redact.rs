@@ -298,3 +298,39 @@ mod layer {
         assert_eq!(started.elapsed(), Duration::from_millis(1_150));
     }
 }
+
+/// LangChain's strategies, restated: a card masked but for its last four digits; a value
+/// hashed with a key, the same hash for the same value (another process, the same key), and a
+/// key that never shows.
+#[test]
+fn a_card_keeps_its_last_four_and_a_hash_is_stable_per_value_and_key() {
+    let card = r"[0-9]{4}(?:[ -]?[0-9]{4}){3}";
+    let last_four = Rules::new()
+        .pattern("card", card, Replace::mask_keeping('X', 4))
+        .expect("a rule");
+    assert_eq!(
+        last_four.redact("pay with 4111 1111 1111 1234 today"),
+        "pay with XXXX XXXX XXXX 1234 today"
+    );
+    assert_eq!(last_four.redact("4111111111111234"), "XXXXXXXXXXXX1234");
+    let hashing = |key: &str| {
+        Rules::new()
+            .emails()
+            .pattern("card", card, Replace::hash(key))
+            .expect("a rule")
+    };
+    let (one, other_process) = (hashing("k1"), hashing("k1"));
+    let first = one.redact("4111 1111 1111 1234").into_owned();
+    assert!(
+        first.starts_with("[card:") && first.len() == "[card:]".len() + 16,
+        "{first}"
+    );
+    assert_eq!(other_process.redact("4111 1111 1111 1234"), first);
+    assert_ne!(one.redact("4111 1111 1111 9999"), first, "another value");
+    assert_ne!(
+        hashing("k2").redact("4111 1111 1111 1234"),
+        first,
+        "another key"
+    );
+    assert!(!format!("{:?}", Replace::hash("k1-secret")).contains("k1-secret"));
+}

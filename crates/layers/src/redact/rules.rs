@@ -10,15 +10,59 @@ use regex_syntax::hir::{Hir, HirKind, Look, Repetition};
 use serde_json::Value;
 
 /// What replaces a match.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Replace {
     /// `[REDACTED:<rule name>]`.
     Label,
     /// The match's characters, each replaced by this one.
     Mask(char),
+    /// The match's letters and digits replaced by `mask`, but for its last `keep` ones; other
+    /// characters (a card's dashes) are kept: `****-****-****-3456` (LangChain's mask of a
+    /// card). Made by [`Replace::mask_keeping`].
+    MaskKeeping {
+        /// The character that replaces.
+        mask: char,
+        /// How many of the last letters and digits are kept.
+        keep: usize,
+    },
+    /// `[<rule name>:<16 hex digits>]`: a keyed hash of the match (HMAC-SHA-256 with a secret
+    /// of yours), the same for the same value and key, so that a model (and a log reader) can
+    /// tell two values apart and see one come back, and nobody without the key can test a
+    /// guess. Made by [`Replace::hash`].
+    Hash(Arc<[u8]>),
     /// This text.
     Text(Arc<str>),
+}
+
+impl Replace {
+    /// [`Replace::MaskKeeping`]: mask with `mask`, keeping the last `keep` letters and digits.
+    pub fn mask_keeping(mask: char, keep: usize) -> Self {
+        Replace::MaskKeeping { mask, keep }
+    }
+
+    /// [`Replace::Hash`] keyed by `key` (keep it secret, and the same across processes for the
+    /// hashes to stay the same).
+    pub fn hash(key: impl AsRef<[u8]>) -> Self {
+        Replace::Hash(Arc::from(key.as_ref()))
+    }
+}
+
+/// The key of a hash never shows.
+impl fmt::Debug for Replace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Replace::Label => f.write_str("Label"),
+            Replace::Mask(mask) => f.debug_tuple("Mask").field(mask).finish(),
+            Replace::MaskKeeping { mask, keep } => f
+                .debug_struct("MaskKeeping")
+                .field("mask", mask)
+                .field("keep", keep)
+                .finish(),
+            Replace::Hash(_) => f.write_str("Hash(<key>)"),
+            Replace::Text(text) => f.debug_tuple("Text").field(text).finish(),
+        }
+    }
 }
 
 /// Why a rule cannot be added.
@@ -70,6 +114,14 @@ struct Rule {
 /// );
 /// let masked = Rules::new().pattern("card", r"\d{4}-\d{4}-\d{4}-\d{4}", Replace::Mask('*')).unwrap();
 /// assert_eq!(masked.redact("card 1234-5678-9012-3456."), "card *******************.");
+/// // The peers' strategies: the last four kept, or a keyed hash (the same value, the same hash).
+/// let card = r"\d{4}-\d{4}-\d{4}-\d{4}";
+/// let last_four = Rules::new().pattern("card", card, Replace::mask_keeping('*', 4)).unwrap();
+/// assert_eq!(last_four.redact("card 1234-5678-9012-3456."), "card ****-****-****-3456.");
+/// let hashed = Rules::new().pattern("card", card, Replace::hash(b"a secret key")).unwrap();
+/// let (a, b) = (hashed.redact("1234-5678-9012-3456"), hashed.redact("paid with 1234-5678-9012-3456"));
+/// assert!(a.starts_with("[card:") && b.ends_with(&*a), "{a} {b}");
+/// assert_ne!(hashed.redact("1111-5678-9012-3456"), a);
 /// ```
 #[derive(Clone)]
 pub struct Rules {
@@ -299,12 +351,47 @@ impl Rules {
                 Replace::Mask(mask) => {
                     out.extend(std::iter::repeat_n(*mask, text[from..to].chars().count()));
                 }
+                Replace::MaskKeeping { mask, keep } => {
+                    let found = &text[from..to];
+                    let masked = found.chars().filter(|c| c.is_alphanumeric()).count();
+                    let mut left = masked.saturating_sub(*keep);
+                    for c in found.chars() {
+                        if c.is_alphanumeric() && left > 0 {
+                            out.push(*mask);
+                            left -= 1;
+                        } else {
+                            out.push(c);
+                        }
+                    }
+                }
+                Replace::Hash(key) => {
+                    out.push('[');
+                    out.push_str(&self.rules[rule].name);
+                    out.push(':');
+                    out.push_str(&keyed_hash(key, &text[from..to]));
+                    out.push(']');
+                }
                 Replace::Text(replacement) => out.push_str(replacement),
             }
             at = to;
         }
         out.push_str(&text[at..end]);
     }
+}
+
+/// The first 8 bytes of HMAC-SHA-256 of `value` under `key`, in hex.
+fn keyed_hash(key: &[u8], value: &str) -> String {
+    use hmac::Mac;
+    // HMAC takes a key of any length.
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(key) else {
+        return String::from("?");
+    };
+    mac.update(value.as_bytes());
+    let digest = mac.finalize().into_bytes();
+    digest[..8]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 impl Rules {
