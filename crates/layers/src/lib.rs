@@ -83,6 +83,8 @@ pub mod retry;
 mod segment;
 #[cfg(feature = "select")]
 pub mod select;
+#[cfg(any(feature = "approval", feature = "redact"))]
+mod sign;
 #[cfg(feature = "structured")]
 pub mod structured;
 #[cfg(feature = "summarize")]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_agent_core::{
-    AgentRequest, BoxError, Decision, DecisionKind, Decisions, Event, ModelResponse, Outcome,
-    RunContext, Session, ToolCall, ToolRequest,
+    AgentInput, AgentRequest, BoxError, Decision, DecisionKind, Decisions, Event, Message,
+    ModelResponse, Outcome, RunContext, Session, ToolCall, ToolRequest,
 };
 use tower_agent_layers::approval::{ApprovalLayer, Gate, GateProblem, ReviewRequest, human_fn};
 use tower_agent_loop::Agent;
@@ -105,6 +105,7 @@ async fn interrupt_save_load_resume_runs_each_approved_call_once() {
             arguments: json!({"cmd": "rm -rf build"}),
             description: "Runs a shell command".into(),
             allowed_decisions: DecisionKind::ALL.to_vec(),
+            token: None,
         }
     );
     assert_eq!(reviews[1].call_id, "c4");
@@ -525,4 +526,79 @@ async fn cancelling_while_an_inline_approver_waits_leaves_a_valid_history() {
     );
     assert!(kit.shell.calls().is_empty());
     assert_valid_history(&res.session.history);
+}
+
+/// Vercel AI signs its approvals so that a client cannot forge one: with `signed(key)` a
+/// review carries a token, and a decision is taken only with the token of the call it decides.
+#[tokio::test]
+async fn signed_approvals_take_only_a_decision_with_the_calls_token() {
+    let layer = || {
+        ApprovalLayer::builder()
+            .gate("pay", Gate::new())
+            .signed(b"the host's secret")
+            .build()
+            .expect("valid")
+    };
+    let run = |pay: StubTool, session: Session, input: AgentInput| {
+        let model = ScriptedModel::new([
+            ModelResponse::tool_calls([
+                call("p1", "pay", json!({"cents": 100})),
+                call("p2", "pay", json!({"cents": 999})),
+            ]),
+            ModelResponse::text("done"),
+        ]);
+        let agent = Agent::builder()
+            .with(layer())
+            .build(model, ToolSet::new().tool(pay));
+        async move {
+            agent
+                .oneshot(AgentRequest::new(session, input))
+                .await
+                .expect("the run")
+        }
+    };
+    let pay = StubTool::returning("pay", "paid");
+    let paused = run(pay.clone(), Session::new(), "pay both".into()).await;
+    let Outcome::Interrupted { interrupts } = &paused.outcome else {
+        panic!("paused: {:?}", paused.outcome)
+    };
+    let token = |i: usize| {
+        ReviewRequest::from_interrupt(&interrupts[i])
+            .and_then(|review| review.token)
+            .expect("a signed review")
+    };
+    assert_ne!(token(0), token(1), "a token per call");
+    // p1 approved with its own token; p2 with none; then p2 with p1's token: both refused.
+    for p2 in [
+        json!({"type": "approve"}),
+        json!({"type": "approve", "token": token(0)}),
+    ] {
+        let decisions = Decisions::from_iter([
+            (
+                "p1".to_owned(),
+                json!({"type": "approve", "token": token(0)}),
+            ),
+            ("p2".to_owned(), p2),
+        ]);
+        let pay = StubTool::returning("pay", "paid");
+        let done = run(
+            pay.clone(),
+            paused.session.clone(),
+            AgentInput::Resume(decisions),
+        )
+        .await;
+        let ran: Vec<String> = pay.calls().into_iter().map(|c| c.id).collect();
+        assert_eq!(ran, ["p1"], "only the call with its own token ran");
+        let refused = done
+            .session
+            .history
+            .iter()
+            .flat_map(Message::tool_results)
+            .find(|r| r.call_id == "p2")
+            .expect("answered");
+        assert!(
+            refused.is_error && refused.content.contains("token"),
+            "{refused:?}"
+        );
+    }
 }

@@ -136,6 +136,7 @@ impl Checked {
                 .unwrap_or_else(|_| Value::String(call.arguments.clone())),
             description,
             allowed_decisions: self.allowed.clone(),
+            token: None,
         }
     }
 }
@@ -154,6 +155,12 @@ pub struct ReviewRequest {
     pub description: String,
     /// The decisions the human may take.
     pub allowed_decisions: Vec<DecisionKind>,
+    /// With [`ApprovalBuilder::signed`]: the token a decision about this call must carry
+    /// (`"token"` beside its `"type"`), an HMAC of the call (its id, key and arguments) under
+    /// the host's key. A client cannot make one for a call it was not shown, nor reuse one for
+    /// another call or other arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 impl ReviewRequest {
@@ -179,6 +186,34 @@ pub(super) enum Mode {
 pub(super) struct Config {
     pub(super) gates: ByName<Checked>,
     pub(super) mode: Mode,
+    /// The key decisions are signed with ([`ApprovalBuilder::signed`]).
+    pub(super) signing: Option<Arc<[u8]>>,
+}
+
+impl Config {
+    /// The token of `call`: an HMAC under the signing key of its id, key and arguments.
+    pub(super) fn token(&self, call: &ToolCall) -> Option<String> {
+        let key = self.signing.as_ref()?;
+        Some(crate::sign::hmac_hex(key, &signed_message(call), 32))
+    }
+
+    /// Whether `decision` (the resume value) carries the token of `call`, or no token is
+    /// needed.
+    pub(super) fn verifies(&self, call: &ToolCall, decision: &Value) -> bool {
+        let Some(key) = &self.signing else {
+            return true;
+        };
+        match decision.get("token").and_then(Value::as_str) {
+            Some(token) => crate::sign::hmac_verify(key, &signed_message(call), token),
+            None => false,
+        }
+    }
+}
+
+/// What a token signs: the call's id, key and arguments.
+fn signed_message(call: &ToolCall) -> Vec<u8> {
+    let key = call.key.map(|key| key.to_string()).unwrap_or_default();
+    format!("{}\n{key}\n{}", call.id, call.arguments).into_bytes()
 }
 
 /// A gate that cannot work, refused when the layer is built.
@@ -210,6 +245,7 @@ pub struct ApprovalBuilder {
     gates: Vec<(String, Gate)>,
     approver: Option<Arc<dyn Human<ReviewRequest, Decision>>>,
     timeout: Option<Duration>,
+    signing: Option<Arc<[u8]>>,
 }
 
 impl fmt::Debug for ApprovalBuilder {
@@ -217,6 +253,7 @@ impl fmt::Debug for ApprovalBuilder {
         f.debug_struct("ApprovalBuilder")
             .field("gates", &self.gates)
             .field("inline", &self.approver.is_some())
+            .field("signed", &self.signing.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -233,6 +270,18 @@ impl ApprovalBuilder {
     /// Decide inline with `approver` instead of interrupting the run.
     pub fn inline(mut self, approver: impl Human<ReviewRequest, Decision>) -> Self {
         self.approver = Some(Arc::new(approver));
+        self
+    }
+
+    /// Sign each review with `key` (an HMAC, as Vercel AI signs its approvals) and take only
+    /// decisions that carry the token of the call they decide: a decision without it, or with
+    /// another call's, is a rejection (fail closed). The token is in the review
+    /// ([`ReviewRequest::token`]); the client sends it back with its decision,
+    /// `{"type": "approve", "token": "..."}`. Keep `key` on the server, the same in every
+    /// process that may resume the run. An inline approver is in the host's process, so its
+    /// decisions need no token.
+    pub fn signed(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.signing = Some(Arc::from(key.as_ref()));
         self
     }
 
@@ -278,7 +327,11 @@ impl ApprovalBuilder {
             },
         };
         Ok(ApprovalLayer {
-            config: Arc::new(Config { gates, mode }),
+            config: Arc::new(Config {
+                gates,
+                mode,
+                signing: self.signing,
+            }),
         })
     }
 }

@@ -248,8 +248,12 @@ where
         // The decision is this layer's: the layers and the tool inside never see it.
         if let Some(value) = req.resume.take() {
             // The agent checks decisions before resuming; a host calling the tool stack
-            // directly may not have: fail closed.
+            // directly may not have: fail closed. So does a decision without this call's
+            // token, when decisions are signed.
             let decision = match Decision::deserialize(&value) {
+                Ok(_) if !self.config.verifies(&req.call, &value) => {
+                    Decision::reject("the decision does not carry this call's token")
+                }
                 Ok(decision) => match acceptable(&decision, &gate.allowed) {
                     Ok(()) => decision,
                     Err(reason) => Decision::reject(format!("the decision {reason}")),
@@ -264,7 +268,8 @@ where
         }
         match &self.config.mode {
             Mode::Interrupt => {
-                let review = gate.review(&req.call);
+                let mut review = gate.review(&req.call);
+                review.token = self.config.token(&req.call);
                 let payload = serde_json::to_value(&review).unwrap_or(Value::Null);
                 ask::ResponseFuture::ready(ToolResponse::review(
                     &req.call,

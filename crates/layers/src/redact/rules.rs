@@ -368,7 +368,7 @@ impl Rules {
                     out.push('[');
                     out.push_str(&self.rules[rule].name);
                     out.push(':');
-                    out.push_str(&keyed_hash(key, &text[from..to]));
+                    out.push_str(&crate::sign::hmac_hex(key, &text.as_bytes()[from..to], 8));
                     out.push(']');
                 }
                 Replace::Text(replacement) => out.push_str(replacement),
@@ -377,21 +377,6 @@ impl Rules {
         }
         out.push_str(&text[at..end]);
     }
-}
-
-/// The first 8 bytes of HMAC-SHA-256 of `value` under `key`, in hex.
-fn keyed_hash(key: &[u8], value: &str) -> String {
-    use hmac::Mac;
-    // HMAC takes a key of any length.
-    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(key) else {
-        return String::from("?");
-    };
-    mac.update(value.as_bytes());
-    let digest = mac.finalize().into_bytes();
-    digest[..8]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
 }
 
 impl Rules {
