@@ -41,6 +41,7 @@
 mod after;
 mod around;
 mod before;
+mod first;
 mod observe;
 
 use std::future::Future;
@@ -52,6 +53,7 @@ pub use around::{
     ResponseFuture as AroundFuture,
 };
 pub use before::{Before, BeforeLayer, ResponseFuture as BeforeFuture};
+pub use first::{First, Kept, ReplaceCallback, first};
 pub use observe::{
     Observe, ObserveLayer, ObservedError, OnRequest, OnResponse, ResponseFuture as ObserveFuture,
 };
