@@ -124,6 +124,10 @@ struct Config {
     trigger: usize,
     keep: usize,
     batch: usize,
+    /// Clear only when it frees at least this many tokens.
+    at_least: usize,
+    /// Also clear the cleared results' calls' arguments.
+    inputs: bool,
     exclude: HashSet<String>,
     placeholder: Placeholder,
     counter: Arc<dyn TokenCounter>,
@@ -145,6 +149,8 @@ impl ClearToolResultsLayer {
                 trigger: 100_000,
                 keep: 3,
                 batch: 10,
+                at_least: 0,
+                inputs: false,
                 exclude: HashSet::new(),
                 placeholder: Arc::new(|result: &ToolResult| default_placeholder(&result.name)),
                 counter: Arc::new(CharEstimate),
@@ -173,8 +179,27 @@ impl ClearToolResultsLayer {
 
     /// Clear results `n` at a time (at least 1; 10 by default), so that the edited part of the
     /// request, and the provider's cached prefix, stay the same for `n` rounds of one call.
+    ///
+    /// **This differs from LangChain and Anthropic**, which clear every result but the newest
+    /// `keep` as soon as the trigger is reached: here nothing is cleared until `keep + n`
+    /// results qualify, and then `n` at a time. `batch(1)` is their behaviour (and the right
+    /// one for a provider without a prompt cache); see the module docs for what batching saves.
     pub fn batch(self, n: usize) -> Self {
         self.with(|c| c.batch = n.max(1))
+    }
+
+    /// Clear only when the edit frees at least `tokens` (counted with the layer's counter):
+    /// LangChain's and Anthropic's `clear_at_least`, so that a cleared prefix (and a cache
+    /// write) is paid only for a real saving. 0 by default.
+    pub fn clear_at_least(self, tokens: usize) -> Self {
+        self.with(|c| c.at_least = tokens)
+    }
+
+    /// Also clear the arguments of the calls whose results are cleared (`{}` instead):
+    /// LangChain's `clear_tool_inputs`. Off by default: the arguments tell the model what it
+    /// asked, and are usually short.
+    pub fn clear_inputs(self, clear: bool) -> Self {
+        self.with(|c| c.inputs = clear)
     }
 
     /// Never clear the results of `tool`. Add once per tool.
@@ -209,6 +234,8 @@ impl fmt::Debug for ClearToolResultsLayer {
             .field("trigger", &c.trigger)
             .field("keep", &c.keep)
             .field("batch", &c.batch)
+            .field("clear_at_least", &c.at_least)
+            .field("clear_inputs", &c.inputs)
             .field("exclude", &exclude)
             .finish_non_exhaustive()
     }
@@ -290,8 +317,9 @@ where
     }
 }
 
-/// One result of a history: the message it is in and its place among the message's parts.
-type Slot = (usize, usize);
+/// One result of a history: the message it is in, its place among the message's parts, and
+/// the assistant message its call is in.
+type Slot = (usize, usize, usize);
 
 /// What the layer keeps for a run: the count of its requests, and what it sent last.
 #[derive(Default)]
@@ -338,13 +366,24 @@ fn edit(config: &Config, req: &ModelRequest) -> Option<History> {
     });
     let edited = reuse.unwrap_or_else(|| {
         let mut edited = req.messages.clone();
-        let first = cleared[0].0;
+        let first = cleared[0].2;
         let tail = edited.tail_mut(first);
-        for &(message, part) in cleared.iter() {
-            if let Some(ContentPart::ToolResult(result)) =
-                tail[message - first].content.get_mut(part)
-            {
-                result.content = (config.placeholder)(result);
+        for &(message, part, asked) in cleared.iter() {
+            let Some(ContentPart::ToolResult(result)) = tail[message - first].content.get_mut(part)
+            else {
+                continue;
+            };
+            result.content = (config.placeholder)(result);
+            if config.inputs {
+                let id = result.call_id.clone();
+                for content in &mut tail[asked - first].content {
+                    match content {
+                        ContentPart::ToolCall(call) if call.id == id => {
+                            call.arguments = "{}".to_owned();
+                        }
+                        _ => {}
+                    }
+                }
             }
         }
         edited
@@ -374,18 +413,34 @@ fn to_clear(config: &Config, history: &History) -> Vec<Slot> {
                 };
                 let answers = block.message.tool_calls().any(|c| c.id == result.call_id);
                 if answers && !config.exclude.contains(&result.name) {
-                    qualify.push(((block.index + 1 + offset, part), result));
+                    qualify.push(((block.index + 1 + offset, part, block.index), result));
                 }
             }
         }
     }
     let aged = qualify.len().saturating_sub(config.keep);
     let aged = aged - aged % config.batch;
-    qualify[..aged]
+    let cleared: Vec<(Slot, &ToolResult)> = qualify[..aged]
         .iter()
         .filter(|(_, result)| result.content.len() > (config.placeholder)(result).len())
-        .map(|&(slot, _)| slot)
-        .collect()
+        .copied()
+        .collect();
+    if config.at_least > 0 {
+        let freed: usize = cleared
+            .iter()
+            .map(|(_, result)| {
+                let counter = &config.counter;
+                let placeholder = (config.placeholder)(result);
+                counter
+                    .count_text(&result.content)
+                    .saturating_sub(counter.count_text(&placeholder))
+            })
+            .sum();
+        if freed < config.at_least {
+            return Vec::new();
+        }
+    }
+    cleared.into_iter().map(|(slot, _)| slot).collect()
 }
 
 /// Clearing on the model, right inside summarization: the summarizer folds the whole results,

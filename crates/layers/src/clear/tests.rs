@@ -266,7 +266,7 @@ fn debug_shows_the_configuration() {
         .exclude("a");
     assert_eq!(
         format!("{layer:?}"),
-        r#"ClearToolResultsLayer { trigger: 100000, keep: 2, batch: 10, exclude: ["a", "b"], .. }"#
+        r#"ClearToolResultsLayer { trigger: 100000, keep: 2, batch: 10, clear_at_least: 0, clear_inputs: false, exclude: ["a", "b"], .. }"#
     );
 }
 
@@ -324,4 +324,47 @@ fn a_growing_history_is_counted_as_a_fresh_one() {
         count(config, &shorter, &mut counted),
         count(config, &shorter, &mut RunningCount::default())
     );
+}
+
+/// LangChain's `clear_at_least`: nothing is cleared until the edit frees that many tokens.
+#[test]
+fn nothing_is_cleared_until_it_frees_at_least_that_many_tokens() {
+    let req = request(rounds(&["read", "read", "read"]));
+    // Two results may go (keep 1); each frees about 140 tokens by the character estimate.
+    let layer = one_at_a_time().keep(1);
+    assert_eq!(cleared(&sent(&layer, &req)), ["c0", "c1"]);
+    assert!(cleared(&sent(&layer.clone().clear_at_least(100_000), &req)).is_empty());
+    assert_eq!(
+        cleared(&sent(&layer.clear_at_least(200), &req)),
+        ["c0", "c1"],
+        "two results free more than 200 tokens"
+    );
+}
+
+/// LangChain's `clear_tool_inputs`: the cleared results' calls lose their arguments too, the
+/// others keep theirs; the session is not touched.
+#[test]
+fn clearing_inputs_empties_the_arguments_of_the_cleared_calls_only() {
+    let req = request(rounds(&["read", "read", "read"]));
+    let out = sent(&one_at_a_time().keep(1).clear_inputs(true), &req);
+    let arguments: Vec<(String, String)> = out
+        .iter()
+        .flat_map(Message::tool_calls)
+        .map(|c| (c.id.clone(), c.arguments.clone()))
+        .collect();
+    assert_eq!(
+        arguments,
+        [
+            ("c0".to_owned(), "{}".to_owned()),
+            ("c1".to_owned(), "{}".to_owned()),
+            ("c2".to_owned(), r#"{"id":"c2"}"#.to_owned()),
+        ]
+    );
+    let kept: Vec<&str> = req
+        .messages
+        .iter()
+        .flat_map(Message::tool_calls)
+        .map(|c| c.arguments.as_str())
+        .collect();
+    assert_eq!(kept, [r#"{"id":"c0"}"#, r#"{"id":"c1"}"#, r#"{"id":"c2"}"#]);
 }
