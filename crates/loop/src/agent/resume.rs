@@ -146,6 +146,10 @@ where
     ///
     /// [`Session::started`]: tower_agent_core::Session::started
     async fn recover(&mut self, rerun: bool) -> Result<Option<Outcome>, Error> {
+        // Nothing started and nothing to run again: the common start of a run.
+        if self.session.started.is_empty() && !rerun {
+            return Ok(None);
+        }
         let history = &self.session.history;
         let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
             return Ok(None);
