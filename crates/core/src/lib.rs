@@ -67,6 +67,7 @@ pub mod session;
 #[cfg(feature = "tower")]
 mod side;
 mod state;
+mod steer;
 pub mod stream;
 pub mod tool;
 
@@ -99,6 +100,7 @@ pub use session::{Progress, Step};
 #[cfg(feature = "tower")]
 pub use side::SideModel;
 pub use state::StateKey;
+pub use steer::{Steer, Steering};
 pub use stream::{Delta, Deltas, StreamFilter};
 pub use tokio_util::sync::CancellationToken;
 

@@ -7,7 +7,7 @@ use futures_util::stream::{self, StreamExt};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use tower_agent_core::{
-    AgentRequest, AgentResponse, BoxError, CancellationToken, Error, EventStream,
+    AgentRequest, AgentResponse, BoxError, CancellationToken, Error, EventStream, Message, Steer,
 };
 use tower_service::Service;
 
@@ -59,6 +59,7 @@ pub trait AgentServiceExt: Service<AgentRequest, Response = AgentResponse> + Siz
         Self::Future: Send,
     {
         let (request, events) = request.with_event_stream(EVENT_CAPACITY);
+        let (request, steer) = request.with_steering();
         let cancel = request.ctx.cancellation_token().clone();
         let task = tokio::spawn(async move {
             self.oneshot(request)
@@ -68,6 +69,7 @@ pub trait AgentServiceExt: Service<AgentRequest, Response = AgentResponse> + Siz
         RunHandle {
             events: Some(events),
             cancel,
+            steer,
             task,
         }
     }
@@ -126,6 +128,7 @@ fn join_error(error: tokio::task::JoinError) -> Error {
 pub struct RunHandle {
     events: Option<EventStream>,
     cancel: CancellationToken,
+    steer: Steer,
     task: JoinHandle<Result<AgentResponse, Error>>,
 }
 
@@ -138,6 +141,21 @@ impl RunHandle {
     /// Cancel the run: it ends promptly with outcome cancelled.
     pub fn cancel(&self) {
         self.cancel.cancel();
+    }
+
+    /// Send `message` into the run while it runs ([`Steer::send`]): it goes into the session
+    /// before the run's next model call.
+    ///
+    /// # Errors
+    ///
+    /// When the run has ended.
+    pub fn steer(&self, message: Message) -> Result<(), Error> {
+        self.steer.send(message)
+    }
+
+    /// The run's steering handle, to send from elsewhere (another task, a web handler).
+    pub fn steering(&self) -> Steer {
+        self.steer.clone()
     }
 
     /// The run's cancellation token.

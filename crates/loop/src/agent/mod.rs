@@ -238,6 +238,7 @@ where
             deltas: Deltas::default(),
             keys,
             recovering: Vec::new(),
+            steering: None,
         };
         // A combinator, not an async block around the run: the block would keep the run it
         // moved into the run's future, a second copy in every run's allocation.

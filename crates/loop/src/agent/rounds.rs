@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
     FinishReason, History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache,
-    Repair, Role, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    Repair, Role, Steering, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -80,6 +80,7 @@ where
                 .absorb_state(std::mem::take(&mut self.session.state));
             // A call that keeps progress (a sub-agent) finds there how to have the run save.
             self.saving.offer(&self.ctx);
+            self.steering = self.ctx.extension::<Steering>();
             let result = self.drive(input, replay).await;
             // Boxed, as the resume and a concurrent round are: ending a run takes its own copy of
             // the run, and every run's future would carry it from the start.
@@ -115,6 +116,8 @@ where
                 if self.ctx.is_cancelled() {
                     return Ok(cancelled_outcome());
                 }
+                // A safe point: what the host sent meanwhile goes in, before the model call.
+                self.steer().await?;
                 if self.rounds >= self.config.max_rounds {
                     let limit = self.config.max_rounds;
                     return Ok(stopped(StopReason::MaxRounds { limit }));
@@ -182,6 +185,10 @@ where
                     }
                 }
                 if calls == 0 {
+                    // Messages the host sent while the model answered: the run goes on.
+                    if self.steering.as_ref().is_some_and(Steering::pending) {
+                        continue;
+                    }
                     return Ok(Outcome::Completed {
                         message: message.clone(),
                     });
@@ -212,6 +219,23 @@ where
                 }
             }
         }
+    }
+
+    /// Add the messages the host sent since the last safe point, and save them. Between
+    /// rounds only: the last message is never a call waiting for its result.
+    async fn steer(&mut self) -> Result<(), Error> {
+        let Some(steering) = &self.steering else {
+            return Ok(());
+        };
+        let messages = steering.take();
+        if messages.is_empty() {
+            return Ok(());
+        }
+        self.session.history.extend(messages);
+        if self.saving.is_on() {
+            self.save().await?;
+        }
+        Ok(())
     }
 
     /// Save the session as it stands (its history, the run's state, the interrupts it waits
@@ -495,6 +519,10 @@ where
     /// An observer failing on `RunFinished` fails the run: every consumer then gets
     /// `RunFailed`, so a stream reader always sees the run end.
     async fn finish(mut self, result: Result<Outcome, Error>) -> Result<AgentResponse, Error> {
+        // The host's later messages are refused: the run is over.
+        if let Some(steering) = &self.steering {
+            steering.close();
+        }
         self.session.state = self.ctx.state_snapshot();
         let error = match result {
             Ok(mut outcome) => {

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use tower_agent_core::{CallKey, Deltas, HistoryMark, Interrupt, RunContext, Session, Usage};
+use tower_agent_core::{
+    CallKey, Deltas, HistoryMark, Interrupt, RunContext, Session, Steering, Usage,
+};
 
 use super::builder::AgentConfig;
 use super::key::CallKeys;
@@ -39,6 +41,9 @@ pub(super) struct Run<M, T> {
     /// (the session's write-ahead record as the run found it). Their requests say so
     /// ([`ToolRequest::recover`](tower_agent_core::ToolRequest::recover)).
     pub(super) recovering: Vec<CallKey>,
+    /// The messages the host sends while the run runs, when its request takes them
+    /// ([`AgentRequest::with_steering`](tower_agent_core::AgentRequest::with_steering)).
+    pub(super) steering: Option<Steering>,
 }
 
 /// Where the history stood before a run's new messages, how many user messages the input
