@@ -112,6 +112,6 @@ pub use tokio_util::sync::CancellationToken;
 /// They are still marked in development; a version of tower-agent follows one version of them.
 pub const SEMCONV_SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.41.0";
 pub use tool::{
-    DescribeTools, DescribedTools, Interrupt, Pause, Recovery, Tentative, ToolAction, ToolRequest,
-    ToolResponse,
+    DescribeTools, DescribedTools, Interrupt, Pause, Recovery, RunTools, Tentative, ToolAction,
+    ToolRequest, ToolResponse,
 };

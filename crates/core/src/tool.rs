@@ -55,6 +55,45 @@ impl ToolRequest {
     }
 }
 
+/// The tools a run offers, as the agent put them in the run's context
+/// ([`RunContext::extension`]) when the run started: what a layer that does not wrap the
+/// tools (a retry policy) reads a tool's hints from.
+///
+/// ```
+/// use serde_json::json;
+/// use tower_agent_core::{RunContext, RunTools, ToolSpec};
+///
+/// let ctx = RunContext::new();
+/// let read = ToolSpec::new("read", "Reads.", json!({"type": "object"})).read_only();
+/// ctx.insert_extension(RunTools::new([read, ToolSpec::new("pay", "Pays.", json!({}))].into()));
+/// let tools = RunTools::of(&ctx).expect("put there");
+/// assert_eq!((tools.may_repeat("read"), tools.may_repeat("pay")), (Some(true), Some(false)));
+/// assert_eq!(tools.may_repeat("nope"), None);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RunTools(Arc<[ToolSpec]>);
+
+impl RunTools {
+    /// The tools `specs` describe.
+    pub fn new(specs: Arc<[ToolSpec]>) -> Self {
+        Self(specs)
+    }
+
+    /// The tools of the run `ctx` belongs to, when the agent put them there.
+    pub fn of(ctx: &RunContext) -> Option<Self> {
+        ctx.extension::<RunTools>()
+    }
+
+    /// Whether the tool `name` may repeat ([`ToolSpec::may_repeat`]); `None` for a tool the
+    /// run does not offer.
+    pub fn may_repeat(&self, name: &str) -> Option<bool> {
+        self.0
+            .iter()
+            .find(|spec| spec.name == name)
+            .map(ToolSpec::may_repeat)
+    }
+}
+
 /// What became of a call an earlier run started and did not finish ([`ToolRequest::recover`]):
 /// a tool's reconcile step answers it from the effect's own record, looked up by the call's
 /// key ([`ToolCall::key`](crate::ToolCall::key)).

@@ -555,3 +555,67 @@ async fn a_stream_not_replayed_is_retracted_when_the_run_fails() {
         ["retract", "run_failed"]
     );
 }
+
+/// The hints decide a tool call's retry: after a failure that may have reached the tool (a
+/// timeout, a server error), a tool that may not repeat is not called again (a second call
+/// could pay twice); a read-only one is. A failure that never reached it (unreachable) is
+/// tried again for any tool.
+#[tokio::test(start_paused = true)]
+async fn a_tool_retry_reads_the_hints_when_the_call_may_have_reached_the_tool() {
+    let attempts: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&attempts);
+    let tools = tower_agent_core::DescribedTools::new(
+        [
+            tower_agent_core::ToolSpec::new("pay", "Pays.", json!({"type": "object"})),
+            tower_agent_core::ToolSpec::new("unreached", "Pays.", json!({"type": "object"})),
+            tower_agent_core::ToolSpec::new("read", "Reads.", json!({"type": "object"}))
+                .read_only(),
+        ],
+        service_fn(move |req: tower_agent_core::ToolRequest| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let first = {
+                    let mut seen = seen.lock().expect("not poisoned");
+                    seen.push(req.call.name.clone());
+                    seen.iter().filter(|name| **name == req.call.name).count() == 1
+                };
+                match (first, req.call.name.as_str()) {
+                    (true, "unreached") => Err(Error::new(ErrorKind::Unreachable, "refused")),
+                    (true, _) => Err(Error::new(ErrorKind::Timeout, "no answer in time")),
+                    (false, _) => Ok(tower_agent_core::ToolResponse::success(&req.call, "done")),
+                }
+            }
+        }),
+    );
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([
+            ToolCall::new("p1", "pay", json!({})),
+            ToolCall::new("u1", "unreached", json!({})),
+            ToolCall::new("r1", "read", json!({})),
+        ]),
+        ModelResponse::text("ok"),
+    ]);
+    let retry = RetryLayer::new(RetryPolicy::new().max_attempts(3).jitter(Duration::ZERO));
+    let agent = Agent::builder().tool_layer(retry).build(model, tools);
+    let response = agent
+        .oneshot(AgentRequest::new(Session::new(), "go"))
+        .await
+        .expect("the run");
+    let tried = attempts.lock().expect("not poisoned").clone();
+    assert_eq!(tried, ["pay", "unreached", "unreached", "read", "read"]);
+    let results: Vec<(String, bool)> = response
+        .session
+        .history
+        .iter()
+        .flat_map(tower_agent_core::Message::tool_results)
+        .map(|r| (r.call_id.clone(), r.is_error))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("p1".to_owned(), true),
+            ("u1".to_owned(), false),
+            ("r1".to_owned(), false)
+        ]
+    );
+}

@@ -532,3 +532,43 @@ async fn a_read_only_call_run_again_on_continue_may_pause_and_the_session_stays_
         .any(|result| result.call_id == "l1");
     assert!(!answered, "the call that waits has no result");
 }
+
+#[tokio::test]
+async fn a_recovery_that_fails_is_an_unknown_outcome_not_a_failed_call() {
+    let world = World::default();
+    let saved = crash(
+        Agent::builder(),
+        &world,
+        vec![pay("p1", 250)],
+        (Dies::After, false),
+        1,
+        &[],
+    )
+    .await;
+    // The next process's tools cannot be asked (their service fails).
+    let spec = tower_agent_core::ToolSpec::new("pay", "Pays.", json!({"type": "object"}));
+    let failing = tower_agent_core::DescribedTools::new(
+        [spec],
+        tower::service_fn(|_: tower_agent_core::ToolRequest| async {
+            Err::<tower_agent_core::ToolResponse, _>(Error::new(
+                tower_agent_core::ErrorKind::Unreachable,
+                "the ledger is down",
+            ))
+        }),
+    );
+    let model = ScriptedModel::new([ModelResponse::text("I will check")]);
+    let agent = Agent::builder().build(model, failing);
+    let response = agent
+        .oneshot(AgentRequest::new(saved, AgentInput::Continue))
+        .await
+        .expect("the run");
+    let result = result_of(&response.session, "p1");
+    assert!(result.is_error);
+    assert!(
+        result.content.starts_with(ToolResult::OUTCOME_UNKNOWN)
+            && result.content.contains("the ledger is down"),
+        "{}",
+        result.content
+    );
+    assert_eq!(world.ledger().len(), 1, "paid once");
+}

@@ -201,8 +201,8 @@ fn child() {
             async move {
                 match fails {
                     true => Err(Error::new(
-                        ErrorKind::Server,
-                        "503 from the payment gateway",
+                        ErrorKind::Unreachable,
+                        "the payment gateway refused the connection",
                     )),
                     false => Ok(Flow::Continue(req)),
                 }

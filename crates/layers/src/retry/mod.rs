@@ -91,10 +91,12 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tower::retry::budget::TpsBudget;
-use tower_agent_core::{ContentPart, Message, ModelRequest, Role, RunContext, ToolRequest};
+use tower_agent_core::{
+    ContentPart, ErrorKind, Message, ModelRequest, Role, RunContext, ToolRequest,
+};
 
 #[cfg(doc)]
-use tower_agent_core::{Error, ErrorKind};
+use tower_agent_core::Error;
 
 pub use service::{ResponseFuture, Retry, RetryLayer};
 
@@ -122,6 +124,19 @@ pub trait Retryable: Clone {
     /// [`Deltas::delivered`]: tower_agent_core::stream::Deltas::delivered
     fn delivered(&self) -> bool {
         false
+    }
+
+    /// Whether a call that failed with `kind` may be made again: by default yes. A tool
+    /// request says no after a failure that may have reached the tool (a timeout, a server
+    /// error, an empty answer) when its tool may not repeat ([`RunTools`]): a second call could
+    /// repeat its effect. A failure that never reached it (unreachable, rate-limited,
+    /// overloaded) is always tried again, and so is a recovery
+    /// ([`ToolRequest::recover`]: it only asks).
+    ///
+    /// [`RunTools`]: tower_agent_core::RunTools
+    fn may_try_again(&self, kind: &ErrorKind) -> bool {
+        let _ = kind;
+        true
     }
 }
 
@@ -164,6 +179,19 @@ impl Retryable for ModelRequest {
 impl Retryable for ToolRequest {
     fn ctx(&self) -> &RunContext {
         &self.ctx
+    }
+
+    fn may_try_again(&self, kind: &ErrorKind) -> bool {
+        let reached = matches!(
+            kind,
+            ErrorKind::Server | ErrorKind::Timeout | ErrorKind::EmptyResponse
+        );
+        // A recovery only asks what became of a call: asking again repeats nothing.
+        !reached
+            || self.recover
+            || tower_agent_core::RunTools::of(&self.ctx)
+                .and_then(|tools| tools.may_repeat(&self.call.name))
+                .unwrap_or(true)
     }
 }
 

@@ -109,6 +109,10 @@ where
         if !retryable(&error.kind()) || bounded || self.made >= policy.max_attempts {
             return None;
         }
+        // A failure that may have reached a tool that may not repeat: not again.
+        if !req.may_try_again(&error.kind()) {
+            return None;
+        }
         if !policy.replay_streamed && req.delivered() {
             return None;
         }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use tower_agent_core::{
     AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
     FinishReason, History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache,
-    Repair, Role, Steering, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult, Usage,
+    Repair, Role, RunTools, Steering, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult,
+    Usage,
 };
 use tower_service::Service;
 
@@ -81,6 +82,9 @@ where
             // A call that keeps progress (a sub-agent) finds there how to have the run save.
             self.saving.offer(&self.ctx);
             self.steering = self.ctx.extension::<Steering>();
+            // The tools' hints, for the layers that do not wrap the tools (a retry policy).
+            self.ctx
+                .insert_extension(RunTools::new(self.tools.tool_specs()));
             let result = self.drive(input, replay).await;
             // Boxed, as the resume and a concurrent round are: ending a run takes its own copy of
             // the run, and every run's future would carry it from the start.

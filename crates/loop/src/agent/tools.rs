@@ -421,6 +421,21 @@ where
         outcome: Option<ToolOutcome>,
     ) -> Option<bool> {
         let call = call_at(&self.session.history, at, pos);
+        // A recovery that failed could not say what became of the call: not a failed call.
+        let outcome = match outcome {
+            Some(Err(failure)) if call.key.is_some_and(|key| self.recovering.contains(&key)) => {
+                let failure = match failure {
+                    CallFailure::Failed(error) => error.to_string(),
+                    CallFailure::Panicked(message) => format!("it panicked: {message}"),
+                };
+                let text = format!(
+                    "{} (asking the tool what became of it failed: {failure})",
+                    ToolResult::OUTCOME_UNKNOWN
+                );
+                Some(Ok(ToolResponse::error(call, text)))
+            }
+            other => other,
+        };
         let token = self.ctx.cancellation_token();
         let Some((result, arguments)) = absorb(out, call, outcome, token) else {
             // It waits for a decision: not running any more.
