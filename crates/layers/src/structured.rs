@@ -112,7 +112,7 @@ impl StructuredLayer {
     }
 
     /// When the repairs run out, let the last answer through instead of failing the call,
-    /// with an [`Event::Warning`](tower_agent_core::Event::Warning) (source `"structured"`)
+    /// with an [`Event::Warning`] (source `"structured"`)
     /// naming what is wrong: LangChain's behaviour when its tool-argument repairs run out. Off
     /// by default: the caller asked for a shape, and an answer out of shape is an error.
     pub fn let_last_through(mut self, let_through: bool) -> Self {
