@@ -17,7 +17,7 @@ use tower_agent::prelude::*;
 use tower_agent::sessions::{
     BoxFuture, InMemorySessions, ListQuery, Page, SessionStore, StoreError, Stored, Version,
 };
-use tower_agent_test::ScriptedModel;
+use tower_agent_test::{ScriptedModel, assert_valid_history};
 
 /// A store that keeps every version it was asked to write, as JSON.
 #[derive(Clone, Default)]
@@ -519,4 +519,95 @@ async fn a_sub_agent_killed_in_its_second_round_keeps_its_first_in_the_parent_se
 #[tokio::test]
 async fn a_sub_agent_among_concurrent_calls_saves_its_steps_into_the_parent_session() {
     a_sub_agent_killed_in_its_second_round(true).await;
+}
+
+const CARD: &str = "4111-1111-1111-1111";
+
+/// The block strategy on the canonical stack with a store: emails are redacted, cards are
+/// refused wherever they appear; a refused input or tool result is never saved and the session
+/// goes on.
+#[tokio::test]
+async fn a_blocked_card_is_never_saved_and_the_session_goes_on() {
+    use tower_agent::layers::redact::Replace;
+    let cards = Rules::new()
+        .pattern("card", r"\d{4}-\d{4}-\d{4}-\d{4}", Replace::Label)
+        .expect("a bounded pattern");
+    let block = Guardrail::blocking("pii", cards);
+    let store = Recording::default();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([ToolCall::new("c1", "wallet", serde_json::json!({}))]),
+        ModelResponse::text("Mail sent."),
+    ]);
+    let wallet = ToolSet::new().tool(tool_fn("wallet", "The wallet.", |_: NoArgs| async move {
+        Ok::<_, Error>(format!("card {CARD}, owner {EMAIL}"))
+    }));
+    let agent = Agent::builder()
+        .with(StoreLayer::new(store.clone()))
+        .with(RedactLayer::new(Rules::new().emails()))
+        .with(
+            GuardrailLayer::new()
+                .input(block.clone())
+                .tool_results(block),
+        )
+        .with(PatchDanglingLayer::new())
+        .with(CallLimitsLayer::new().model_calls(Limit::per_run(4)))
+        .tool_specs(wallet.specs())
+        .build(model.clone(), wallet);
+    let run = |input: String| {
+        agent
+            .clone()
+            .oneshot(AgentRequest::new(Session::with_id("cards"), input))
+    };
+    let stopped_by = |res: &AgentResponse| match &res.outcome {
+        Outcome::Stopped {
+            reason: StopReason::Guardrail { name, reason },
+            ..
+        } => (name.clone(), reason.clone()),
+        other => panic!("stopped by the guardrail: {other:?}"),
+    };
+
+    // A card in the input: refused, nothing of it saved, the model never asked.
+    let first = run(format!("Pay with {CARD}, mail {EMAIL}"))
+        .await
+        .expect("an outcome");
+    assert_eq!(stopped_by(&first), ("pii".into(), "contains card".into()));
+    assert!(
+        first.session.history.is_empty(),
+        "{:?}",
+        texts(&first.session)
+    );
+    assert_eq!(model.request_count(), 0);
+
+    // A card in a tool result: withheld, the run stops, the call is answered.
+    let second = run("What is in my wallet?".into())
+        .await
+        .expect("an outcome");
+    assert_eq!(stopped_by(&second), ("pii".into(), "contains card".into()));
+    assert_valid_history(&second.session.history);
+    let result = second
+        .session
+        .history
+        .iter()
+        .flat_map(Message::tool_results)
+        .next()
+        .expect("the call is answered");
+    assert!(
+        result.is_error && result.content.starts_with("Withheld"),
+        "{result:?}"
+    );
+    assert_eq!(model.request_count(), 1, "the model never read the card");
+
+    // The session goes on, and no version ever saved holds the card or the raw address.
+    let third = run("Mail me the receipt.".into())
+        .await
+        .expect("the next run");
+    assert_eq!(third.text().as_deref(), Some("Mail sent."));
+    assert_valid_history(&third.session.history);
+    for version in store.written() {
+        assert!(!version.contains(CARD), "a card was saved: {version}");
+        assert!(
+            !version.contains(EMAIL),
+            "a raw address was saved: {version}"
+        );
+    }
 }

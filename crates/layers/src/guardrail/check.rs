@@ -106,6 +106,47 @@ impl Guardrail {
         }
     }
 
+    /// A guardrail that blocks what [redaction rules](crate::redact::Rules) find: it trips
+    /// when a rule matches, with the reason `contains <rule name>` (never the match itself, which
+    /// a trip would otherwise carry into the outcome, the events and the logs).
+    ///
+    /// This is the *block* strategy of LangChain's PII middleware, where redaction's others
+    /// (replace, mask, mask keeping a tail, hash) are [`Replace`](crate::redact::Replace)s: a
+    /// pattern is either rewritten (by a [`RedactLayer`](crate::redact::RedactLayer)) or
+    /// refused (by this guardrail), each rule in one place. A refusal ends the run the way every
+    /// trip does, with nothing refused kept (see the [module docs](super)); where LangChain
+    /// raises an exception, the outcome here is `Stopped` with the rule named.
+    ///
+    /// ```
+    /// use tower_agent_core::RunContext;
+    /// use tower_agent_layers::guardrail::{Guardrail, Verdict};
+    /// use tower_agent_layers::redact::{Replace, Rules};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_agent_core::Error> {
+    /// let cards = Rules::new().pattern("card", r"\d{4}-\d{4}-\d{4}-\d{4}", Replace::Label).unwrap();
+    /// let block = Guardrail::blocking("pii", cards);
+    /// let ctx = RunContext::default();
+    /// assert_eq!(
+    ///     block.check("pay with 1234-5678-9012-3456", &ctx).await?,
+    ///     Verdict::trip("contains card")
+    /// );
+    /// assert_eq!(block.check("pay by invoice", &ctx).await?, Verdict::Pass);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redact")]
+    pub fn blocking(name: impl Into<Arc<str>>, rules: crate::redact::Rules) -> Self {
+        let rules = Arc::new(rules);
+        Self::new(name, move |text: String| {
+            let verdict = match rules.first_match(&text) {
+                Some(rule) => Verdict::trip(format!("contains {rule}")),
+                None => Verdict::Pass,
+            };
+            std::future::ready(verdict)
+        })
+    }
+
     /// Its name, as a trip names it.
     pub fn name(&self) -> &str {
         &self.name

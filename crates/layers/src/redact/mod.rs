@@ -9,6 +9,16 @@
 //! [`RedactLayer`] applies them to the model's input, its output (streamed deltas included)
 //! and tool results.
 //!
+//! # Strategies
+//!
+//! Each rule says what replaces its matches ([`Replace`]): a label (`[REDACTED:email]`), a mask,
+//! a mask keeping a tail (a card's last four), a keyed hash, or a text of yours. LangChain's
+//! fifth strategy, *block*, refuses the text instead of rewriting it: that is a guardrail's
+//! job here, [`Guardrail::blocking`](crate::guardrail::Guardrail::blocking) made from rules of
+//! their own, which ends the run with the rule named and nothing refused saved (where LangChain
+//! raises). A pattern is rewritten or refused, not both: a guardrail inside the redaction
+//! would not see a match the redaction already replaced in the input.
+//!
 //! # What a stream holds back
 //!
 //! Only the tail in which a match could still be growing: the longest end of the text so far

@@ -290,6 +290,21 @@ impl Rules {
         }
     }
 
+    /// The name of the rule whose match comes first in `text`, if any rule matches (what
+    /// [`Guardrail::blocking`](crate::guardrail::Guardrail) reports).
+    ///
+    /// ```
+    /// use tower_agent_layers::redact::Rules;
+    ///
+    /// let rules = Rules::new().emails().api_keys();
+    /// assert_eq!(rules.first_match("key sk-abcdefghijklmnopqrstuvwx, ada@example.com"), Some("api_key"));
+    /// assert_eq!(rules.first_match("nothing here"), None);
+    /// ```
+    pub fn first_match(&self, text: &str) -> Option<&str> {
+        let &(_, _, rule) = self.matches(text, 0).first()?;
+        Some(&self.rules[rule].name)
+    }
+
     /// `text` with every match replaced.
     pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let matches = self.matches(text, 0);
