@@ -308,6 +308,11 @@ pub struct Interrupt {
     /// value (a tool's own question).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed: Vec<DecisionKind>,
+    /// The run paused before a model call, not at a tool call ([`Interrupt::before_model`]):
+    /// `call` names the pause (its id is the key to resume with, its name who paused, its
+    /// arguments `{}`) and stands nowhere in the history.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_model: bool,
 }
 
 impl Interrupt {
@@ -317,6 +322,37 @@ impl Interrupt {
             call,
             payload,
             allowed: Vec::new(),
+            before_model: false,
+        }
+    }
+
+    /// A pause before a model call, asked by `name` (a layer) with `payload`, resumed by
+    /// `key`: a layer answers a model request with it ([`ModelResponse::pause`]) instead of
+    /// calling the model. The run ends [`Interrupted`](crate::Outcome::Interrupted) with it in
+    /// [`Session::interrupts`](crate::Session::interrupts), like an approval; a
+    /// [`Resume`](crate::AgentInput::Resume) whose [`Decisions`] carry a value for `key` goes on
+    /// with the model call, the value in the run's context for the layer to read
+    /// ([`RunContext::resumed`](crate::RunContext::resumed)). New messages instead drop the
+    /// pause; a `Continue` keeps it waiting.
+    ///
+    /// `key` must not be a call id of the session: make it say what it asks (`budget-75%`).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::Interrupt;
+    ///
+    /// let pause = Interrupt::before_model("spend-over-5-usd", "budget", json!("Spend more than $5?"));
+    /// assert!(pause.before_model);
+    /// assert_eq!((pause.call.id.as_str(), pause.call.name.as_str()), ("spend-over-5-usd", "budget"));
+    /// ```
+    ///
+    /// [`ModelResponse::pause`]: crate::ModelResponse::pause
+    pub fn before_model(key: impl Into<String>, name: impl Into<String>, payload: Value) -> Self {
+        Self {
+            call: ToolCall::new(key, name, Value::Object(Default::default())),
+            payload,
+            allowed: Vec::new(),
+            before_model: true,
         }
     }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::context::RunContext;
+use crate::decision::Interrupt;
 use crate::error::Error;
 use crate::history::History;
 use crate::message::{ContentPart, Message, Role, ToolCall};
@@ -484,6 +485,11 @@ pub struct ModelResponse {
     /// input is not appended, and the session stays as it was.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused: bool,
+    /// A layer paused the run before the model was called ([`ModelResponse::pause`]): the run
+    /// ends [`Interrupted`](crate::Outcome::Interrupted) with it, and the message is not
+    /// appended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Box<Interrupt>>,
     /// Tokens used by calls a layer made for this one (a summarizer's), added to the run's
     /// usage.
     #[serde(default, skip_serializing_if = "Usage::is_zero")]
@@ -522,6 +528,7 @@ impl ModelResponse {
             history: None,
             stop: None,
             refused: false,
+            pause: None,
             side_usage: Usage::default(),
             origin: None,
         }
@@ -567,6 +574,24 @@ impl ModelResponse {
     pub fn refuse(reason: StopReason) -> Self {
         let mut response = Self::stop(reason);
         response.refused = true;
+        response
+    }
+
+    /// A request a layer paused before the model answered it (a spend threshold that asks a
+    /// human, a policy): the run ends [`Interrupted`](crate::Outcome::Interrupted) with
+    /// `pause` ([`Interrupt::before_model`]), everything before it kept (the run's input
+    /// included), and a resume by its key calls the model again, through the same layers.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tower_agent_core::{Interrupt, ModelResponse};
+    ///
+    /// let res = ModelResponse::pause(Interrupt::before_model("over-budget", "budget", json!("go on?")));
+    /// assert!(res.pause.is_some() && res.stop.is_none());
+    /// ```
+    pub fn pause(pause: Interrupt) -> Self {
+        let mut response = Self::text("");
+        response.pause = Some(Box::new(pause));
         response
     }
 

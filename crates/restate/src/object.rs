@@ -84,6 +84,10 @@ pub struct Pending {
     pub call: ToolCall,
     /// What the host needs to decide.
     pub payload: Value,
+    /// A pause before a model call ([`Interrupt::before_model`]): `call` names the pause and
+    /// the layer that asked; the value resolved goes to that layer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_model: bool,
     /// The awakeable to resolve with the decision (`{"type": "approve"}`, ...):
     /// `POST /restate/awakeables/{awakeable}/resolve` on the ingress.
     pub awakeable: String,
@@ -281,6 +285,7 @@ async fn decide(
         pending.push(Pending {
             call: interrupt.call.clone(),
             payload: interrupt.payload.clone(),
+            before_model: interrupt.before_model,
             awakeable,
         });
         waiting.push((interrupt.call.id.clone(), decided));

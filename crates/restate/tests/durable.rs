@@ -6,6 +6,8 @@
 //!   new process; the finished steps come from the journal (never run again), the one in flight
 //!   is recovered (its write-ahead step is in the journal, its result is not: the tools are asked
 //!   what became of it, and it never runs again), the run completes.
+//! - The same while a run waits on a pause before its model call: answered over HTTP, the
+//!   layer that paused reads the answer, the run completes.
 //! - The Restate server killed while a run waits on an approval: restarted on its data, the
 //!   awakeable resolved over HTTP, the approved call runs once, the run completes.
 //! - A run cancelled through the admin API ends cancelled.
@@ -21,7 +23,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
 use tower_agent_core::{
-    AgentRequest, Error, Message, ModelResponse, Recovery, Role, Session, ToolCall,
+    AgentRequest, Error, Flow, Interrupt, Message, ModelRequest, ModelResponse, Recovery, Role,
+    Session, ToolCall, before_model,
 };
 use tower_agent_layers::approval::{ApprovalLayer, Gate};
 use tower_agent_loop::Agent;
@@ -192,8 +195,24 @@ fn agent(effects: PathBuf, slow_finishes: bool) -> BoxAgent {
         .build()
         .expect("a valid gate");
     let tools = approval.layer(JournalLayer.layer(tools));
+    // A pause before the model call of a run that starts with "gate", until the host says go
+    // (outside the journal: replayed, it asks the same and reads the journaled answer).
+    let gate = before_model(|req: ModelRequest| async move {
+        let gated = req.messages.first().is_some_and(|m| m.text() == "gate");
+        Ok(
+            match gated && req.ctx.resumed("spend") != Some(json!("go")) {
+                true => Flow::Answer(ModelResponse::pause(Interrupt::before_model(
+                    "spend",
+                    "budget",
+                    json!("Spend more?"),
+                ))),
+                false => Flow::Continue(req),
+            },
+        )
+    });
     let agent = Agent::builder()
         .max_rounds(BENCH_ROUNDS as u32 + 10)
+        .model_layer(gate)
         .build(JournalLayer.layer(model()), tools);
     BoxAgent::new(agent)
 }
@@ -653,6 +672,54 @@ fn parent() {
     assert!(session.interrupts.is_empty());
     println!(
         "approval: the server killed with SIGKILL while a run waited; restarted, approved over HTTP, completed"
+    );
+
+    // 2b. The server killed while a run waits on a pause before its model call.
+    let invocation = http.start_run(&server, "gate-1", "gate");
+    let pending_url = format!("{}/Agent/gate-1/pending", server.ingress());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let awakeable = loop {
+        let (_, pending) = http.send(reqwest::Method::POST, &pending_url, None);
+        if let Some(id) = pending[0]["awakeable"].as_str() {
+            assert_eq!(pending[0]["call"]["id"], "spend", "{pending}");
+            assert_eq!(pending[0]["before_model"], true, "{pending}");
+            break id.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the run never paused: {pending}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    server.restart();
+    let resolve = format!(
+        "{}/restate/awakeables/{awakeable}/resolve",
+        server.ingress()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, answer) = http.send(reqwest::Method::POST, &resolve, Some(json!("go")));
+        if (200..300).contains(&status) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "resolve: {status} {answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, result) = http.result(&server, &invocation);
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["text"], "finished", "{result}");
+    let (_, session) = http.send(
+        reqwest::Method::POST,
+        &format!("{}/Agent/gate-1/session", server.ingress()),
+        None,
+    );
+    let session: Session = serde_json::from_value(session).expect("a session");
+    session.history.validate().expect("a valid history");
+    assert!(session.interrupts.is_empty());
+    assert_eq!(
+        session.history.len(),
+        2,
+        "the input and the answer: {session:?}"
+    );
+    println!(
+        "pause before a model call: the server killed with SIGKILL while a run waited; restarted, answered over HTTP, completed"
     );
 
     // 3. Cancelling the invocation cancels the run.

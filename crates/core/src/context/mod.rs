@@ -219,6 +219,25 @@ impl RunContext {
         Box::pin(events.emit_until_cancelled(event, &self.shared.cancel)).await
     }
 
+    /// The value the run was resumed with for the pause `key` ([`Interrupt::before_model`]),
+    /// in the run that resumes it: what the host answered the layer that paused. `None` in
+    /// any other run.
+    ///
+    /// A layer that pauses reads it at its next call: the answer, it goes on (or stops); none,
+    /// it pauses. It keeps what the answer settles in the session's state if a later run must
+    /// know (the answer lives for this run only).
+    ///
+    /// [`Interrupt::before_model`]: crate::Interrupt::before_model
+    pub fn resumed(&self, key: &str) -> Option<Value> {
+        self.extension::<Resumed>()?.0.get(key).cloned()
+    }
+
+    /// Give the run the values a resume answered its pauses with ([`RunContext::resumed`]);
+    /// the agent does it when a [`Resume`](crate::AgentInput::Resume) answers a pause.
+    pub fn set_resumed(&self, answers: crate::Decisions) {
+        self.insert_extension(Resumed(Arc::new(answers)));
+    }
+
     /// Read a value of the session's JSON state. `None` when missing or not of type `T`.
     pub fn state<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
         let state = lock(&self.shared.state);
@@ -480,6 +499,10 @@ impl Extensions {
             .cloned()
     }
 }
+
+/// The values a resume answered the run's pauses with ([`RunContext::resumed`]).
+#[derive(Clone)]
+struct Resumed(Arc<crate::Decisions>);
 
 #[cfg(test)]
 mod tests {

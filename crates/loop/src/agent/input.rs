@@ -60,6 +60,15 @@ fn check_interrupts(session: &Session) -> Result<(), Error> {
                 "the session lists the pending interrupt for call `{id}` twice"
             )));
         }
+        // A pause before a model call has no call in the history; it waits alone.
+        if interrupt.before_model {
+            if session.interrupts.len() > 1 {
+                return Err(Error::bad_request(format!(
+                    "the session's pause `{id}` before a model call waits beside other interrupts"
+                )));
+            }
+            continue;
+        }
         let Some(call) = open.iter().find(|call| &call.id == id) else {
             return Err(Error::bad_request(format!(
                 "the session's pending interrupt for call `{id}` does not match an unanswered \

@@ -58,6 +58,25 @@ where
                 self.start = self.session.history.len();
                 Some(self.replayed())
             }
+            // A pause before a model call: the model is called again, the answer in the
+            // run's context for the layer that paused.
+            AgentInput::Resume(decisions)
+                if self.session.interrupts.iter().any(|i| i.before_model) =>
+            {
+                self.session.answer_dangling_calls();
+                self.index_and_repair(false);
+                self.start = self.session.history.len();
+                let paused = std::mem::take(&mut self.session.interrupts);
+                self.ctx.set_resumed(
+                    paused
+                        .iter()
+                        .filter_map(|p| {
+                            Some((p.call.id.clone(), decisions.get(&p.call.id)?.clone()))
+                        })
+                        .collect(),
+                );
+                None
+            }
             AgentInput::Resume(decisions) => {
                 self.session.answer_dangling_calls();
                 self.index_and_repair(false);

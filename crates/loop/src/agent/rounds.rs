@@ -330,7 +330,9 @@ where
         }
         // The readers end up with what the history gets: the message, or nothing.
         let kept = match &answer {
-            Some(Ok(response)) if response.stop.is_none() => Some(&response.message),
+            Some(Ok(response)) if response.stop.is_none() && response.pause.is_none() => {
+                Some(&response.message)
+            }
             _ => None,
         };
         if self.ctx.events().is_enabled() {
@@ -362,6 +364,7 @@ where
             history,
             stop,
             refused,
+            pause,
             side_usage,
             finish_reason,
             ..
@@ -369,6 +372,13 @@ where
         self.usage += usage + side_usage;
         if let Some(history) = history {
             self.commit(history)?;
+        }
+        // A layer paused the run before the model: what the run did stays (its input too), and
+        // a resume by the pause's key calls the model again.
+        if let Some(pause) = pause {
+            return Ok(Answer::End(Outcome::Interrupted {
+                interrupts: vec![*pause],
+            }));
         }
         // A layer stopped the run at this call: its calls could not be answered. A first call
         // refused leaves nothing refused in the session: the input is withdrawn.
