@@ -87,8 +87,8 @@
 pub use tower_agent_core::*;
 pub use tower_agent_loop::stack;
 pub use tower_agent_loop::{
-    Agent, AgentBuilder, AgentConfig, AgentServiceExt, Blocking, Builtin, Builtins, ResumeError,
-    RunHandle, SessionMark, ToolExecution,
+    Agent, AgentBuilder, AgentConfig, AgentServiceExt, Blocking, Builtin, Builtins, PrefixMoved,
+    ResumeError, RunHandle, SessionMark, ToolExecution,
 };
 
 /// Tools: [`ToolSet`], typed tools from async functions ([`tool_fn`]), schemas.

@@ -6,6 +6,7 @@
 
 mod agent;
 mod mark;
+mod probe;
 mod run;
 pub mod stack;
 
@@ -13,6 +14,7 @@ pub use agent::{
     Agent, AgentBuilder, AgentConfig, Builtins, ResumeError, ToolExecution, Truncation,
 };
 pub use mark::SessionMark;
+pub use probe::PrefixMoved;
 pub use run::{AgentServiceExt, Blocking, RunHandle};
 pub use stack::{
     AgentLayer, AgentSlot, Builtin, Inside, ModelLayer, ModelSlot, Stacks, ToolLayer, ToolSlot,

@@ -385,9 +385,27 @@ impl Stacks {
             .fold(agent, |service, (_, wrap)| wrap(service))
     }
 
-    /// `model` inside every model layer, in the slots' order.
+    /// `model` inside every model layer, in the slots' order, with a probe above the stack
+    /// and below each slot's layers: when the prompt cache's prefix moves between two model
+    /// calls of an observed run, the probe at the provider says which place moved it
+    /// ([`PrefixMoved`](crate::PrefixMoved)).
     pub fn wrap_model(&self, model: BoxModel) -> BoxModel {
-        wrap_model(&sorted(&self.model), model)
+        let layers = sorted(&self.model);
+        let probes = crate::probe::Probes::new();
+        let innermost = layers.last().map(|(slot, _)| *slot);
+        let mut service = model;
+        for (index, (slot, wrap)) in layers.iter().enumerate().rev() {
+            // Below the last layer of each slot: where that slot's work shows.
+            if layers.get(index + 1).is_none_or(|(next, _)| next != slot) {
+                service = probes.probe(service, slot.name(), Some(*slot) == innermost);
+            }
+            let inside = Inside {
+                layers: &layers,
+                slot: *slot,
+            };
+            service = wrap(service, &inside);
+        }
+        probes.probe(service, "session", innermost.is_none())
     }
 
     /// `tools` inside every tool layer, in the slots' order.

@@ -1,0 +1,225 @@
+//! Which layer moved the prompt cache's prefix: a probe above the model stack, one below each
+//! slot's layers, and one at the provider, each remembering what its place saw at the run's
+//! previous model call.
+//!
+//! A provider caches a request's prefix: the system prompt, the tools, then the messages. When
+//! the request at the provider no longer starts with the previous one (a message before its
+//! end changed, the system prompt or the tools changed), what was cached is lost. The probe
+//! at the provider then says so ([`PrefixMoved`]), naming the outermost place where the
+//! change shows: the session (the history the agent sent, a layer's commit) or the slot whose
+//! layers made it. Probes look only while someone listens to the run's events.
+
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::task::{Context, Poll};
+
+use serde::Serialize;
+use tower::Service;
+use tower_agent_core::{
+    BoxModel, Error, Event, ExtensionKey, HistoryMark, LayerEvent, ModelRequest, ModelResponse,
+};
+
+/// The prompt cache's prefix moved between two model calls of a run: what the provider cached
+/// of the previous request is lost, and the place that moved it.
+///
+/// Emitted (as [`Event::Layer`]) by an agent built with [`Agent::builder`](crate::Agent::builder)
+/// whose run is observed, before the model call that pays for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PrefixMoved {
+    /// The round of the call that pays.
+    pub round: u32,
+    /// Who moved it: `"session"` (the history the agent sent changed before its end: a
+    /// layer's commit, an edit of the session) or the name of the model slot whose layers did
+    /// (`"summarize"`, `"clear"`, `"select"`, `"instructions"`, `"model_layer"`...,
+    /// as [`ModelSlot::name`](crate::stack::ModelSlot::name) gives it).
+    pub by: &'static str,
+    /// What moved: `"system"`, `"tools"` or `"messages"`.
+    pub what: &'static str,
+    /// How many of the previous request's messages the new one still starts with.
+    pub kept_messages: usize,
+    /// About how many tokens of the previous request are no longer a cached prefix (its bytes
+    /// from the change on, four to a token).
+    pub lost_tokens: u64,
+}
+
+impl LayerEvent for PrefixMoved {
+    const NAME: &'static str = "prefix_moved";
+}
+
+impl fmt::Display for PrefixMoved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "round {}: {} moved the cached prefix ({}), about {} tokens no longer cached",
+            self.round, self.by, self.what, self.lost_tokens
+        )
+    }
+}
+
+/// A part of a request: its hash and its size in bytes.
+type Part = (u64, usize);
+
+fn part(value: &impl Serialize) -> Part {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    let mut hasher = DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    (hasher.finish(), bytes.len())
+}
+
+/// What one place saw of a request.
+#[derive(Clone)]
+struct Seen {
+    system: Part,
+    tools: Part,
+    /// Each message's part, and where the history stood: the next look reads only what the
+    /// history does not keep of it.
+    messages: Vec<Part>,
+    mark: HistoryMark,
+}
+
+/// What a place saw at the run's previous call, and what it sees now: what the new one lost.
+struct Change {
+    what: &'static str,
+    kept_messages: usize,
+    lost_bytes: usize,
+}
+
+impl Seen {
+    /// Look at `request`: what this place sees of it, and what it lost of the previous request
+    /// this place saw (`before`), if any.
+    fn look(before: Option<&Seen>, request: &ModelRequest) -> (Seen, Option<Change>) {
+        let history = &request.messages;
+        // The messages the history keeps of the previous look are not read again; the rest is
+        // compared by content (a layer that builds an equal history anew moves nothing).
+        let kept = before.map_or(0, |seen| history.kept(&seen.mark));
+        let mut messages: Vec<Part> =
+            before.map_or(Vec::new(), |seen| seen.messages[..kept].to_vec());
+        messages.extend(history[kept..].iter().map(part));
+        let now = Seen {
+            system: part(&request.system.as_deref()),
+            tools: part(&&request.tools[..]),
+            messages,
+            mark: history.mark(),
+        };
+        let Some(before) = before else {
+            return (now, None);
+        };
+        let previous = &before.messages;
+        let kept = previous
+            .iter()
+            .zip(&now.messages)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let bytes = |parts: &[Part]| parts.iter().map(|p| p.1).sum::<usize>();
+        let what = match (before.system == now.system, before.tools == now.tools) {
+            (false, _) => "system",
+            (_, false) => "tools",
+            _ if kept < previous.len() => "messages",
+            _ => return (now, None),
+        };
+        let lost_bytes = match what {
+            "messages" => bytes(&previous[kept..]),
+            _ => before.system.1 + before.tools.1 + bytes(previous),
+        };
+        let change = Change {
+            what,
+            kept_messages: kept,
+            lost_bytes,
+        };
+        (now, Some(change))
+    }
+}
+
+/// Where the probes of one model stack keep their state in a run.
+#[derive(Clone)]
+pub(crate) struct Probes {
+    /// The outermost place where this call's change showed.
+    first: ExtensionKey<Option<&'static str>>,
+}
+
+impl Probes {
+    pub(crate) fn new() -> Self {
+        Self {
+            first: ExtensionKey::new(),
+        }
+    }
+
+    /// A probe around `inner`, named `by`; `at_provider` for the innermost.
+    pub(crate) fn probe(&self, inner: BoxModel, by: &'static str, at_provider: bool) -> BoxModel {
+        BoxModel::new(Probe {
+            inner,
+            by,
+            at_provider,
+            top: by == "session",
+            seen: ExtensionKey::new(),
+            probes: self.clone(),
+        })
+    }
+}
+
+#[derive(Clone)]
+struct Probe {
+    inner: BoxModel,
+    by: &'static str,
+    at_provider: bool,
+    top: bool,
+    seen: ExtensionKey<Seen>,
+    probes: Probes,
+}
+
+impl Service<ModelRequest> for Probe {
+    type Response = ModelResponse;
+    type Error = Error;
+    type Future = <BoxModel as Service<ModelRequest>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ModelRequest) -> Self::Future {
+        let ctx = &request.ctx;
+        if !ctx.events().is_enabled() || ctx.is_side_call() {
+            return self.inner.call(request);
+        }
+        let before = ctx.extension_at(&self.seen);
+        let (seen, change) = Seen::look(before.as_ref(), &request);
+        ctx.insert_extension_at(&self.seen, seen);
+        if self.top {
+            ctx.insert_extension_at(&self.probes.first, None);
+        }
+        if change.is_some() && ctx.extension_at(&self.probes.first).flatten().is_none() {
+            ctx.insert_extension_at(&self.probes.first, Some(self.by));
+        }
+        let moved = match (self.at_provider, change) {
+            (true, Some(change)) => Some(PrefixMoved {
+                round: ctx.round(),
+                by: ctx
+                    .extension_at(&self.probes.first)
+                    .flatten()
+                    .unwrap_or(self.by),
+                what: change.what,
+                kept_messages: change.kept_messages,
+                lost_tokens: change.lost_bytes.div_ceil(4) as u64,
+            }),
+            _ => None,
+        };
+        let Some(moved) = moved else {
+            return self.inner.call(request);
+        };
+        let ctx = request.ctx.clone();
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            ctx.emit(Event::layer(moved)).await?;
+            call.await
+        })
+    }
+}
+
+impl fmt::Debug for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probe")
+            .field("by", &self.by)
+            .finish_non_exhaustive()
+    }
+}
