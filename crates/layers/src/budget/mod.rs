@@ -28,6 +28,13 @@
 //!   tenant's id), shared by every run through this layer (and its clones).
 //! - [`shared`](BudgetLayer::shared): a [`Budget`] the host holds, shared with anything else
 //!   that has a clone of it.
+//! - [`window`](BudgetLayer::window): a tenant's day, month or conversation
+//!   ([`SpendWindow`]), kept in a [`SpendStore`] every process shares ([`InMemorySpend`] for
+//!   one process; `PostgresSpend` with the feature `budget-postgres` for many). Still reserved
+//!   before the call is sent, in one step in the store: two processes never hold more than
+//!   the window's limit between them (`tests/spend_windows.rs` runs two against a real
+//!   Postgres). Pydantic's `SpendLimits` and Mastra's cost control check what was spent, so
+//!   concurrent calls overshoot; a reservation here holds the worst case until it settles.
 //!
 //! **Atomic.** A reservation is one step under the ledger's lock: concurrent calls (parallel
 //! sub-agents, parallel runs of one tenant) never reserve more than a run's, a key's or a
@@ -84,7 +91,10 @@
 //! [`Provider::price`]: https://docs.rs/tower-agent-providers/latest/tower_agent_providers/struct.Provider.html#method.price
 
 mod ledger;
+#[cfg(feature = "budget-postgres")]
+mod postgres;
 mod service;
+mod window;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -94,7 +104,10 @@ use tower_agent_core::{Cost, ExtensionKey, ModelPrice, RunContext, Session, Stat
 use tower_layer::Layer;
 
 pub use ledger::Budget;
+#[cfg(feature = "budget-postgres")]
+pub use postgres::PostgresSpend;
 pub use service::{Budgeted, ResponseFuture};
+pub use window::{Hold, InMemorySpend, Period, SpendStore, SpendWindow};
 
 use crate::tokens::{RunningCount, TokenCounter};
 
@@ -133,6 +146,7 @@ pub(crate) struct Config {
     session: Option<Cost>,
     keyed: Option<Keyed>,
     shared: Vec<(Arc<str>, Budget)>,
+    windows: Vec<(SpendWindow, Arc<dyn SpendStore>)>,
     assume_output: u32,
     counter: Arc<dyn TokenCounter>,
     run_key: ExtensionKey<Budget>,
@@ -163,6 +177,7 @@ impl BudgetLayer {
                 session: None,
                 keyed: None,
                 shared: Vec::new(),
+                windows: Vec::new(),
                 assume_output: 4_096,
                 counter: Arc::new(bytes),
                 run_key: ExtensionKey::new(),
@@ -212,6 +227,49 @@ impl BudgetLayer {
     pub fn shared(self, scope: impl Into<String>, budget: Budget) -> Self {
         let scope = scope.into();
         self.edit(|c| c.shared.push((scope.into(), budget)))
+    }
+
+    /// Spend from `window` too, kept in `store`: a tenant's day, month or conversation,
+    /// shared by every process that spends from the same store (an [`InMemorySpend`] for one
+    /// process, a `PostgresSpend` for many). The call's worst case is held in the store before
+    /// it is sent, in one step (in Postgres, under the window row's lock), so concurrent runs
+    /// anywhere never hold more than the limit between them; a stop names the window's key
+    /// (`acme/day/2026-11-29`). A store that fails fails the call (nothing passes unchecked).
+    ///
+    /// ```
+    /// use tower::{Layer, ServiceExt};
+    /// use tower_agent_core::{AgentRequest, Cost, ModelPrice, ModelResponse, Outcome, Session, StopReason, Usage};
+    /// use tower_agent_layers::budget::{BudgetLayer, InMemorySpend, SpendStore, SpendWindow};
+    /// use tower_agent_loop::Agent;
+    /// use tower_agent_test::ScriptedModel;
+    /// use tower_agent_tools::ToolSet;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_agent_core::Error> {
+    /// let store = InMemorySpend::new();
+    /// let price = ModelPrice::per_million(3.0, 0.3, 15.0);
+    /// // $0.01 a conversation; each call may write 100 tokens, 0.15 cents at most.
+    /// let budget = BudgetLayer::new(price)
+    ///     .assume_output_tokens(100)
+    ///     .window(SpendWindow::conversation(Cost::from_dollars(0.01)), store.clone());
+    /// let model = ScriptedModel::from_fn(|_| Ok(ModelResponse::text("Hi.").with_usage(Usage::new(1_000, 100))));
+    /// let agent = Agent::new(budget.layer(model), ToolSet::new());
+    /// let mut stopped = None;
+    /// for _ in 0..10 {
+    ///     let res = agent.clone().oneshot(AgentRequest::new(Session::with_id("chat-1"), "hi")).await?;
+    ///     if let Outcome::Stopped { reason: StopReason::Budget { scope, .. }, .. } = res.outcome {
+    ///         stopped = Some(scope);
+    ///         break;
+    ///     }
+    /// }
+    /// assert_eq!(stopped.as_deref(), Some("*/conversation/chat-1"));
+    /// assert!(store.spent("*/conversation/chat-1").await? <= Cost::from_dollars(0.01));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn window(self, window: SpendWindow, store: impl SpendStore) -> Self {
+        let store: Arc<dyn SpendStore> = Arc::new(store);
+        self.edit(|c| c.windows.push((window, store)))
     }
 
     /// The completion tokens a request that sets no `max_tokens` is assumed to take at most
@@ -275,6 +333,7 @@ impl Config {
                 budgets: Mutex::new(HashMap::new()),
             }),
             shared: self.shared.clone(),
+            windows: self.windows.clone(),
             assume_output: self.assume_output,
             counter: Arc::clone(&self.counter),
             run_key: ExtensionKey::new(),

@@ -9,8 +9,10 @@ use tower_agent_core::{Cost, Error, ModelRequest, ModelResponse, RunContext, Sto
 use tower_service::Service;
 
 use super::ledger::Reservation;
+use super::window::HoldGuard;
 use super::{BudgetLayer, Config, STATE_KEY};
 use std::sync::PoisonError;
+use std::time::SystemTime;
 
 /// Reserves each model call's worst case on its budgets before calling the inner service,
 /// and settles with what it cost; see the [module docs](super).
@@ -107,20 +109,44 @@ where
             }
         }
     }
+    // The windows in their stores, after the budgets of this process: a call refused here
+    // holds nothing anywhere.
+    let (root, now) = (ctx.root(), SystemTime::now());
+    let mut holds = Vec::new();
+    for (window, store) in &config.windows {
+        let Some(key) = window.key(&root, now) else {
+            continue;
+        };
+        match store.reserve(&key, window.limit, asked).await? {
+            Ok(hold) => holds.push(HoldGuard::new(Arc::clone(store), hold)),
+            Err(taken) => {
+                tracing::info!(window = %key, limit = %window.limit, spent = %taken, %asked, "spend window spent: call not sent");
+                return Ok(ModelResponse::refuse(StopReason::Budget {
+                    scope: key,
+                    limit: window.limit,
+                    spent: taken,
+                    asked,
+                }));
+            }
+        }
+    }
     match inner.call(req).await {
         Ok(mut response) => {
             response.usage = priced(&config, response.usage);
             response.side_usage = priced(&config, response.side_usage);
-            settle(
-                &ctx,
-                reservations,
-                response.usage.cost + response.side_usage.cost,
-            );
+            let actual = response.usage.cost + response.side_usage.cost;
+            settle(&ctx, reservations, actual);
+            for hold in holds {
+                hold.settle(actual).await;
+            }
             Ok(response)
         }
         Err(error) => {
             let usage = priced(&config, error.usage());
             settle(&ctx, reservations, usage.cost);
+            for hold in holds {
+                hold.settle(usage.cost).await;
+            }
             Err(if usage.is_zero() {
                 error
             } else {
