@@ -448,6 +448,55 @@ fn wait_for_line(path: &Path, line: &str, from: usize) {
     }
 }
 
+/// Start a run of `key` with `message`, wait until it waits on an awakeable, kill and restart
+/// the server, resolve the awakeable with `answer`, and wait for the run to answer "finished":
+/// what waited, and the session stored then (its history valid).
+fn wait_restart_answer(
+    http: &Http,
+    server: &mut Server,
+    key: &str,
+    message: &str,
+    answer: Value,
+) -> (Value, Session) {
+    let invocation = http.start_run(server, key, message);
+    let pending_url = format!("{}/Agent/{key}/pending", server.ingress());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (awakeable, waited) = loop {
+        let (_, pending) = http.send(reqwest::Method::POST, &pending_url, None);
+        if let Some(id) = pending[0]["awakeable"].as_str() {
+            break (id.to_owned(), pending[0].clone());
+        }
+        assert!(Instant::now() < deadline, "the run never waited: {pending}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    server.restart();
+    let resolve = format!(
+        "{}/restate/awakeables/{awakeable}/resolve",
+        server.ingress()
+    );
+    // The restarted server takes a moment to lead its partitions again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = http.send(reqwest::Method::POST, &resolve, Some(answer.clone()));
+        if (200..300).contains(&status) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "resolve: {status} {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, result) = http.result(server, &invocation);
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["text"], "finished", "{result}");
+    let (_, session) = http.send(
+        reqwest::Method::POST,
+        &format!("{}/Agent/{key}/session", server.ingress()),
+        None,
+    );
+    let session: Session = serde_json::from_value(session).expect("a session");
+    session.history.validate().expect("a valid history");
+    (waited, session)
+}
+
 fn percentile(sorted: &[u128], p: f64) -> u128 {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index]
@@ -626,92 +675,25 @@ fn parent() {
 
     // 2. The server killed while a run waits on an approval.
     let from = lines(&effects).len();
-    let invocation = http.start_run(&server, "ops-1", "approve");
-    let pending_url = format!("{}/Agent/ops-1/pending", server.ingress());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let awakeable = loop {
-        let (_, pending) = http.send(reqwest::Method::POST, &pending_url, None);
-        if let Some(id) = pending[0]["awakeable"].as_str() {
-            assert_eq!(pending[0]["call"]["name"], "deploy", "{pending}");
-            break id.to_owned();
-        }
-        assert!(Instant::now() < deadline, "the run never waited: {pending}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    server.restart();
-    let resolve = format!(
-        "{}/restate/awakeables/{awakeable}/resolve",
-        server.ingress()
+    let (pending, session) = wait_restart_answer(
+        &http,
+        &mut server,
+        "ops-1",
+        "approve",
+        json!({ "type": "approve" }),
     );
-    // The restarted server takes a moment to lead its partitions again.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, answer) = http.send(
-            reqwest::Method::POST,
-            &resolve,
-            Some(json!({ "type": "approve" })),
-        );
-        if (200..300).contains(&status) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "resolve: {status} {answer}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let (status, result) = http.result(&server, &invocation);
-    assert_eq!(status, 200, "{result}");
-    assert_eq!(result["text"], "finished", "{result}");
+    assert_eq!(pending["call"]["name"], "deploy", "{pending}");
     let ran = lines(&effects)[from..].to_vec();
     assert_eq!(ran, ["deploy d1"], "the approved call ran once");
-    let (_, session) = http.send(
-        reqwest::Method::POST,
-        &format!("{}/Agent/ops-1/session", server.ingress()),
-        None,
-    );
-    let session: Session = serde_json::from_value(session).expect("a session");
-    session.history.validate().expect("a valid history");
     assert!(session.interrupts.is_empty());
     println!(
         "approval: the server killed with SIGKILL while a run waited; restarted, approved over HTTP, completed"
     );
 
     // 2b. The server killed while a run waits on a pause before its model call.
-    let invocation = http.start_run(&server, "gate-1", "gate");
-    let pending_url = format!("{}/Agent/gate-1/pending", server.ingress());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let awakeable = loop {
-        let (_, pending) = http.send(reqwest::Method::POST, &pending_url, None);
-        if let Some(id) = pending[0]["awakeable"].as_str() {
-            assert_eq!(pending[0]["call"]["id"], "spend", "{pending}");
-            assert_eq!(pending[0]["before_model"], true, "{pending}");
-            break id.to_owned();
-        }
-        assert!(Instant::now() < deadline, "the run never paused: {pending}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    server.restart();
-    let resolve = format!(
-        "{}/restate/awakeables/{awakeable}/resolve",
-        server.ingress()
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, answer) = http.send(reqwest::Method::POST, &resolve, Some(json!("go")));
-        if (200..300).contains(&status) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "resolve: {status} {answer}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let (status, result) = http.result(&server, &invocation);
-    assert_eq!(status, 200, "{result}");
-    assert_eq!(result["text"], "finished", "{result}");
-    let (_, session) = http.send(
-        reqwest::Method::POST,
-        &format!("{}/Agent/gate-1/session", server.ingress()),
-        None,
-    );
-    let session: Session = serde_json::from_value(session).expect("a session");
-    session.history.validate().expect("a valid history");
+    let (pending, session) = wait_restart_answer(&http, &mut server, "gate-1", "gate", json!("go"));
+    assert_eq!(pending["call"]["id"], "spend", "{pending}");
+    assert_eq!(pending["before_model"], true, "{pending}");
     assert!(session.interrupts.is_empty());
     assert_eq!(
         session.history.len(),
