@@ -11,7 +11,7 @@ mod run;
 pub mod stack;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentConfig, Builtins, ResumeError, ToolExecution, Truncation,
+    Agent, AgentBuilder, AgentConfig, Builtins, ResumeError, ToolExecution, Truncation, check_input,
 };
 pub use mark::SessionMark;
 pub use probe::PrefixMoved;

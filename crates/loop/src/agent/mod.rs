@@ -62,6 +62,28 @@ pub use input::ResumeError;
 
 use state::Run;
 
+/// Whether `input` may run on `session`: what the agent checks before a run changes anything
+/// (a resume's decisions against the calls that wait, a `Continue` of an empty session). A
+/// server checks a request with it before starting the run, to answer at once.
+///
+/// # Errors
+///
+/// [`ErrorKind::BadRequest`](tower_agent_core::ErrorKind::BadRequest), its source a
+/// [`ResumeError`] for a resume.
+///
+/// ```
+/// use tower_agent_core::{AgentInput, Decisions, Session};
+///
+/// let refused = tower_agent_loop::check_input(&Session::new(), &AgentInput::Resume(Decisions::new()));
+/// assert!(refused.unwrap_err().to_string().contains("no pending interrupt"));
+/// ```
+pub fn check_input(
+    session: &tower_agent_core::Session,
+    input: &tower_agent_core::AgentInput,
+) -> Result<(), Error> {
+    input::check_input(session, input).map(|_| ())
+}
+
 /// The agent service: the loop that drives a model service and a tool service round by
 /// round.
 ///
