@@ -177,6 +177,14 @@ pub mod mcp {
     pub use tower_agent_mcp::*;
 }
 
+/// Serve an agent over HTTP: [`AgentServer`](server::AgentServer), an axum router for runs
+/// on stored sessions, their events as resumable server-sent events, decisions, cancel and
+/// steering. With `server`.
+#[cfg(feature = "server")]
+pub mod server {
+    pub use tower_agent_server::*;
+}
+
 pub mod chat;
 
 /// What most host applications need, in one import.
@@ -221,6 +229,10 @@ pub mod docs {
     #[doc = include_str!("../docs/interrupts.md")]
     #[cfg(feature = "approval")]
     pub mod interrupts {}
+
+    #[doc = include_str!("../docs/server.md")]
+    #[cfg(all(feature = "server", feature = "approval", feature = "tools"))]
+    pub mod server {}
 
     #[doc = include_str!("../docs/workflows.md")]
     #[cfg(all(feature = "workflow", feature = "tools"))]

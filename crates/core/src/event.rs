@@ -98,7 +98,8 @@ pub enum Event {
         /// The tool's name.
         name: String,
     },
-    /// A tool call finished.
+    /// A tool call finished. A call that pauses for a decision has not: its `ToolFinished`
+    /// comes in the run that resumes it (after a `ToolStarted` of its own there).
     ToolFinished {
         /// The round.
         round: u32,

@@ -89,6 +89,10 @@ use tower_agent_sessions::SessionStore;
 
 pub use error::ApiError;
 
+/// The axum this crate is built on, for a host to nest the router and serve it with the same
+/// version.
+pub use axum;
+
 use runs::{Run, Runs};
 
 /// An agent served over HTTP: [`AgentServer::router`] gives the routes. Cloning is cheap

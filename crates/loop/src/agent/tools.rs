@@ -205,10 +205,12 @@ where
                     }
                     self.save_result(&mut out).await;
                 }
-                let is_error = answered.unwrap_or(false);
-                let call = || call_at(&self.session.history, at, pos);
-                if let Err(error) = emit!(self.ctx, finished(round, call(), is_error)) {
-                    out.error.get_or_insert(error);
+                // A call that waits for a decision has not finished: it finishes when resumed.
+                if let Some(is_error) = answered {
+                    let call = call_at(&self.session.history, at, pos);
+                    if let Err(error) = emit!(self.ctx, finished(round, call, is_error)) {
+                        out.error.get_or_insert(error);
+                    }
                 }
             }
             out
@@ -278,13 +280,15 @@ where
                     done[k] = true;
                     let is_error = is_error(&outcome);
                     let pos = position(k);
+                    // A call that waits for a decision has not finished: it finishes when
+                    // resumed.
                     if self.answer_with(&mut out, at, pos, Some(outcome)).is_some() {
                         self.save_result(&mut out).await;
-                    }
-                    let call = call_at(&self.session.history, at, pos);
-                    let told = emit!(self.ctx, finished(round, call, is_error));
-                    if let Err(error) = told {
-                        out.error.get_or_insert(error);
+                        let call = call_at(&self.session.history, at, pos);
+                        let told = emit!(self.ctx, finished(round, call, is_error));
+                        if let Err(error) = told {
+                            out.error.get_or_insert(error);
+                        }
                     }
                     if out.error.is_some() {
                         break;
