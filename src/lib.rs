@@ -83,6 +83,7 @@
 //! - [`docs::cost`]: context and cost: prompt caching planned across the stack.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use tower_agent_core::*;
 pub use tower_agent_loop::stack;

@@ -3,6 +3,7 @@
 //! an event stream, blocking, batch).
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod agent;
 mod mark;

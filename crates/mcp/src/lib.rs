@@ -57,6 +57,7 @@
 //! - `rustls`: HTTPS for `http`.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(any(feature = "stdio", feature = "http")))]
 compile_error!(

@@ -6,7 +6,7 @@
 //! cargo run -p tower-agent-restate --example durable
 //! ```
 //!
-//! `docs/durable.md` goes on from here with curl: register it with a Restate server, start a
+//! `crates/restate/docs/durable.md` goes on from here with curl: register it with a Restate server, start a
 //! run, approve the deploy, read the result.
 
 use std::time::Duration;

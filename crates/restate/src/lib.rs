@@ -35,6 +35,7 @@
 //! call and read the result with curl, and what is exactly once.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod journal;
 mod object;
@@ -43,6 +44,6 @@ pub use journal::{Journal, JournalLayer, JournaledRequest};
 pub use object::{BoxAgent, DurableAgent, Pending, RunOutcome, RunRequest, RunResult};
 pub use restate_sdk;
 
-/// The guide: durable runs on Restate (`docs/durable.md`). Its examples are compiled.
-#[doc = include_str!("../../../docs/durable.md")]
+/// The guide: durable runs on Restate (`crates/restate/docs/durable.md`). Its examples are compiled.
+#[doc = include_str!("../docs/durable.md")]
 pub mod guide {}

@@ -62,6 +62,7 @@
 //! Errors are typed JSON answers ([`ApiError`]).
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 mod runs;

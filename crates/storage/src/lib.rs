@@ -32,6 +32,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -20,6 +20,7 @@
 //! [`Event::Layer`]: tower_agent_core::Event::Layer
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod common;
 pub mod events;
