@@ -258,3 +258,37 @@ async fn a_run_that_dies_after_the_resume_asks_again_and_never_goes_on_unasked()
     assert_eq!(*seen.lock().expect("seen"), [None, Some(json!("go")), None]);
     assert_valid_history(&next.session.history);
 }
+
+#[tokio::test]
+async fn a_stop_of_an_outer_layer_wins_over_a_pause_from_within() {
+    // An inner layer pauses; an outer one stops the run on the same response (a guardrail that
+    // tripped meanwhile): the run stops, and nothing waits.
+    let pause = before_model(|_: ModelRequest| async {
+        Ok(Flow::Answer(ModelResponse::pause(Interrupt::before_model(
+            KEY,
+            "pause",
+            json!("go on?"),
+        ))))
+    });
+    let stop = tower_agent::around_model(|req: ModelRequest, mut next| async move {
+        let mut res = next.run(req).await?;
+        res.stop = Some(StopReason::Layer {
+            reason: "a policy".into(),
+        });
+        Ok(res)
+    });
+    let agent = Agent::builder()
+        .model_layer(stop)
+        .model_layer(pause)
+        .build(model(Arc::default()), ToolSet::new());
+    let res = agent
+        .oneshot(AgentRequest::new(Session::new(), "hi"))
+        .await
+        .expect("an outcome");
+    assert!(
+        matches!(&res.outcome, Outcome::Stopped { reason: StopReason::Layer { reason }, .. } if reason == "a policy"),
+        "{:?}",
+        res.outcome
+    );
+    assert!(res.session.interrupts.is_empty());
+}

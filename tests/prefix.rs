@@ -211,3 +211,23 @@ async fn a_committed_edit_of_the_session_is_named_the_session() {
     assert_eq!(by(&moves(agent, 3).await), [("session", "messages")]);
     assert_eq!(edited.load(Ordering::SeqCst), 4);
 }
+
+#[tokio::test]
+async fn after_a_summary_a_clearing_is_named_clear_not_the_session() {
+    // The summarizer commits its history: the agent's next request starts otherwise than the
+    // one before it did, though the provider's does not. A clearing after that is the clear
+    // layer's, not the session's.
+    let summarizer = ScriptedModel::from_fn(|_| Ok(ModelResponse::text("the gist")));
+    let agent = builder()
+        .with(
+            SummarizeLayer::new(summarizer)
+                .trigger(Trigger::messages(8))
+                .keep(Keep::messages(4)),
+        )
+        .with(ClearToolResultsLayer::new().trigger(0).keep(1).batch(1));
+    let moves = moves(agent, 8).await;
+    let names: Vec<&str> = moves.iter().map(|m| m.by).collect();
+    assert!(names.contains(&"summarize"), "{moves:?}");
+    assert!(names.contains(&"clear"), "{moves:?}");
+    assert!(!names.contains(&"session"), "{moves:?}");
+}

@@ -5,9 +5,13 @@
 //! ```text
 //! RunStarted
 //! (ToolStarted ToolFinished)*      calls resumed after an interrupt, round 0
-//! ( RoundStarted  (TextDelta | ReasoningDelta | Retract | Retrying)*  Text?  RoundCompleted  (ToolStarted ToolFinished)* )*
+//! ( RoundStarted  (TextDelta | ReasoningDelta | Retract | Retrying)*  Text?  RoundCompleted  (ToolStarted ToolFinished?)* )*
 //! RunFinished | RunFailed
 //! ```
+//!
+//! A call that pauses for a decision has started and not finished: its `ToolFinished` comes in
+//! the run that resumes it (after a `ToolStarted` there), or in this run, as an error, when the
+//! run ends otherwise (another call stopped it, it was cancelled or failed).
 //!
 //! Layers may add [`Event::Warning`]s anywhere, also before `RunStarted`, and events of types
 //! of their own ([`Event::Layer`], [`LayerEvent`]): core names none of them.

@@ -210,8 +210,8 @@ where
                     .await
                     .map_err(|e| Error::from_boxed(e.into()).add_usage(spent))?;
                 unfence(&request, &mut response.message);
-                // A layer inside stopped the run: nothing to hold to a format.
-                if response.stop.is_some() {
+                // A layer inside stopped or paused the run: nothing to hold to a format.
+                if response.stop.is_some() || response.pause.is_some() {
                     return Ok(response.with_side_usage(spent));
                 }
                 let refusal = match layer.check(&request, &response) {

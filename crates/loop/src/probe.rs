@@ -5,9 +5,10 @@
 //! A provider caches a request's prefix: the system prompt, the tools, then the messages. When
 //! the request at the provider no longer starts with the previous one (a message before its
 //! end changed, the system prompt or the tools changed), what was cached is lost. The probe
-//! at the provider then says so ([`PrefixMoved`]), naming the outermost place where the
-//! change shows: the session (the history the agent sent, a layer's commit) or the slot whose
-//! layers made it. Probes look only while someone listens to the run's events.
+//! at the provider then says so ([`PrefixMoved`]), naming where the change comes from: walking
+//! out from the provider, the last place that saw its own prefix move too, the session (the
+//! history the agent sent, a layer's commit) or the slot whose layers made it. Probes look
+//! only while someone listens to the run's events.
 
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -134,14 +135,14 @@ impl Seen {
 /// Where the probes of one model stack keep their state in a run.
 #[derive(Clone)]
 pub(crate) struct Probes {
-    /// The outermost place where this call's change showed.
-    first: ExtensionKey<Option<&'static str>>,
+    /// This call's places, outside in, and whether each saw its prefix move.
+    trail: ExtensionKey<Vec<(&'static str, bool)>>,
 }
 
 impl Probes {
     pub(crate) fn new() -> Self {
         Self {
-            first: ExtensionKey::new(),
+            trail: ExtensionKey::new(),
         }
     }
 
@@ -185,19 +186,25 @@ impl Service<ModelRequest> for Probe {
         let before = ctx.extension_at(&self.seen);
         let (seen, change) = Seen::look(before.as_ref(), &request);
         ctx.insert_extension_at(&self.seen, seen);
-        if self.top {
-            ctx.insert_extension_at(&self.probes.first, None);
-        }
-        if change.is_some() && ctx.extension_at(&self.probes.first).flatten().is_none() {
-            ctx.insert_extension_at(&self.probes.first, Some(self.by));
-        }
+        let mut trail = match self.top {
+            true => Vec::new(),
+            false => ctx.extension_at(&self.probes.trail).unwrap_or_default(),
+        };
+        trail.push((self.by, change.is_some()));
+        // Who moved it: from the provider outwards, the last place that still saw it move (a
+        // place further out that saw its own view move, a history a layer below it rewrites
+        // every call, moved nothing the provider lost).
+        let by = trail
+            .iter()
+            .rev()
+            .take_while(|(_, moved)| *moved)
+            .last()
+            .map_or(self.by, |(by, _)| *by);
+        ctx.insert_extension_at(&self.probes.trail, trail);
         let moved = match (self.at_provider, change) {
             (true, Some(change)) => Some(PrefixMoved {
                 round: ctx.round(),
-                by: ctx
-                    .extension_at(&self.probes.first)
-                    .flatten()
-                    .unwrap_or(self.by),
+                by,
                 what: change.what,
                 kept_messages: change.kept_messages,
                 lost_tokens: change.lost_bytes.div_ceil(4) as u64,

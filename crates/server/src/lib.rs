@@ -79,13 +79,12 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::json;
+use tower::ServiceExt;
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, BoxAgent, Decisions, Error, Message, Session,
 };
-use tower_agent_loop::AgentServiceExt;
 use tower_agent_sessions::SessionStore;
 
 pub use error::ApiError;
@@ -95,6 +94,9 @@ pub use error::ApiError;
 pub use axum;
 
 use runs::{Run, Runs};
+
+/// Room for a run's unread events before it waits for the server to take them.
+const EVENT_CAPACITY: usize = 64;
 
 /// An agent served over HTTP: [`AgentServer::router`] gives the routes. Cloning is cheap
 /// (the runs are shared).
@@ -120,7 +122,7 @@ impl AgentServer {
     /// `StoreLayer` of the same store on it).
     pub fn new<A>(agent: A, store: impl SessionStore) -> Self
     where
-        A: tower_service::Service<AgentRequest, Response = AgentResponse, Error = Error>
+        A: tower::Service<AgentRequest, Response = AgentResponse, Error = Error>
             + Clone
             + Send
             + 'static,
@@ -166,43 +168,49 @@ impl AgentServer {
         Ok(stored.map(|stored| stored.session))
     }
 
-    /// Start `request` as the run of its session; its id.
+    /// Start `request` as the run of its session; its id. The session is claimed first: a
+    /// run refused (another one is going there) never starts, so it changes nothing.
     fn spawn(&self, request: AgentRequest) -> Result<String, ApiError> {
         let session_id = request.session.id.clone();
         let run_id = request.ctx.run_id().to_owned();
-        let mut handle = self.agent().spawn(request);
-        let run = Arc::new(Run::new(
-            run_id.clone(),
-            session_id,
-            handle.cancellation_token().clone(),
-            handle.steering(),
-        ));
+        let (request, mut events) = request.with_event_stream(EVENT_CAPACITY);
+        let (request, steer) = request.with_steering();
+        let cancel = request.ctx.cancellation_token().clone();
+        let run = Arc::new(Run::new(run_id.clone(), session_id, cancel, steer));
         if let Err(going) = self.inner.runs.start(Arc::clone(&run)) {
-            handle.cancel();
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "run_in_progress",
                 format!("the session has a run going: `{going}`"),
             ));
         }
-        let mut events = handle.take_events();
+        let running = tokio::spawn(self.agent().oneshot(request));
         let server = self.clone();
         tokio::spawn(async move {
-            let mut failed = false;
-            if let Some(events) = &mut events {
-                while let Some(event) = events.recv().await {
-                    if let Some((name, data)) = wire::event(&event) {
-                        failed |= name == "run_failed";
-                        run.push(name, data);
-                    }
+            let mut ended = false;
+            while let Some(event) = events.recv().await {
+                let Some((name, data)) = wire::event(&event) else {
+                    continue;
+                };
+                // The run saved before it said it ended: its session is free from here.
+                if matches!(name, "run_finished" | "run_failed") {
+                    ended = true;
+                    server.inner.runs.release(&run);
                 }
+                run.push(name, data);
             }
-            if let Err(error) = handle.join().await {
-                // A run that failed before it could tell its readers (it never started).
-                if !failed {
-                    let data = json!({ "error": { "kind": error.kind().name(), "message": error.to_string() } });
-                    run.push("run_failed", data);
-                }
+            // A run whose end did not reach the stream (it ended before it started, or the
+            // stream was full when it was cancelled) ends there now, once.
+            let (name, data) = match running.await {
+                Ok(Ok(response)) => ("run_finished", wire::outcome(&response.outcome)),
+                Ok(Err(error)) => ("run_failed", wire::failure(&error)),
+                Err(panicked) => (
+                    "run_failed",
+                    json!({ "error": { "kind": "other", "message": panicked.to_string() } }),
+                ),
+            };
+            if !ended {
+                run.push(name, data);
             }
             server.inner.runs.ended(&run);
         });
@@ -323,7 +331,7 @@ async fn events(
     Path(run_id): Path<String>,
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     let run = server.run(&run_id)?;
     let from = match headers.get("last-event-id") {
         None => 0,
@@ -331,9 +339,13 @@ async fn events(
             .to_str()
             .ok()
             .and_then(|last| last.trim().parse::<usize>().ok())
-            .map(|last| last + 1)
+            .and_then(|last| last.checked_add(1))
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID is not an event id"))?,
     };
+    // Nothing more will come: 204 tells an `EventSource` not to reconnect.
+    if run.ended() && from >= run.len() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     let guard = CancelOnDrop(query.cancel_on_disconnect.then(|| Arc::clone(&run)));
     let stream =
         futures_util::stream::unfold((run, from, guard), |(run, index, guard)| async move {
@@ -342,7 +354,9 @@ async fn events(
                 .event(name)
                 .id(index.to_string())
                 .data(data.to_string());
-            Some((Ok(event), (run, index + 1, guard)))
+            Some((Ok::<_, Infallible>(event), (run, index + 1, guard)))
         });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }

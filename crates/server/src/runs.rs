@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tower_agent_core::{CancellationToken, Steer};
 
 /// How many ended runs stay readable (their events, for a client that reconnects late).
-pub(crate) const KEPT_ENDED: usize = 256;
+pub(crate) const KEPT_ENDED: usize = 64;
 
 /// One run: its events so far, and how to cancel or steer it.
 pub(crate) struct Run {
@@ -60,6 +60,11 @@ impl Run {
         self.progress.borrow().1
     }
 
+    /// How many events there are so far.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.events).len()
+    }
+
     /// The event at `index`, once there is one; `None` when the run ended before it.
     pub(crate) async fn event(&self, index: usize) -> Option<(&'static str, Value)> {
         let mut progress = self.progress.subscribe();
@@ -107,11 +112,19 @@ impl Runs {
         lock(&self.state).by_id.get(id).cloned()
     }
 
+    /// `run` is over (it saved, and said so): its session is free for the next run.
+    pub(crate) fn release(&self, run: &Run) {
+        let mut state = lock(&self.state);
+        if state.going.get(&run.session_id) == Some(&run.id) {
+            state.going.remove(&run.session_id);
+        }
+    }
+
     /// `run` ended: its session is free, and it is kept among the last ended ones.
     pub(crate) fn ended(&self, run: &Run) {
+        self.release(run);
         run.end();
         let mut state = lock(&self.state);
-        state.going.remove(&run.session_id);
         state.ended.push_back(run.id.clone());
         while state.ended.len() > KEPT_ENDED {
             if let Some(old) = state.ended.pop_front() {

@@ -1,7 +1,7 @@
 //! What a run's events look like on the wire: a name and a JSON object each.
 
 use serde_json::{Value, json};
-use tower_agent_core::{Event, Interrupt, Outcome};
+use tower_agent_core::{Error, Event, Interrupt, Outcome};
 
 /// The server-sent event for `event`: its name and data; `None` for what a client of a run
 /// does not need (the history snapshots of observers, a layer's own events but as a name and
@@ -72,11 +72,8 @@ pub(crate) fn event(event: &Event) -> Option<(&'static str, Value)> {
             "layer",
             json!({ "name": event.name(), "text": event.to_string() }),
         ),
-        Event::RunFinished { outcome } => ("run_finished", outcome_json(outcome)),
-        Event::RunFailed { error } => (
-            "run_failed",
-            json!({ "error": { "kind": error.kind().name(), "message": error.to_string() } }),
-        ),
+        Event::RunFinished { outcome } => ("run_finished", self::outcome(outcome)),
+        Event::RunFailed { error } => ("run_failed", failure(error)),
         _ => return None,
     })
 }
@@ -84,7 +81,7 @@ pub(crate) fn event(event: &Event) -> Option<(&'static str, Value)> {
 /// How a run ended, for a client: `completed` with the answer's text, `interrupted` with what
 /// waits (each call, its question and the decisions it takes), `stopped` with why,
 /// `cancelled`.
-fn outcome_json(outcome: &Outcome) -> Value {
+pub(crate) fn outcome(outcome: &Outcome) -> Value {
     match outcome {
         Outcome::Completed { message } => json!({ "outcome": "completed", "text": message.text() }),
         Outcome::Interrupted { interrupts } => json!({
@@ -101,6 +98,11 @@ fn outcome_json(outcome: &Outcome) -> Value {
         }
         _ => json!({ "outcome": "other" }),
     }
+}
+
+/// A run's error, for a client: its kind and message.
+pub(crate) fn failure(error: &Error) -> Value {
+    json!({ "error": { "kind": error.kind().name(), "message": error.to_string() } })
 }
 
 fn interrupt_json(interrupt: &Interrupt) -> Value {

@@ -410,8 +410,30 @@ async fn errors_are_typed_answers() {
             .as_str()
             .is_some_and(|m| m.contains(&run))
     );
-    app.finished(&run).await;
+    let events = app.finished(&run).await;
+    assert_eq!(events.last().expect("an end").data["outcome"], "completed");
+    // The refused start changed nothing: the session holds the run that went on, alone.
+    let (_, session) = app.get("/sessions/busy").await;
+    let texts: Vec<&str> = session["history"]
+        .as_array()
+        .expect("a history")
+        .iter()
+        .filter_map(|m| m["content"][0]["text"].as_str())
+        .collect();
+    assert_eq!(texts, ["slow", "Done: waited"], "{session}");
+    // The session is free as soon as the run said it ended.
     app.start("busy", "hi").await;
+    // An ended run read from after its last event: nothing more comes, 204 (an `EventSource`
+    // does not reconnect).
+    let last = events.last().expect("an end").id;
+    let res = app
+        .http
+        .get(format!("{}/runs/{run}/events", app.base))
+        .header("Last-Event-ID", last.to_string())
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status().as_u16(), 204);
 }
 
 #[tokio::test]

@@ -275,7 +275,14 @@ fn pause(call: &ToolCall, name: &str, interrupts: &[Interrupt]) -> ToolResponse 
         "agent": name,
         "interrupts": interrupts
             .iter()
-            .map(|i| json!({"call": i.call, "payload": i.payload, "allowed": i.allowed}))
+            .map(|i| {
+                let mut waiting = json!({"call": i.call, "payload": i.payload, "allowed": i.allowed});
+                // A pause before the sub-agent's model call: `call` only names it.
+                if i.before_model {
+                    waiting["before_model"] = Value::Bool(true);
+                }
+                waiting
+            })
             .collect::<Vec<_>>(),
     });
     let allowed = match interrupts {

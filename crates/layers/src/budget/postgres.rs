@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
+use tokio_postgres::{IsolationLevel, NoTls};
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{Cost, Error};
 
@@ -112,7 +112,14 @@ impl PostgresSpend {
         amount: Cost,
     ) -> Result<Result<Hold, Cost>, Error> {
         let mut client = self.pool.get().await.map_err(backend)?;
-        let tx = client.transaction().await.map_err(backend)?;
+        // Read committed, whatever the server's default: under the window row's lock, each
+        // statement sees the holds the transactions before it committed.
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .await
+            .map_err(backend)?;
         tx.execute(
             "INSERT INTO tower_agent_spend (window_key) VALUES ($1) ON CONFLICT DO NOTHING",
             &[&window],
@@ -168,15 +175,17 @@ impl PostgresSpend {
     async fn try_settle(&self, hold: Hold, actual: Cost) -> Result<(), Error> {
         let mut client = self.pool.get().await.map_err(backend)?;
         let tx = client.transaction().await.map_err(backend)?;
+        // The window's row first, as a reservation locks it first: the two never wait on each
+        // other in opposite orders.
         tx.execute(
-            "DELETE FROM tower_agent_spend_holds WHERE id = $1",
-            &[&hold.id],
+            "UPDATE tower_agent_spend SET spent = spent + $2 WHERE window_key = $1",
+            &[&hold.window, &nanos(actual)],
         )
         .await
         .map_err(backend)?;
         tx.execute(
-            "UPDATE tower_agent_spend SET spent = spent + $2 WHERE window_key = $1",
-            &[&hold.window, &nanos(actual)],
+            "DELETE FROM tower_agent_spend_holds WHERE id = $1",
+            &[&hold.id],
         )
         .await
         .map_err(backend)?;

@@ -263,15 +263,22 @@ impl HoldGuard {
         }
     }
 
-    /// Settle with what the call cost; a store that fails is logged (the call's answer is
-    /// kept, and the hold expires).
+    /// Settle with what the call cost, on a task of its own: a run cancelled meanwhile does
+    /// not lose what the call cost. A store that fails is logged (the call's answer is kept,
+    /// and the hold expires).
     pub(super) async fn settle(mut self, actual: Cost) {
-        if let Some(hold) = self.hold.take() {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let store = Arc::clone(&self.store);
+        let settling = tokio::spawn(async move {
             let window = hold.window.clone();
-            if let Err(error) = self.store.settle(hold, actual).await {
+            if let Err(error) = store.settle(hold, actual).await {
                 tracing::warn!(%error, %window, %actual, "the spend window was not settled");
             }
-        }
+        });
+        // Dropped (the run cancelled), the task goes on.
+        let _ = settling.await;
     }
 }
 

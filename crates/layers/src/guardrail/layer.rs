@@ -152,6 +152,8 @@ fn tripped(mut response: ModelResponse, trip: Trip, input: bool) -> ModelRespons
     response.message = Message::assistant("");
     response.stop = Some(trip.reason());
     response.refused = input;
+    // A pause the call answered with does not outlive the trip.
+    response.pause = None;
     response
 }
 

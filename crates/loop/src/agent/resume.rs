@@ -109,7 +109,7 @@ where
                 let out = self
                     .execute(0, at, Some(&positions), Some(&decisions), None)
                     .await;
-                self.absorb_round(out)?
+                self.absorb_round(out).await?
             }
             AgentInput::Continue => {
                 self.session.answer_dangling_calls();
@@ -198,7 +198,7 @@ where
         self.recovering = self.session.started.clone();
         let out = self.execute(0, at, Some(&positions), None, None).await;
         self.recovering = Vec::new();
-        self.absorb_round(out)
+        self.absorb_round(out).await
     }
 
     /// The outcome of a resume whose decisions were all applied before: the calls that still

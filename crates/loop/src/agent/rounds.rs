@@ -213,7 +213,7 @@ where
                     self.save().await?;
                 }
                 let out = self.execute(round, at, only, None, early).await;
-                if let Some(outcome) = self.absorb_round(out)? {
+                if let Some(outcome) = self.absorb_round(out).await? {
                     return Ok(outcome);
                 }
                 // Each result was saved as it came; what the round changed after them (their
@@ -373,13 +373,6 @@ where
         if let Some(history) = history {
             self.commit(history)?;
         }
-        // A layer paused the run before the model: what the run did stays (its input too), and
-        // a resume by the pause's key calls the model again.
-        if let Some(pause) = pause {
-            return Ok(Answer::End(Outcome::Interrupted {
-                interrupts: vec![*pause],
-            }));
-        }
         // A layer stopped the run at this call: its calls could not be answered. A first call
         // refused leaves nothing refused in the session: the input is withdrawn.
         if let Some(reason) = stop {
@@ -388,6 +381,13 @@ where
                 self.withdraw_input();
             }
             return Ok(Answer::End(stopped(reason)));
+        }
+        // A layer paused the run before the model (a stop of an outer layer wins): what the
+        // run did stays (its input too), and a resume by the pause's key calls the model again.
+        if let Some(pause) = pause {
+            return Ok(Answer::End(Outcome::Interrupted {
+                interrupts: vec![*pause],
+            }));
         }
         message.role = Role::Assistant;
         let cut = finish_reason == FinishReason::Length;
@@ -465,7 +465,7 @@ where
 
     /// Apply what the tool responses of a round did (usage, a stop, interrupts) and put its
     /// results in call order; the outcome if the round ends the run.
-    pub(super) fn absorb_round(&mut self, out: RoundTools) -> Result<Option<Outcome>, Error> {
+    pub(super) async fn absorb_round(&mut self, out: RoundTools) -> Result<Option<Outcome>, Error> {
         let RoundTools {
             mut interrupts,
             usage,
@@ -488,6 +488,16 @@ where
             for interrupt in interrupts.drain(..) {
                 let result = ToolResult::error(&interrupt.call, content.clone());
                 self.session.history.push(Message::tool_result(result));
+                // It started and will not be resumed: it finishes here, answered with an error.
+                let finished = Event::ToolFinished {
+                    round: self.rounds,
+                    call_id: interrupt.call.id,
+                    name: interrupt.call.name,
+                    is_error: true,
+                };
+                if let Err(told) = emit!(self.ctx, finished) {
+                    return Err(error.unwrap_or(told));
+                }
             }
         }
         // Results that came as the calls finished, resumed calls after the others, calls that
