@@ -207,8 +207,65 @@ impl tower_agent::sessions::SessionStore for Logged {
     }
 }
 
+/// Conversations' spend windows, in memory, remembering every window reserved in and the holds
+/// not yet settled or released.
+#[derive(Clone, Default)]
+struct Windows {
+    inner: tower_agent::layers::budget::InMemorySpend,
+    keys: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    held: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<i64>>>,
+}
+
+impl tower_agent::layers::budget::SpendStore for Windows {
+    fn reserve<'a>(
+        &'a self,
+        window: &'a str,
+        limit: tower_agent::Cost,
+        amount: tower_agent::Cost,
+    ) -> tower_agent::event::BoxFuture<
+        'a,
+        Result<Result<tower_agent::layers::budget::Hold, tower_agent::Cost>, Error>,
+    > {
+        self.keys.lock().expect("keys").insert(window.to_owned());
+        Box::pin(async move {
+            let reserved = self.inner.reserve(window, limit, amount).await?;
+            if let Ok(hold) = &reserved {
+                self.held.lock().expect("held").insert(hold.id);
+            }
+            Ok(reserved)
+        })
+    }
+
+    fn settle(
+        &self,
+        hold: tower_agent::layers::budget::Hold,
+        actual: tower_agent::Cost,
+    ) -> tower_agent::event::BoxFuture<'_, Result<(), Error>> {
+        self.held.lock().expect("held").remove(&hold.id);
+        self.inner.settle(hold, actual)
+    }
+
+    fn release(
+        &self,
+        hold: tower_agent::layers::budget::Hold,
+    ) -> tower_agent::event::BoxFuture<'_, Result<(), Error>> {
+        self.held.lock().expect("held").remove(&hold.id);
+        self.inner.release(hold)
+    }
+
+    fn spent<'a>(
+        &'a self,
+        window: &'a str,
+    ) -> tower_agent::event::BoxFuture<'a, Result<tower_agent::Cost, Error>> {
+        self.inner.spent(window)
+    }
+}
+
+/// The conversation window's limit in the check: a few calls' worth.
+const WINDOW: u64 = 20_000_000;
+
 async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
-    use tower_agent::layers::budget::BudgetLayer;
+    use tower_agent::layers::budget::{BudgetLayer, SpendStore, SpendWindow};
     use tower_agent::layers::checkpoint::CheckpointLayer;
     use tower_agent::layers::clear::ClearToolResultsLayer;
     use tower_agent::layers::fallback::FallbackLayer;
@@ -236,6 +293,8 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
     // About half the cases run their tool calls concurrently, and check their input in
     // parallel with the first model call (drawn from the case's seed: a replay builds the same
     // stack).
+    // Every case's conversation spends from one shared store of windows.
+    let windows = Windows::default();
     let check = StackCheck::new()
         .seed(seed)
         .cases(cases)
@@ -288,7 +347,11 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
             .with(
                 BudgetLayer::new(ModelPrice::per_million(1.0, 0.1, 2.0))
                     .assume_output_tokens(1_000)
-                    .per_run(Cost::from_nanodollars(8_000_000)),
+                    .per_run(Cost::from_nanodollars(8_000_000))
+                    .window(
+                        SpendWindow::conversation(Cost::from_nanodollars(WINDOW)),
+                        windows.clone(),
+                    ),
             )
             .with(RetryLayer::new(
                 RetryPolicy::new()
@@ -346,6 +409,23 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
         }
     };
     println!("{report}");
+    // Each conversation's window, across its runs, resumes and kills: never over its limit,
+    // and no hold left behind (a killed run's is released as it is dropped).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let keys = windows.keys.lock().expect("keys").clone();
+    assert!(keys.len() > 1, "windows reserved in: {keys:?}");
+    for key in &keys {
+        let spent = windows.spent(key).await.expect("in memory");
+        assert!(
+            spent <= Cost::from_nanodollars(WINDOW),
+            "{key} spent {spent}"
+        );
+    }
+    let held = windows.held.lock().expect("held").clone();
+    assert!(
+        held.is_empty(),
+        "holds never settled nor released: {held:?}"
+    );
     for (what, count) in [
         ("completed", report.completed),
         ("stopped", report.stopped),
