@@ -12,13 +12,19 @@
 
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
 use serde::Serialize;
 use tower::Service;
 use tower_agent_core::{
     BoxModel, Error, Event, ExtensionKey, HistoryMark, LayerEvent, ModelRequest, ModelResponse,
+    ToolSpec,
 };
+
+fn lock(seen: &Mutex<Seen>) -> MutexGuard<'_, Seen> {
+    seen.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The prompt cache's prefix moved between two model calls of a run: what the provider cached
 /// of the previous request is lost, and the place that moved it.
@@ -69,10 +75,13 @@ fn part(value: &impl Serialize) -> Part {
 }
 
 /// What one place saw of a request.
-#[derive(Clone)]
 struct Seen {
-    system: Part,
-    tools: Part,
+    /// The system prompt and the tools, kept to tell an unchanged one without encoding it
+    /// again (the same `Arc` every call, unless a layer made another).
+    system: Option<Arc<str>>,
+    tools: Arc<[ToolSpec]>,
+    system_part: Part,
+    tools_part: Part,
     /// Each message's part, and where the history stood: the next look reads only what the
     /// history does not keep of it.
     messages: Vec<Part>,
@@ -86,49 +95,71 @@ struct Change {
     lost_bytes: usize,
 }
 
+/// `new`'s part: `old`'s when it is the same value.
+fn part_of<T: ?Sized + Serialize>(old: &Arc<T>, old_part: Part, new: &Arc<T>) -> Part {
+    match Arc::ptr_eq(old, new) {
+        true => old_part,
+        false => part(&&**new),
+    }
+}
+
 impl Seen {
-    /// Look at `request`: what this place sees of it, and what it lost of the previous request
-    /// this place saw (`before`), if any.
-    fn look(before: Option<&Seen>, request: &ModelRequest) -> (Seen, Option<Change>) {
+    fn new(request: &ModelRequest) -> Self {
+        let history = &request.messages;
+        Self {
+            system: request.system.clone(),
+            tools: Arc::clone(&request.tools),
+            system_part: part(&request.system.as_deref()),
+            tools_part: part(&&request.tools[..]),
+            messages: history.iter().map(part).collect(),
+            mark: history.mark(),
+        }
+    }
+
+    /// Look at `request`, in place of the previous request this place saw: what it lost of
+    /// that one, if anything.
+    fn look(&mut self, request: &ModelRequest) -> Option<Change> {
+        let system_part = match (&self.system, &request.system) {
+            (Some(old), Some(new)) => part_of(old, self.system_part, new),
+            _ => part(&request.system.as_deref()),
+        };
+        let tools_part = part_of(&self.tools, self.tools_part, &request.tools);
         let history = &request.messages;
         // The messages the history keeps of the previous look are not read again; the rest is
         // compared by content (a layer that builds an equal history anew moves nothing).
-        let kept = before.map_or(0, |seen| history.kept(&seen.mark));
-        let mut messages: Vec<Part> =
-            before.map_or(Vec::new(), |seen| seen.messages[..kept].to_vec());
-        messages.extend(history[kept..].iter().map(part));
-        let now = Seen {
-            system: part(&request.system.as_deref()),
-            tools: part(&&request.tools[..]),
-            messages,
-            mark: history.mark(),
-        };
-        let Some(before) = before else {
-            return (now, None);
-        };
-        let previous = &before.messages;
-        let kept = previous
-            .iter()
-            .zip(&now.messages)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let kept = history.kept(&self.mark).min(self.messages.len());
+        let fresh: Vec<Part> = history[kept..].iter().map(part).collect();
+        let same = kept
+            + self.messages[kept..]
+                .iter()
+                .zip(&fresh)
+                .take_while(|(a, b)| a == b)
+                .count();
         let bytes = |parts: &[Part]| parts.iter().map(|p| p.1).sum::<usize>();
-        let what = match (before.system == now.system, before.tools == now.tools) {
-            (false, _) => "system",
-            (_, false) => "tools",
-            _ if kept < previous.len() => "messages",
-            _ => return (now, None),
+        let what = match (
+            self.system_part == system_part,
+            self.tools_part == tools_part,
+        ) {
+            (false, _) => Some("system"),
+            (_, false) => Some("tools"),
+            _ if same < self.messages.len() => Some("messages"),
+            _ => None,
         };
-        let lost_bytes = match what {
-            "messages" => bytes(&previous[kept..]),
-            _ => before.system.1 + before.tools.1 + bytes(previous),
-        };
-        let change = Change {
+        let change = what.map(|what| Change {
             what,
-            kept_messages: kept,
-            lost_bytes,
-        };
-        (now, Some(change))
+            kept_messages: same,
+            lost_bytes: match what {
+                "messages" => bytes(&self.messages[same..]),
+                _ => self.system_part.1 + self.tools_part.1 + bytes(&self.messages),
+            },
+        });
+        self.system.clone_from(&request.system);
+        self.tools = Arc::clone(&request.tools);
+        (self.system_part, self.tools_part) = (system_part, tools_part);
+        self.messages.truncate(kept);
+        self.messages.extend(fresh);
+        self.mark = history.mark();
+        change
     }
 }
 
@@ -165,7 +196,7 @@ struct Probe {
     by: &'static str,
     at_provider: bool,
     top: bool,
-    seen: ExtensionKey<Seen>,
+    seen: ExtensionKey<Arc<Mutex<Seen>>>,
     probes: Probes,
 }
 
@@ -183,9 +214,15 @@ impl Service<ModelRequest> for Probe {
         if !ctx.events().is_enabled() || ctx.is_side_call() {
             return self.inner.call(request);
         }
-        let before = ctx.extension_at(&self.seen);
-        let (seen, change) = Seen::look(before.as_ref(), &request);
-        ctx.insert_extension_at(&self.seen, seen);
+        // One place's view per run, looked at in place.
+        let change = match ctx.extension_at(&self.seen) {
+            Some(seen) => lock(&seen).look(&request),
+            None => {
+                let seen = Arc::new(Mutex::new(Seen::new(&request)));
+                ctx.insert_extension_at(&self.seen, seen);
+                None
+            }
+        };
         let mut trail = match self.top {
             true => Vec::new(),
             false => ctx.extension_at(&self.probes.trail).unwrap_or_default(),
