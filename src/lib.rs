@@ -109,35 +109,11 @@ pub mod providers {
     pub use tower_agent_providers::*;
 }
 
-/// Built-in layers: [`PatchDanglingLayer`](layers::PatchDanglingLayer),
-/// [`InstructionsLayer`](layers::InstructionsLayer), [`MemoryLayer`](layers::MemoryLayer),
-/// `RetryPolicy`, [`FallbackLayer`](layers::FallbackLayer), `RedactLayer`, `GuardrailLayer`,
-/// [`ApprovalLayer`](layers::ApprovalLayer),
-/// [`CallLimitsLayer`](layers::CallLimitsLayer), [`CheckpointLayer`](layers::CheckpointLayer),
-/// [`EvictLayer`](layers::EvictLayer), [`SummarizeLayer`](layers::SummarizeLayer),
-/// `ClearToolResultsLayer`, `BudgetLayer`, `ToolSelectLayer`, `ToolCacheLayer`, `ToolGuardLayer`,
-/// each behind its feature (`patch`, `instructions`, `memory`, `retry`, `fallback`, `redact`, `guardrail`, `approval`, `limits`,
-/// `checkpoint`, `evict`, `summarize`, `clear`, `budget`, `select`, `cache`, `tool_guard`; `layers` for all but `structured` and `cache`, on by default). Each is a `tower::Layer`:
-/// `.layer(..)` on a `ServiceBuilder`, or `.with(..)` on the agent builder.
-#[cfg(any(
-    feature = "patch",
-    feature = "instructions",
-    feature = "memory",
-    feature = "retry",
-    feature = "fallback",
-    feature = "redact",
-    feature = "guardrail",
-    feature = "approval",
-    feature = "limits",
-    feature = "checkpoint",
-    feature = "evict",
-    feature = "summarize",
-    feature = "clear",
-    feature = "budget",
-    feature = "select",
-    feature = "cache",
-    feature = "tool_guard"
-))]
+/// The built-in layers ([`tower_agent_layers`], which lists them), each behind the feature of
+/// its module's name (`patch`, `approval`, `tool_guard`, ...); `layers`, on by default, turns
+/// on all but `structured` and `cache`. Each is a `tower::Layer`: `.layer(..)` on a
+/// `ServiceBuilder`, or a built-in of the agent builder, which puts it in its place.
+#[cfg(feature = "_layers")]
 pub mod layers {
     pub use tower_agent_layers::*;
 }
@@ -145,7 +121,7 @@ pub mod layers {
 /// Storage backends ([`InMemory`](storage::InMemory), [`LocalFs`](storage::LocalFs), the
 /// [`Storage`](storage::Storage) trait): where evicted tool results, offloaded history and
 /// memory files live. With `evict`, `summarize` or `storage`.
-#[cfg(any(feature = "evict", feature = "summarize", feature = "storage"))]
+#[cfg(feature = "storage")]
 pub mod storage {
     pub use tower_agent_storage::*;
 }

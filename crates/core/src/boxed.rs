@@ -1,7 +1,7 @@
 //! The three services boxed: one name for a stack whatever layers it holds.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use tower::util::{BoxCloneService, BoxCloneSyncService};
@@ -18,6 +18,55 @@ pub type BoxModel = BoxCloneService<ModelRequest, ModelResponse, Error>;
 /// An agent service with its layers, boxed. It is `Clone + Send`, so one value serves many
 /// sessions at once.
 pub type BoxAgent = BoxCloneService<AgentRequest, AgentResponse, Error>;
+
+/// A service kept by a value that must be `Sync` (a layer, a workflow, an endpoint) without
+/// asking it of the service: a model or an agent boxed by tower (`BoxCloneService`) is not
+/// `Sync`. Clones share it; each use takes a clone of the service ([`get`](Self::get)), as
+/// tower services are meant to be used.
+///
+/// ```
+/// use tower::ServiceExt;
+/// use tower_agent_core::{BoxModel, Error, ModelRequest, ModelResponse, Shared};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let model = tower::service_fn(|_: ModelRequest| async { Ok::<_, Error>(ModelResponse::text("hi")) });
+/// let shared = Shared::new(BoxModel::new(model));
+/// fn is_sync<T: Sync>(_: &T) {}
+/// is_sync(&shared);
+/// let answer = shared.get().oneshot(ModelRequest::new(vec![])).await?;
+/// assert_eq!(answer.message.text(), "hi");
+/// # Ok(())
+/// # }
+/// ```
+pub struct Shared<S>(Arc<Mutex<S>>);
+
+impl<S: Clone> Shared<S> {
+    /// Share `service`.
+    pub fn new(service: S) -> Self {
+        Self(Arc::new(Mutex::new(service)))
+    }
+
+    /// A clone of the service, for one use.
+    pub fn get(&self) -> S {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<S> fmt::Debug for Shared<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
 
 /// A tool service with its layers, boxed, that still says which tools it serves.
 #[derive(Clone)]

@@ -74,7 +74,7 @@ pub mod tool;
 
 pub use agent::{AgentInput, AgentRequest, AgentResponse, Outcome, Session, StopReason};
 #[cfg(feature = "tower")]
-pub use boxed::{BoxAgent, BoxModel, BoxTools};
+pub use boxed::{BoxAgent, BoxModel, BoxTools, Shared};
 #[cfg(feature = "tower")]
 pub use builder::ServiceBuilderExt;
 pub use callback::{

@@ -1,15 +1,11 @@
 //! A model a layer asks on the side of a run: a summarizer, a judge, progress lines.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
-
-use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
 
 use crate::error::{BoxError, Error};
 use crate::model::{ModelRequest, ModelResponse};
-
-type Boxed = crate::BoxModel;
+use crate::{BoxModel, Shared};
 
 /// A model service a layer asks on the side of a run (the summarizer, a loop's judge, progress
 /// lines): any model service, boxed once, shared by the layer's clones.
@@ -34,8 +30,7 @@ type Boxed = crate::BoxModel;
 /// ```
 #[derive(Clone)]
 pub struct SideModel {
-    // The lock makes the boxed service `Sync`, so a layer holding it is too.
-    inner: Arc<Mutex<Boxed>>,
+    inner: Shared<BoxModel>,
 }
 
 impl SideModel {
@@ -48,7 +43,7 @@ impl SideModel {
     {
         let model = model.map_err(|error: M::Error| Error::from_boxed(error.into()));
         Self {
-            inner: Arc::new(Mutex::new(BoxCloneService::new(model))),
+            inner: Shared::new(BoxModel::new(model)),
         }
     }
 
@@ -59,12 +54,7 @@ impl SideModel {
     ///
     /// The model's.
     pub async fn ask(&self, request: ModelRequest) -> Result<ModelResponse, Error> {
-        let model = self
-            .inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        model.oneshot(request).await
+        self.inner.get().oneshot(request).await
     }
 }
 

@@ -39,30 +39,21 @@
 //! [`Event::Retract`]: tower_agent_core::Event::Retract
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower::ServiceExt;
-use tower::util::BoxCloneService;
-use tower_agent_core::{BoxError, BoxModel, Error, ErrorKind, ModelRequest, ModelResponse, Usage};
+use tower_agent_core::{
+    BoxError, BoxModel, Error, ErrorKind, ModelRequest, ModelResponse, Shared, Usage,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// A model of the chain with its name. Behind a lock only so that the layer is `Sync` (a boxed
-/// service is not): each call clones the model.
+/// A model of the chain with its name.
 #[derive(Clone)]
 struct Link {
     name: Arc<str>,
-    model: Arc<Mutex<BoxModel>>,
-}
-
-impl Link {
-    fn model(&self) -> BoxModel {
-        self.model
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
+    model: Shared<BoxModel>,
 }
 
 type ErrorRule = Arc<dyn Fn(&Error) -> bool + Send + Sync>;
@@ -120,7 +111,7 @@ impl FallbackLayer {
         let model = model.map_err(|e: M::Error| Error::from_boxed(e.into()));
         self.models.push(Link {
             name: name.into(),
-            model: Arc::new(Mutex::new(BoxCloneService::new(model))),
+            model: Shared::new(BoxModel::new(model)),
         });
         self
     }
@@ -150,7 +141,7 @@ impl FallbackLayer {
     /// primary's retry and provider layers).
     pub fn map_models(mut self, wrap: impl Fn(BoxModel) -> BoxModel) -> Self {
         for link in &mut self.models {
-            link.model = Arc::new(Mutex::new(wrap(link.model())));
+            link.model = Shared::new(wrap(link.model.get()));
         }
         self
     }
@@ -271,7 +262,7 @@ where
                     .await
                     .map_err(|e| e.with_usage(spent))?;
                 attempts.push((name, error));
-                let answer = link.model().oneshot(request.clone()).await;
+                let answer = link.model.get().oneshot(request.clone()).await;
                 outcome = layer.judge(answer, &mut spent);
                 name = Arc::clone(next);
             }

@@ -2,16 +2,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
 
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
-use tower::util::BoxCloneService;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, Decisions, Error, Interrupt, Outcome, Session,
+    AgentInput, AgentRequest, AgentResponse, Decisions, Error, Interrupt, Outcome, Session, Shared,
     ToolCall,
 };
 use tower_service::Service;
@@ -109,9 +107,8 @@ pub struct Pending {
 ///
 /// [`JournalLayer`]: crate::JournalLayer
 pub struct DurableAgent {
-    // Behind a lock only to be shared between the endpoint's threads (a boxed service is not
-    // `Sync`): each run clones it.
-    agent: Mutex<BoxAgent>,
+    // Shared between the endpoint's threads: each run takes a clone.
+    agent: Shared<BoxAgent>,
 }
 
 impl DurableAgent {
@@ -122,15 +119,12 @@ impl DurableAgent {
         A::Future: Send + 'static,
     {
         Self {
-            agent: Mutex::new(BoxCloneService::new(agent)),
+            agent: Shared::new(BoxAgent::new(agent)),
         }
     }
 
     fn agent(&self) -> BoxAgent {
-        self.agent
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.agent.get()
     }
 }
 

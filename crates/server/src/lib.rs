@@ -70,7 +70,7 @@ mod wire;
 
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
@@ -83,7 +83,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tower::ServiceExt;
 use tower_agent_core::{
-    AgentInput, AgentRequest, AgentResponse, BoxAgent, Decisions, Error, Message, Session,
+    AgentInput, AgentRequest, AgentResponse, BoxAgent, Decisions, Error, Message, Session, Shared,
 };
 use tower_agent_sessions::SessionStore;
 
@@ -106,7 +106,7 @@ pub struct AgentServer {
 }
 
 struct Inner {
-    agent: Mutex<BoxAgent>,
+    agent: Shared<BoxAgent>,
     store: Arc<dyn SessionStore>,
     runs: Runs,
 }
@@ -130,7 +130,7 @@ impl AgentServer {
     {
         Self {
             inner: Arc::new(Inner {
-                agent: Mutex::new(BoxAgent::new(agent)),
+                agent: Shared::new(BoxAgent::new(agent)),
                 store: Arc::new(store),
                 runs: Runs::default(),
             }),
@@ -150,11 +150,7 @@ impl AgentServer {
     }
 
     fn agent(&self) -> BoxAgent {
-        self.inner
-            .agent
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.inner.agent.get()
     }
 
     async fn stored(&self, id: &str) -> Result<Option<Session>, ApiError> {

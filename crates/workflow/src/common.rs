@@ -1,34 +1,22 @@
 //! What the workflows share: boxed agents, paths, positions in the session state, totals.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::Value;
 use tower::ServiceExt;
-use tower::util::BoxCloneService;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::{
     AgentInput, AgentRequest, AgentResponse, Error, Event, Outcome, Progress, RunContext, Saver,
-    Session, StateKey, Usage,
+    Session, Shared, StateKey, Usage,
 };
 use tower_service::Service;
 
 pub(crate) use tower_agent_core::BoxAgent;
 
-/// A workflow's step or inner agent: boxed, and behind a lock so that the workflow is `Sync`
-/// without asking it of the agent. Each run takes a clone.
-#[derive(Clone)]
-pub(crate) struct SharedAgent(Arc<Mutex<BoxAgent>>);
-
-impl SharedAgent {
-    /// A clone of the agent, for one run.
-    pub(crate) fn get(&self) -> BoxAgent {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
+/// A workflow's step or inner agent: boxed and shared, so that the workflow is `Sync` without
+/// asking it of the agent. Each run takes a clone.
+pub(crate) type SharedAgent = Shared<BoxAgent>;
 
 /// Box `agent`.
 pub(crate) fn boxed<S>(agent: S) -> SharedAgent
@@ -36,7 +24,7 @@ where
     S: Service<AgentRequest, Response = AgentResponse, Error = Error> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
-    SharedAgent(Arc::new(Mutex::new(BoxCloneService::new(agent))))
+    Shared::new(BoxAgent::new(agent))
 }
 
 /// Where workflows keep their positions in the session's state, by path (each read alone:
