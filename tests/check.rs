@@ -261,6 +261,44 @@ impl tower_agent::layers::budget::SpendStore for Windows {
     }
 }
 
+/// A host layer that pauses before the model call after one tool result in four
+/// (`Interrupt::before_model`, keyed by the result's call id: the same key when the call is
+/// asked again after a resume), counting the pauses and the calls that went on when resumed.
+#[derive(Clone, Default)]
+struct Pauses(std::sync::Arc<[std::sync::atomic::AtomicU32; 2]>);
+
+impl Pauses {
+    fn layer(&self) -> impl tower_agent::stack::ModelLayer + use<> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let counts = std::sync::Arc::clone(&self.0);
+        tower_agent::before_model(move |req: ModelRequest| {
+            let counts = std::sync::Arc::clone(&counts);
+            async move {
+                let Some(result) = req.messages.last().and_then(|m| m.tool_results().next()) else {
+                    return Ok(tower_agent::Flow::Continue(req));
+                };
+                let key = format!("after-{}", result.call_id);
+                if key.bytes().map(u32::from).sum::<u32>() % 4 != 0 {
+                    return Ok(tower_agent::Flow::Continue(req));
+                }
+                if req.ctx.resumed(&key).is_some() {
+                    counts[1].fetch_add(1, Relaxed);
+                    return Ok(tower_agent::Flow::Continue(req));
+                }
+                counts[0].fetch_add(1, Relaxed);
+                Ok(tower_agent::Flow::Answer(ModelResponse::pause(
+                    tower_agent::Interrupt::before_model(key, "pause", serde_json::json!("Go on?")),
+                )))
+            }
+        })
+    }
+
+    fn counts(&self) -> (u32, u32) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.0[0].load(Relaxed), self.0[1].load(Relaxed))
+    }
+}
+
 /// The conversation window's limit in the check: a few calls' worth.
 const WINDOW: u64 = 20_000_000;
 
@@ -301,6 +339,9 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
         .secret(SECRET)
         .trips_on("forbidden")
         .tool_calls_per_run(6);
+    // A host's model layer pauses before some model calls that follow a tool round (the
+    // check decides each pause at random, like an approval), and goes on when resumed.
+    let pauses = Pauses::default();
     let every = |model: &tower_agent_test::check::CheckModel| {
         let other = model.seed() % 2 == 0;
         // A third of the cases run the reads concurrently and the writes in turn, with the
@@ -367,6 +408,7 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
                     .expect("valid"),
             )
             .with(CheckpointLayer::interrupting().every(5))
+            .model_layer(pauses.layer())
             .with(EvictLayer::new(InMemory::new()).limit(1_000))
             // Denies a call of each tool now and then (a read-only `lookup` that started early
             // too), and revises some writes: the revised arguments run, and the session shows
@@ -421,6 +463,12 @@ async fn every_built_in_at_once(seed: u64, cases: u32, stored: bool) {
             "{key} spent {spent}"
         );
     }
+    let (paused, went_on) = pauses.counts();
+    println!("paused before a model call: {paused}, went on when resumed: {went_on}");
+    assert!(
+        paused > 0 && went_on > 0,
+        "paused {paused}, went on {went_on}"
+    );
     let held = windows.held.lock().expect("held").clone();
     assert!(
         held.is_empty(),

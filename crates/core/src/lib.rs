@@ -60,6 +60,7 @@ pub mod decision;
 pub mod error;
 pub mod event;
 pub mod history;
+mod macros;
 pub mod message;
 pub mod model;
 pub mod price;

@@ -464,3 +464,170 @@ async fn authentication_is_the_hosts_own_tower_layer() {
         .expect("an answer");
     assert_eq!(res.status().as_u16(), 202);
 }
+
+/// What a host serves: every built-in in its canonical slot on a store, with a host model
+/// layer that pauses before the model call after a tool round until a decision says `go`.
+async fn serve_canonical(store: InMemorySessions) -> App {
+    use tower_agent_core::{Flow, Interrupt, ModelPrice, before_model};
+    use tower_agent_layers::budget::BudgetLayer;
+    use tower_agent_layers::checkpoint::CheckpointLayer;
+    use tower_agent_layers::clear::ClearToolResultsLayer;
+    use tower_agent_layers::evict::EvictLayer;
+    use tower_agent_layers::guardrail::{Guardrail, GuardrailLayer};
+    use tower_agent_layers::instructions::InstructionsLayer;
+    use tower_agent_layers::limits::{CallLimitsLayer, Limit};
+    use tower_agent_layers::redact::{RedactLayer, Replace, Rules};
+    use tower_agent_layers::retry::{RetryLayer, RetryPolicy};
+    use tower_agent_layers::summarize::{Keep, SummarizeLayer, Trigger};
+    use tower_agent_layers::{PatchDanglingLayer, ToolGuardLayer};
+
+    let writes = Arc::new(AtomicUsize::new(0));
+    let w = writes.clone();
+    let tools = ToolSet::new().tool(tool_fn("write_file", "Writes.", move |_: NoArgs| {
+        w.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, Error>("wrote note.txt") }
+    }));
+    let pause = before_model(|req: ModelRequest| async move {
+        let after_tools = matches!(req.messages.last(), Some(m) if m.role == Role::Tool);
+        Ok(match after_tools && req.ctx.resumed("go-on").is_none() {
+            true => Flow::Answer(ModelResponse::pause(Interrupt::before_model(
+                "go-on",
+                "pause",
+                json!("The note is written. Go on?"),
+            ))),
+            false => Flow::Continue(req),
+        })
+    });
+    let cards = Rules::new()
+        .pattern("card", r"\d{4} \d{4} \d{4} \d{4}", Replace::Label)
+        .expect("a pattern");
+    let agent = Agent::builder()
+        .with(StoreLayer::new(store.clone()))
+        .with(PatchDanglingLayer::new())
+        .with(RedactLayer::new(Rules::new().emails()))
+        .with(GuardrailLayer::new().input(Guardrail::blocking("pii", cards)))
+        .with(CallLimitsLayer::new().model_calls(Limit::per_run(8)))
+        .with(InstructionsLayer::new().text("Be brief."))
+        .with(
+            SummarizeLayer::in_stack()
+                .trigger(Trigger::messages(40))
+                .keep(Keep::messages(8)),
+        )
+        .with(ClearToolResultsLayer::new())
+        .with(BudgetLayer::new(ModelPrice::per_million(1.0, 0.1, 2.0)))
+        .with(RetryLayer::new(
+            RetryPolicy::new().max_attempts(2).max_delay(Duration::ZERO),
+        ))
+        .with(
+            ApprovalLayer::builder()
+                .gate("write_file", Gate::new())
+                .build()
+                .expect("a gate"),
+        )
+        .with(CheckpointLayer::interrupting().every(20))
+        .with(EvictLayer::new(tower_agent_storage::InMemory::new()))
+        .with(ToolGuardLayer::new(|_: ToolCall, _| async {
+            tower_agent_layers::tool_guard::ToolVerdict::Allow
+        }))
+        .model_layer(pause)
+        .tool_specs(tools.specs())
+        .build(model(), tools);
+    let app = AgentServer::new(agent, store).router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let base = format!("http://{}", listener.local_addr().expect("an address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    App {
+        base,
+        http: reqwest::Client::new(),
+        writes,
+        waits: Arc::default(),
+    }
+}
+
+/// Everything a client of the server can read: every event of the run and the stored session.
+async fn everything(app: &App, events: &[Sse], session: &str) -> String {
+    let (_, stored) = app.get(&format!("/sessions/{session}")).await;
+    let events: Vec<&Value> = events.iter().map(|e| &e.data).collect();
+    format!("{} {stored}", json!(events))
+}
+
+/// The canonical stack served: an email never reaches the stream or the stored session; an
+/// approval asked by one server process is decided on another over the same store (a restart)
+/// and the tool runs once; a pause before a model call is decided over HTTP; a card number in
+/// the input is refused, never stored, and the session goes on.
+#[tokio::test]
+async fn the_canonical_stack_served_keeps_its_promises_across_a_restart() {
+    let store = InMemorySessions::new();
+    let first = serve_canonical(store.clone()).await;
+    let run = first.start("c1", "write a note to ada@example.com").await;
+    let events = first.finished(&run).await;
+    let last = events.last().expect("an end");
+    assert_eq!(last.data["outcome"], "interrupted", "{last:?}");
+    assert_eq!(last.data["interrupts"][0]["name"], "write_file");
+    let seen = everything(&first, &events, "c1").await;
+    assert!(!seen.contains("ada@example.com"), "{seen}");
+    assert!(seen.contains("note"), "the input is there, redacted: {seen}");
+    let call_id = last.data["interrupts"][0]["call_id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+
+    // Another process on the same store: the approval is decided there.
+    let second = serve_canonical(store.clone()).await;
+    let (status, body) = second
+        .post(
+            "/sessions/c1/decisions",
+            json!({ "decisions": { call_id: { "type": "approve" } } }),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let run = body["run_id"].as_str().expect("a run id").to_owned();
+    let events = second.finished(&run).await;
+    let last = events.last().expect("an end");
+    assert_eq!(last.data["outcome"], "interrupted", "paused: {last:?}");
+    let pause = &last.data["interrupts"][0];
+    assert_eq!(
+        (&pause["call_id"], &pause["before_model"]),
+        (&json!("go-on"), &json!(true)),
+        "{pause}"
+    );
+    assert_eq!(
+        (
+            first.writes.load(Ordering::SeqCst),
+            second.writes.load(Ordering::SeqCst)
+        ),
+        (0, 1),
+        "the write ran once, where it was approved"
+    );
+
+    let (status, body) = second
+        .post(
+            "/sessions/c1/decisions",
+            json!({ "decisions": { "go-on": "go" } }),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let run = body["run_id"].as_str().expect("a run id").to_owned();
+    let events = second.finished(&run).await;
+    let last = events.last().expect("an end");
+    assert_eq!(last.data["outcome"], "completed", "{last:?}");
+    assert_eq!(last.data["text"], "Done: wrote note.txt");
+    assert_eq!(second.writes.load(Ordering::SeqCst), 1, "not run again");
+    let seen = everything(&second, &events, "c1").await;
+    assert!(!seen.contains("ada@example.com"), "{seen}");
+
+    // A card number: refused, named by its rule, never stored; the session goes on.
+    let run = second.start("c1", "pay with 4111 1111 1111 1111").await;
+    let events = second.finished(&run).await;
+    let last = events.last().expect("an end");
+    assert_eq!(last.data["outcome"], "stopped", "{last:?}");
+    let seen = everything(&second, &events, "c1").await;
+    assert!(!seen.contains("4111 1111"), "{seen}");
+    let run = second.start("c1", "bye").await;
+    let events = second.finished(&run).await;
+    assert_eq!(events.last().expect("an end").data["text"], "Bye!");
+    let (_, session) = second.get("/sessions/c1").await;
+    assert!(session["interrupts"].as_array().is_some_and(Vec::is_empty));
+}

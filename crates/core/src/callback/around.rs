@@ -431,20 +431,7 @@ impl<S, C> Around<S, C> {
         AroundLayer::new(callback)
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_service_accessors!();
 }
 
 impl<S: fmt::Debug, C> fmt::Debug for Around<S, C> {

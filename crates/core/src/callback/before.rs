@@ -64,20 +64,7 @@ impl<S, C> Before<S, C> {
         BeforeLayer::new(callback)
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_service_accessors!();
 }
 
 impl<S: fmt::Debug, C> fmt::Debug for Before<S, C> {

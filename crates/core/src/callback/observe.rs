@@ -225,20 +225,7 @@ impl<S> Observe<S> {
 }
 
 impl<S, OnReq, OnRes> Observe<S, OnReq, OnRes> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::inner_service_accessors!();
 }
 
 impl<S: fmt::Debug, OnReq, OnRes> fmt::Debug for Observe<S, OnReq, OnRes> {

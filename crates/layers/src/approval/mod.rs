@@ -154,20 +154,7 @@ impl<S> Approval<S> {
         layer.clone()
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming the layer.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_agent_core::inner_service_accessors!();
 }
 
 impl<S: fmt::Debug> fmt::Debug for Approval<S> {

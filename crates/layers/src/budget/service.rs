@@ -35,20 +35,7 @@ impl<S> Budgeted<S> {
         Self { inner, config }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_agent_core::inner_service_accessors!();
 }
 
 impl<S: fmt::Debug> fmt::Debug for Budgeted<S> {

@@ -273,20 +273,7 @@ impl<S> ClearToolResults<S> {
         ClearToolResultsLayer::new()
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_agent_core::inner_service_accessors!();
 }
 
 impl<S: fmt::Debug> fmt::Debug for ClearToolResults<S> {

@@ -161,20 +161,7 @@ impl<S> PatchDangling<S> {
         PatchDanglingLayer::new()
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_agent_core::inner_service_accessors!();
 }
 
 impl<S> Service<AgentRequest> for PatchDangling<S>
