@@ -172,6 +172,12 @@ pub trait SpendStore: Send + Sync + 'static {
 }
 
 /// Spend windows in this process's memory: the default, for one process. Clones share them.
+///
+/// It keeps what the limits need, not a record: a reservation in a tenant's day or month
+/// forgets that tenant's earlier days or months (what they spent reads as zero after), so a
+/// long-lived process keeps one window per tenant and period. A conversation's window stays as
+/// long as the process (a conversation may go on any time); for many conversations, or to read
+/// past spend, keep windows in Postgres (`PostgresSpend`).
 #[derive(Clone, Default)]
 pub struct InMemorySpend {
     windows: Arc<Mutex<Windows>>,
@@ -182,6 +188,28 @@ struct Windows {
     next: i64,
     spent: HashMap<String, Cost>,
     holds: HashMap<i64, (String, Cost)>,
+}
+
+impl Windows {
+    /// Forget the windows of `window`'s tenant and period (a day or a month) that came before
+    /// it and hold nothing.
+    fn forget_before(&mut self, window: &str) {
+        let Some((scope, when)) = window.rsplit_once('/') else {
+            return;
+        };
+        if !(scope.ends_with("/day") || scope.ends_with("/month")) {
+            return;
+        }
+        let held: Vec<&str> = self.holds.values().map(|(w, _)| w.as_str()).collect();
+        let earlier = |key: &str| {
+            key.rsplit_once('/')
+                .is_some_and(|(s, w)| s == scope && w < when && !held.contains(&key))
+        };
+        let gone: Vec<String> = self.spent.keys().filter(|k| earlier(k)).cloned().collect();
+        for key in gone {
+            self.spent.remove(&key);
+        }
+    }
 }
 
 impl fmt::Debug for InMemorySpend {
@@ -209,6 +237,7 @@ impl SpendStore for InMemorySpend {
         amount: Cost,
     ) -> BoxFuture<'a, Result<Result<Hold, Cost>, Error>> {
         let mut windows = self.lock();
+        windows.forget_before(window);
         let held = windows
             .holds
             .values()
@@ -315,5 +344,58 @@ mod tests {
         assert_eq!(month.key(&ctx, at).as_deref(), Some("*/month/2026-11"));
         let nobody = SpendWindow::day(Cost::ZERO).per(|_| None);
         assert_eq!(nobody.key(&ctx, at), None);
+    }
+
+    /// A long-lived process keeps one day window per tenant: a new day's reservation forgets
+    /// the tenant's earlier days (not another tenant's, nor a day that still holds, nor
+    /// conversations).
+    #[tokio::test]
+    async fn in_memory_windows_forget_past_days() {
+        let store = InMemorySpend::new();
+        let (cent, limit) = (Cost::from_dollars(0.01), Cost::from_dollars(0.10));
+        let spend = |window: &'static str| {
+            let store = store.clone();
+            async move {
+                let hold = store.reserve(window, limit, cent).await.expect("in memory");
+                store
+                    .settle(hold.expect("room"), cent)
+                    .await
+                    .expect("settled");
+            }
+        };
+        for window in [
+            "acme/day/2026-11-28",
+            "globex/day/2026-11-28",
+            "acme/month/2026-11",
+            "acme/conversation/s1",
+        ] {
+            spend(window).await;
+        }
+        let open = store
+            .reserve("acme/day/2026-11-27", limit, cent)
+            .await
+            .expect("in memory")
+            .expect("room");
+        spend("acme/day/2026-11-29").await;
+        let spent = |window: &'static str| {
+            let store = store.clone();
+            async move { store.spent(window).await.expect("in memory") }
+        };
+        assert_eq!(spent("acme/day/2026-11-28").await, Cost::ZERO, "forgotten");
+        for window in [
+            "acme/day/2026-11-29",
+            "globex/day/2026-11-28",
+            "acme/month/2026-11",
+            "acme/conversation/s1",
+        ] {
+            assert_eq!(spent(window).await, cent, "{window} kept");
+        }
+        store.settle(open, cent).await.expect("settled");
+        assert_eq!(
+            spent("acme/day/2026-11-27").await,
+            cent,
+            "a held day is kept"
+        );
+        assert_eq!(store.lock().spent.len(), 5);
     }
 }
