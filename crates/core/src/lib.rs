@@ -89,7 +89,7 @@ pub use decision::{Decision, DecisionKind, Decisions, UnknownDecision};
 pub use error::{BoxError, Error, ErrorKind};
 pub use event::{AnyLayerEvent, Event, EventSink, EventStream, LayerEvent, Observer, observer_fn};
 pub use history::{
-    CallBlock, History, HistoryError, HistoryMark, Repair, RepairReport, Unanswered,
+    CallBlock, CallIds, History, HistoryError, HistoryMark, Repair, RepairReport, Unanswered,
 };
 pub use message::{CallKey, ContentPart, Message, NotACallKey, Role, ToolCall, ToolResult};
 pub use model::{

@@ -3,11 +3,11 @@
 
 mod blocks;
 mod fold;
+mod ids;
 mod mark;
 mod repair;
 mod validate;
 
-use std::collections::HashSet;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -17,6 +17,7 @@ use crate::message::{Message, Role, ToolCall};
 
 pub use blocks::CallBlock;
 pub use fold::HistoryFold;
+pub use ids::CallIds;
 pub use mark::HistoryMark;
 pub use repair::{Repair, RepairReport, Unanswered};
 pub use validate::{HistoryError, validate};
@@ -221,7 +222,7 @@ impl History {
     /// ```
     pub fn repair(&mut self, how: &Repair<'_>) -> RepairReport {
         let start = how.start(self);
-        if how.check(self, start, &mut HashSet::new()) {
+        if how.check(self, start, &mut CallIds::new()) {
             return RepairReport::default();
         }
         let (repaired, report) = how.rebuild(&self[start..]);

@@ -78,7 +78,6 @@
 //!
 //! [`Event::Warning`]: tower_agent_core::Event::Warning
 
-use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -89,8 +88,8 @@ use pin_project_lite::pin_project;
 use tower_agent_core::event::BoxFuture;
 use tower_agent_core::history::HistoryFold;
 use tower_agent_core::{
-    AgentRequest, Error, Event, ExtensionKey, History, HistoryMark, Message, ModelRequest, Repair,
-    Role, RunContext, Session, ToolCall, ToolResult,
+    AgentRequest, CallIds, Error, Event, ExtensionKey, History, HistoryMark, Message, ModelRequest,
+    Repair, Role, RunContext, Session, ToolCall, ToolResult,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -187,7 +186,7 @@ where
             .keep_waiting();
         let history = &req.session.history;
         let frontier = frontier(history);
-        let mut ids = HashSet::new();
+        let mut ids = CallIds::new();
         let before = Repair::new().unanswered(self.unanswered);
         let valid = before.check(&history[..frontier], 0, &mut ids)
             && how.check(&history[frontier..], 0, &mut ids.clone());
@@ -278,19 +277,14 @@ fn frontier(history: &[Message]) -> usize {
 /// How far the history of a run was found valid (with nothing open at that point), and the
 /// call ids up to there: kept in the run's context between model calls.
 #[derive(Clone, Default)]
-struct Checked(Arc<Mutex<HistoryFold<HashSet<String>>>>);
+struct Checked(Arc<Mutex<HistoryFold<CallIds>>>);
 
 impl Checked {
     fn of(ctx: &RunContext, key: &ExtensionKey<Checked>) -> Checked {
         ctx.extension_at_or_insert_with(key, Checked::default)
     }
 
-    fn remember(
-        ctx: &RunContext,
-        key: &ExtensionKey<Checked>,
-        mark: HistoryMark,
-        ids: HashSet<String>,
-    ) {
+    fn remember(ctx: &RunContext, key: &ExtensionKey<Checked>, mark: HistoryMark, ids: CallIds) {
         let checked = Checked::of(ctx, key);
         let mut fold = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
         fold.set(mark, ids);

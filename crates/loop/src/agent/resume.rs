@@ -10,8 +10,8 @@
 //! [`History::repair`]: tower_agent_core::History::repair
 
 use tower_agent_core::{
-    AgentInput, BoxError, DescribeTools, Error, Message, ModelRequest, ModelResponse, Outcome,
-    Repair, Role, StopReason, ToolCall, ToolRequest, ToolResponse,
+    AgentInput, BoxError, CallIds, DescribeTools, Error, Message, ModelRequest, ModelResponse,
+    Outcome, Repair, Role, StopReason, ToolCall, ToolRequest, ToolResponse,
 };
 use tower_service::Service;
 
@@ -239,12 +239,6 @@ where
         }
         let report = self.session.history.repair(&how);
         tracing::warn!(%report, "repaired the history of the run's input");
-        self.call_ids = self
-            .session
-            .history
-            .iter()
-            .flat_map(Message::tool_calls)
-            .map(|call| call.id.clone())
-            .collect();
+        self.call_ids = CallIds::of(self.session.history.iter());
     }
 }

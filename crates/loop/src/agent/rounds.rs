@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use tower_agent_core::{
-    AgentInput, AgentResponse, BoxError, ContentPart, DescribeTools, Error, ErrorKind, Event,
-    FinishReason, History, Message, ModelRequest, ModelResponse, Outcome, Progress, PromptCache,
-    Repair, Role, RunTools, Steering, StopReason, ToolCall, ToolRequest, ToolResponse, ToolResult,
-    Usage,
+    AgentInput, AgentResponse, BoxError, CallIds, ContentPart, DescribeTools, Error, ErrorKind,
+    Event, FinishReason, History, Interrupt, Message, ModelRequest, ModelResponse, Outcome,
+    Progress, PromptCache, Repair, Role, RunTools, Steering, StopReason, ToolCall, ToolRequest,
+    ToolResponse, ToolResult, Usage,
 };
 use tower_service::Service;
 
@@ -277,13 +277,7 @@ where
             return;
         }
         self.start = self.session.history.len();
-        self.call_ids = self
-            .session
-            .history
-            .iter()
-            .flat_map(Message::tool_calls)
-            .map(|call| call.id.clone())
-            .collect();
+        self.call_ids = CallIds::of(self.session.history.iter());
     }
 
     /// Call the model with the history, and apply what its response did: the history a layer
@@ -406,7 +400,7 @@ where
             if let ContentPart::ToolCall(call) = part {
                 call.key = Some(self.keys.key(round, calls));
                 calls += 1;
-                if call.id.is_empty() || !self.call_ids.insert(call.id.clone()) {
+                if call.id.is_empty() || !self.call_ids.insert(&call.id) {
                     call.id = self.fresh_id(round, calls);
                 }
             }
@@ -457,7 +451,7 @@ where
     fn fresh_id(&mut self, round: u32, index: usize) -> String {
         let prefix: String = self.ctx.run_id().chars().take(8).collect();
         let mut id = format!("call_{prefix}_{round}_{index}");
-        while !self.call_ids.insert(id.clone()) {
+        while !self.call_ids.insert(&id) {
             id.push('_');
         }
         id
@@ -484,20 +478,12 @@ where
             stop.as_ref().map(not_executed)
         };
         let closed = closing.is_some() && !interrupts.is_empty();
-        if let Some(content) = closing {
-            for interrupt in interrupts.drain(..) {
-                let result = ToolResult::error(&interrupt.call, content.clone());
-                self.session.history.push(Message::tool_result(result));
-                // It started and will not be resumed: it finishes here, answered with an error.
-                let finished = Event::ToolFinished {
-                    round: self.rounds,
-                    call_id: interrupt.call.id,
-                    name: interrupt.call.name,
-                    is_error: true,
-                };
-                if let Err(told) = emit!(self.ctx, finished) {
-                    return Err(error.unwrap_or(told));
-                }
+        if let Some(content) = closing.filter(|_| closed) {
+            // Rare (a run ending with calls that would wait): boxed, so that the round's
+            // future, which every run holds while it waits on its model, stays small.
+            let waiting = std::mem::take(&mut interrupts);
+            if let Err(told) = Box::pin(self.close_waiting(waiting, content)).await {
+                return Err(error.unwrap_or(told));
             }
         }
         // Results that came as the calls finished, resumed calls after the others, calls that
@@ -520,6 +506,27 @@ where
         Ok(None)
     }
 
+    /// Answer the calls that would have waited for a decision with `content`, an error: the
+    /// run ends otherwise. Each started, and finishes here.
+    async fn close_waiting(
+        &mut self,
+        waiting: Vec<Interrupt>,
+        content: String,
+    ) -> Result<(), Error> {
+        for interrupt in waiting {
+            let result = ToolResult::error(&interrupt.call, content.clone());
+            self.session.history.push(Message::tool_result(result));
+            let finished = Event::ToolFinished {
+                round: self.rounds,
+                call_id: interrupt.call.id,
+                name: interrupt.call.name,
+                is_error: true,
+            };
+            emit!(self.ctx, finished)?;
+        }
+        Ok(())
+    }
+
     /// Make `history`, which a layer committed, the session's, after checking it.
     fn commit(&mut self, history: History) -> Result<(), Error> {
         if let Err(defect) = history.validate() {
@@ -530,11 +537,7 @@ where
         // The run's own messages are the newest: they keep their place from the end.
         let own = self.session.history.len().saturating_sub(self.start);
         self.start = history.len().saturating_sub(own);
-        self.call_ids = history
-            .iter()
-            .flat_map(Message::tool_calls)
-            .map(|call| call.id.clone())
-            .collect();
+        self.call_ids = CallIds::of(history.iter());
         self.session.history = history;
         Ok(())
     }

@@ -20,9 +20,8 @@ pub(super) struct Run<M, T> {
     pub(super) ctx: RunContext,
     pub(super) usage: Usage,
     pub(super) rounds: u32,
-    /// Every call id of the session: new calls get unique ones. Hashed with foldhash: ids are
-    /// short, and the set takes one per call.
-    pub(super) call_ids: foldhash::HashSet<String>,
+    /// Every call id of the session (8 bytes each): new calls get unique ones.
+    pub(super) call_ids: tower_agent_core::CallIds,
     /// Where this run's work starts in the history, for the progress of a stopped or
     /// cancelled run.
     pub(super) start: usize,

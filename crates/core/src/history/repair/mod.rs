@@ -3,10 +3,9 @@
 //! A check ([`Repair::check`]) runs first and allocates nothing but its id set: a valid
 //! history comes out as it went in, the same `Arc`. Only a history that fails it is rebuilt.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::hash::BuildHasher;
 
+use super::CallIds;
 use crate::message::{ContentPart, Message, Role, ToolCall, ToolResult};
 
 /// What becomes of a tool call that has no result.
@@ -249,24 +248,18 @@ impl<'a> Repair<'a> {
     /// right after a call.
     ///
     /// ```
-    /// use std::collections::HashSet;
     /// use serde_json::json;
-    /// use tower_agent_core::{Message, Repair, ToolCall, ToolResult};
+    /// use tower_agent_core::{CallIds, Message, Repair, ToolCall, ToolResult};
     ///
     /// let call = ToolCall::new("c1", "t", json!({}));
     /// let mut messages = vec![Message::assistant_with_calls("", [call.clone()])];
     /// messages.push(Message::tool_result(ToolResult::success(&call, "ok")));
-    /// let mut ids = HashSet::new();
+    /// let mut ids = CallIds::new();
     /// assert!(Repair::new().check(&messages, 0, &mut ids));
     /// messages.push(Message::assistant_with_calls("", [call])); // the same id again
     /// assert!(!Repair::new().check(&messages, 2, &mut ids));
     /// ```
-    pub fn check<S: BuildHasher>(
-        &self,
-        messages: &[Message],
-        from: usize,
-        ids: &mut HashSet<String, S>,
-    ) -> bool {
+    pub fn check(&self, messages: &[Message], from: usize, ids: &mut CallIds) -> bool {
         let mut index = from;
         while index < messages.len() {
             let message = &messages[index];
@@ -279,7 +272,7 @@ impl<'a> Repair<'a> {
                 match part {
                     ContentPart::ToolResult(_) => return false,
                     ContentPart::ToolCall(call) if message.role == Role::Assistant => {
-                        if call.id.is_empty() || !ids.insert(call.id.clone()) {
+                        if call.id.is_empty() || !ids.insert(&call.id) {
                             return false;
                         }
                         calls += 1;

@@ -1,5 +1,7 @@
 //! Tests of the repair: checks, rebuilds, reports.
 
+use std::collections::HashSet;
+
 use super::rebuild::fresh_id;
 use super::*;
 use crate::History;
