@@ -86,7 +86,11 @@ async fn serve(wrap: impl FnOnce(Router) -> Router) -> App {
         )
         .tool_specs(tools.specs())
         .build(model(), tools);
-    let app = wrap(AgentServer::new(agent, store).router());
+    listen(wrap(AgentServer::new(agent, store).router()), writes, waits).await
+}
+
+/// Serve `app` on a port of 127.0.0.1.
+async fn listen(app: Router, writes: Arc<AtomicUsize>, waits: Arc<AtomicUsize>) -> App {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a port");
@@ -532,18 +536,12 @@ async fn serve_canonical(store: InMemorySessions) -> App {
         .model_layer(pause)
         .tool_specs(tools.specs())
         .build(model(), tools);
-    let app = AgentServer::new(agent, store).router();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let base = format!("http://{}", listener.local_addr().expect("an address"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    App {
-        base,
-        http: reqwest::Client::new(),
+    listen(
+        AgentServer::new(agent, store).router(),
         writes,
-        waits: Arc::default(),
-    }
+        Arc::default(),
+    )
+    .await
 }
 
 /// Everything a client of the server can read: every event of the run and the stored session.
