@@ -197,7 +197,14 @@ impl Windows {
         let Some((scope, when)) = window.rsplit_once('/') else {
             return;
         };
-        if !(scope.ends_with("/day") || scope.ends_with("/month")) {
+        // `<tenant>/day/2026-11-29` or `<tenant>/month/2026-11` (as `SpendWindow::key` writes
+        // them), never `<tenant>/conversation/<session id>`, a session id like a date included.
+        let dated = match scope.rsplit_once('/') {
+            Some((_, "day")) => is_date(when, 10),
+            Some((_, "month")) => is_date(when, 7),
+            _ => false,
+        };
+        if !dated {
             return;
         }
         let held: Vec<&str> = self.holds.values().map(|(w, _)| w.as_str()).collect();
@@ -210,6 +217,15 @@ impl Windows {
             self.spent.remove(&key);
         }
     }
+}
+
+/// `when` is `YYYY-MM-DD` (`len` 10) or `YYYY-MM` (7).
+fn is_date(when: &str, len: usize) -> bool {
+    when.len() == len
+        && when.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        })
 }
 
 impl fmt::Debug for InMemorySpend {
@@ -368,6 +384,7 @@ mod tests {
             "globex/day/2026-11-28",
             "acme/month/2026-11",
             "acme/conversation/s1",
+            "acme/conversation/2026-11-28",
         ] {
             spend(window).await;
         }
@@ -377,6 +394,7 @@ mod tests {
             .expect("in memory")
             .expect("room");
         spend("acme/day/2026-11-29").await;
+        spend("acme/conversation/2026-11-29").await;
         let spent = |window: &'static str| {
             let store = store.clone();
             async move { store.spent(window).await.expect("in memory") }
@@ -387,6 +405,7 @@ mod tests {
             "globex/day/2026-11-28",
             "acme/month/2026-11",
             "acme/conversation/s1",
+            "acme/conversation/2026-11-28",
         ] {
             assert_eq!(spent(window).await, cent, "{window} kept");
         }
@@ -396,6 +415,6 @@ mod tests {
             cent,
             "a held day is kept"
         );
-        assert_eq!(store.lock().spent.len(), 5);
+        assert_eq!(store.lock().spent.len(), 7);
     }
 }
