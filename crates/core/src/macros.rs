@@ -2,8 +2,8 @@
 
 /// `get_ref`, `get_mut` and `into_inner` for a middleware service whose inner service `S` is
 /// its field `inner`: the accessors tower's own middleware has. Written once, as tower-http's
-/// `define_inner_service_accessors!`, for the layers of this workspace; put it in an
-/// `impl<S, ..> Service<S, ..>` block.
+/// `define_inner_service_accessors!`, for the layers of this workspace; put it in the
+/// service's own `impl<S, ..> MyService<S, ..>` block (not its `Service` impl).
 ///
 /// ```
 /// pub struct Logged<S> {

@@ -469,8 +469,9 @@ async fn authentication_is_the_hosts_own_tower_layer() {
     assert_eq!(res.status().as_u16(), 202);
 }
 
-/// What a host serves: every built-in in its canonical slot on a store, with a host model
-/// layer that pauses before the model call after a tool round until a decision says `go`.
+/// What a host serves: the built-ins in their canonical slots on a store (all but memory,
+/// fallback, tool selection and the tool cache), with a host model layer that pauses before
+/// the model call after a tool round until a decision says `go`.
 async fn serve_canonical(store: InMemorySessions) -> App {
     use tower_agent_core::{Flow, Interrupt, ModelPrice, before_model};
     use tower_agent_layers::budget::BudgetLayer;
@@ -546,7 +547,8 @@ async fn serve_canonical(store: InMemorySessions) -> App {
 
 /// Everything a client of the server can read: every event of the run and the stored session.
 async fn everything(app: &App, events: &[Sse], session: &str) -> String {
-    let (_, stored) = app.get(&format!("/sessions/{session}")).await;
+    let (status, stored) = app.get(&format!("/sessions/{session}")).await;
+    assert_eq!(status, 200, "{stored}");
     let events: Vec<&Value> = events.iter().map(|e| &e.data).collect();
     format!("{} {stored}", json!(events))
 }
@@ -624,11 +626,28 @@ async fn the_canonical_stack_served_keeps_its_promises_across_a_restart() {
     let events = second.finished(&run).await;
     let last = events.last().expect("an end");
     assert_eq!(last.data["outcome"], "stopped", "{last:?}");
+    let reason = last.data["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("pii") && reason.contains("card"),
+        "named by its rule: {reason}"
+    );
     let seen = everything(&second, &events, "c1").await;
     assert!(!seen.contains("4111 1111"), "{seen}");
     let run = second.start("c1", "bye").await;
     let events = second.finished(&run).await;
     assert_eq!(events.last().expect("an end").data["text"], "Bye!");
-    let (_, session) = second.get("/sessions/c1").await;
+    let (status, session) = second.get("/sessions/c1").await;
+    assert_eq!(status, 200, "{session}");
+    let texts: Vec<String> = session["history"]
+        .as_array()
+        .expect("a history")
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    assert!(
+        texts.iter().any(|m| m.contains("Bye!"))
+            && texts.iter().any(|m| m.contains("wrote note.txt")),
+        "the session goes on after the refusal: {texts:?}"
+    );
     assert_eq!(session.get("interrupts"), None, "nothing waits: {session}");
 }

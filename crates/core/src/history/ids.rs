@@ -1,7 +1,9 @@
 //! The call ids a history has used, to tell a new id from a taken one.
 
 use std::collections::HashSet;
+use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::OnceLock;
 
 use foldhash::fast::FixedState;
 
@@ -11,8 +13,9 @@ use crate::message::Message;
 /// copy of it, in a set a run keeps for its whole life ([`Repair::check`](super::Repair::check),
 /// the agent's check that a model's new call does not reuse an id).
 ///
-/// Two ids with the same hash (about one chance in 2^64 for a pair) count as one: the second
-/// is taken for a reused id, which costs a needless repair or a new id, never a lost call.
+/// The hash's seed is drawn once per process (a hash is never saved), so ids cannot be chosen
+/// to collide. Two that do anyway count as one: the second is taken for a reused id, which
+/// costs a needless repair or a new id, never a lost call.
 ///
 /// ```
 /// use serde_json::json;
@@ -58,6 +61,8 @@ impl CallIds {
 }
 
 fn hash(id: &str) -> u64 {
-    // A fixed seed: an id hashes alike in every set, so a taken id stays taken.
-    FixedState::with_seed(0x5eed_ca11_0001).hash_one(id)
+    // One seed for the process: an id hashes alike in every set, so a taken id stays taken.
+    static SEED: OnceLock<FixedState> = OnceLock::new();
+    SEED.get_or_init(|| FixedState::with_seed(RandomState::new().hash_one(0_u64)))
+        .hash_one(id)
 }

@@ -103,7 +103,9 @@ impl SpendWindow {
     /// The key of the window a call of `ctx` (the outermost run's context) falls in at `now`:
     /// `<tenant>/<period>/<when>` (`acme/day/2026-11-29`, `acme/month/2026-11`,
     /// `acme/conversation/<session id>`; `*` for the tenant without [`per`](Self::per)), to
-    /// read what it spent ([`SpendStore::spent`]). `None` when the run has no tenant.
+    /// read what it spent ([`SpendStore::spent`]). A `/` or `%` in the tenant or the session id
+    /// is written `%2F` or `%25`, so a key always has three parts. `None` when the run has no
+    /// tenant.
     pub fn key(&self, ctx: &RunContext, now: SystemTime) -> Option<String> {
         let tenant = match &self.tenant {
             Some(tenant) => tenant(ctx)?,
@@ -116,10 +118,15 @@ impl SpendWindow {
         let when = match self.period {
             Period::Day => format!("{year:04}-{month:02}-{day:02}"),
             Period::Month => format!("{year:04}-{month:02}"),
-            Period::Conversation => ctx.session_id().to_owned(),
+            Period::Conversation => escape(ctx.session_id()),
         };
-        Some(format!("{tenant}/{}/{when}", self.period))
+        Some(format!("{}/{}/{when}", escape(&tenant), self.period))
     }
+}
+
+/// `part` with its `%` and `/` escaped, to stand as one part of a key.
+fn escape(part: &str) -> String {
+    part.replace('%', "%25").replace('/', "%2F")
 }
 
 /// The date of the day `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
@@ -173,9 +180,9 @@ pub trait SpendStore: Send + Sync + 'static {
 
 /// Spend windows in this process's memory: the default, for one process. Clones share them.
 ///
-/// It keeps what the limits need, not a record: a reservation in a tenant's day or month
-/// forgets that tenant's earlier days or months (what they spent reads as zero after), so a
-/// long-lived process keeps one window per tenant and period. A conversation's window stays as
+/// It keeps what the limits need, not a record: a reservation in a tenant's new day or month
+/// forgets that tenant's days or months before the previous one (what they spent reads as zero
+/// after), so a long-lived process keeps two windows per tenant and period. A conversation's window stays as
 /// long as the process (a conversation may go on any time); for many conversations, or to read
 /// past spend, keep windows in Postgres (`PostgresSpend`).
 #[derive(Clone, Default)]
@@ -188,34 +195,47 @@ struct Windows {
     next: i64,
     spent: HashMap<String, Cost>,
     holds: HashMap<i64, (String, Cost)>,
+    /// The latest day or month reserved in, by tenant and period (`acme/day`).
+    latest: HashMap<String, String>,
 }
 
 impl Windows {
-    /// Forget the windows of `window`'s tenant and period (a day or a month) that came before
-    /// it and hold nothing.
+    /// When `window` is a day or a month later than any its tenant reserved in before, forget
+    /// the tenant's windows of that period before the previous one (a call keyed just before
+    /// midnight still finds the day it counts in), unless they hold a reservation.
     fn forget_before(&mut self, window: &str) {
-        let Some((scope, when)) = window.rsplit_once('/') else {
+        let mut parts = window.split('/');
+        let (Some(tenant), Some(period), Some(when), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
             return;
         };
-        // `<tenant>/day/2026-11-29` or `<tenant>/month/2026-11` (as `SpendWindow::key` writes
-        // them), never `<tenant>/conversation/<session id>`, a session id like a date included.
-        let dated = match scope.rsplit_once('/') {
-            Some((_, "day")) => is_date(when, 10),
-            Some((_, "month")) => is_date(when, 7),
+        let dated = match period {
+            "day" => is_date(when, 10),
+            "month" => is_date(when, 7),
             _ => false,
         };
         if !dated {
             return;
         }
-        let held: Vec<&str> = self.holds.values().map(|(w, _)| w.as_str()).collect();
-        let earlier = |key: &str| {
-            key.rsplit_once('/')
-                .is_some_and(|(s, w)| s == scope && w < when && !held.contains(&key))
+        let scope = format!("{tenant}/{period}/");
+        let previous = match self.latest.get(&scope[..scope.len() - 1]) {
+            Some(latest) if latest.as_str() >= when => return,
+            latest => latest.cloned(),
         };
-        let gone: Vec<String> = self.spent.keys().filter(|k| earlier(k)).cloned().collect();
-        for key in gone {
-            self.spent.remove(&key);
-        }
+        self.latest
+            .insert(scope[..scope.len() - 1].to_owned(), when.to_owned());
+        let Some(previous) = previous else {
+            return;
+        };
+        let held: std::collections::HashSet<&str> =
+            self.holds.values().map(|(w, _)| w.as_str()).collect();
+        self.spent.retain(|key, _| {
+            let before = key
+                .strip_prefix(&scope)
+                .is_some_and(|w| w < previous.as_str());
+            !before || held.contains(key.as_str())
+        });
     }
 }
 
@@ -362,9 +382,10 @@ mod tests {
         assert_eq!(nobody.key(&ctx, at), None);
     }
 
-    /// A long-lived process keeps one day window per tenant: a new day's reservation forgets
-    /// the tenant's earlier days (not another tenant's, nor a day that still holds, nor
-    /// conversations).
+    /// A long-lived process keeps two day windows per tenant: a new day's reservation forgets
+    /// the tenant's days before the previous one (not the previous day, where a call keyed
+    /// before midnight still counts; not another tenant's; not a day that still holds; never a
+    /// conversation, however its session id reads).
     #[tokio::test]
     async fn in_memory_windows_forget_past_days() {
         let store = InMemorySpend::new();
@@ -379,42 +400,68 @@ mod tests {
                     .expect("settled");
             }
         };
+        let spent = |window: &'static str| {
+            let store = store.clone();
+            async move { store.spent(window).await.expect("in memory") }
+        };
         for window in [
-            "acme/day/2026-11-28",
-            "globex/day/2026-11-28",
-            "acme/month/2026-11",
+            "acme/day/2026-11-26",
+            "acme/day/2026-11-27",
+            "globex/day/2026-11-26",
+            "acme/month/2026-10",
             "acme/conversation/s1",
-            "acme/conversation/2026-11-28",
+            "acme/conversation/2026-11-26",
+            "acme/conversation/u1%2Fday%2F2026-11-26",
         ] {
             spend(window).await;
         }
+        // Day 27 holds a call while days 28 and 29 open.
         let open = store
             .reserve("acme/day/2026-11-27", limit, cent)
             .await
             .expect("in memory")
             .expect("room");
-        spend("acme/day/2026-11-29").await;
-        spend("acme/conversation/2026-11-29").await;
-        let spent = |window: &'static str| {
-            let store = store.clone();
-            async move { store.spent(window).await.expect("in memory") }
-        };
-        assert_eq!(spent("acme/day/2026-11-28").await, Cost::ZERO, "forgotten");
         for window in [
+            "acme/day/2026-11-28",
             "acme/day/2026-11-29",
-            "globex/day/2026-11-28",
-            "acme/month/2026-11",
+            "acme/conversation/2026-11-29",
+            "acme/conversation/u1%2Fday%2F2026-11-29",
+        ] {
+            spend(window).await;
+        }
+        assert_eq!(spent("acme/day/2026-11-26").await, Cost::ZERO, "forgotten");
+        for window in [
+            "acme/day/2026-11-28",
+            "acme/day/2026-11-29",
+            "globex/day/2026-11-26",
+            "acme/month/2026-10",
             "acme/conversation/s1",
-            "acme/conversation/2026-11-28",
+            "acme/conversation/2026-11-26",
+            "acme/conversation/u1%2Fday%2F2026-11-26",
         ] {
             assert_eq!(spent(window).await, cent, "{window} kept");
         }
         store.settle(open, cent).await.expect("settled");
         assert_eq!(
             spent("acme/day/2026-11-27").await,
-            cent,
-            "a held day is kept"
+            Cost::from_dollars(0.02),
+            "a held day is kept, with what it spent"
         );
-        assert_eq!(store.lock().spent.len(), 7);
+        // A call keyed to the previous day, after the next opened, still counts there.
+        spend("acme/day/2026-11-28").await;
+        assert_eq!(spent("acme/day/2026-11-28").await, Cost::from_dollars(0.02));
+        assert_eq!(store.lock().spent.len(), 10);
+    }
+
+    /// A `/` in a tenant or a session id cannot make one window read as another's.
+    #[test]
+    fn key_parts_are_escaped() {
+        let ctx = RunContext::new().with_session_id("u1/day/2026-11-29");
+        let at = UNIX_EPOCH + std::time::Duration::from_secs(20_786 * 86_400);
+        let conversation = SpendWindow::conversation(Cost::ZERO).per(|_| Some("a/b%".into()));
+        assert_eq!(
+            conversation.key(&ctx, at).as_deref(),
+            Some("a%2Fb%25/conversation/u1%2Fday%2F2026-11-29")
+        );
     }
 }
