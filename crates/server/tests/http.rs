@@ -147,6 +147,17 @@ impl App {
         body["run_id"].as_str().expect("a run id").to_owned()
     }
 
+    /// Post `decisions` for the session's waiting calls; the id of the run that resumes it.
+    async fn decide(&self, session: &str, decisions: Value) -> String {
+        let (status, body) = self
+            .post(
+                &format!("/sessions/{session}/decisions"),
+                json!({ "decisions": decisions }),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        body["run_id"].as_str().expect("a run id").to_owned()
+    }
     /// The run's events from after `last` (or the first), until `until` returns true for one
     /// (included) or the stream ends.
     async fn events(
@@ -268,14 +279,9 @@ async fn an_approval_is_asked_in_the_stream_and_decided_over_http() {
     assert_eq!(session["interrupts"].as_array().map(Vec::len), Some(1));
 
     let call_id = asked["call_id"].as_str().expect("an id");
-    let (status, body) = app
-        .post(
-            "/sessions/s2/decisions",
-            json!({ "decisions": { call_id: { "type": "approve" } } }),
-        )
+    let resumed = app
+        .decide("s2", json!({ call_id: { "type": "approve" } }))
         .await;
-    assert_eq!(status, 202, "{body}");
-    let resumed = body["run_id"].as_str().expect("a run id").to_owned();
     let events = app.finished(&resumed).await;
     let finished: Vec<&Sse> = events
         .iter()
@@ -579,14 +585,9 @@ async fn the_canonical_stack_served_keeps_its_promises_across_a_restart() {
 
     // Another process on the same store: the approval is decided there.
     let second = serve_canonical(store.clone()).await;
-    let (status, body) = second
-        .post(
-            "/sessions/c1/decisions",
-            json!({ "decisions": { call_id: { "type": "approve" } } }),
-        )
+    let run = second
+        .decide("c1", json!({ call_id: { "type": "approve" } }))
         .await;
-    assert_eq!(status, 202, "{body}");
-    let run = body["run_id"].as_str().expect("a run id").to_owned();
     let events = second.finished(&run).await;
     let last = events.last().expect("an end");
     assert_eq!(last.data["outcome"], "interrupted", "paused: {last:?}");
@@ -605,14 +606,7 @@ async fn the_canonical_stack_served_keeps_its_promises_across_a_restart() {
         "the write ran once, where it was approved"
     );
 
-    let (status, body) = second
-        .post(
-            "/sessions/c1/decisions",
-            json!({ "decisions": { "go-on": "go" } }),
-        )
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let run = body["run_id"].as_str().expect("a run id").to_owned();
+    let run = second.decide("c1", json!({ "go-on": "go" })).await;
     let events = second.finished(&run).await;
     let last = events.last().expect("an end");
     assert_eq!(last.data["outcome"], "completed", "{last:?}");
