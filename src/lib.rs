@@ -84,6 +84,8 @@
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// `_layers` is the hidden feature every built-in turns on: a reader is told the built-in's own.
+#![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "_layers"))))]
 
 pub use tower_agent_core::*;
 pub use tower_agent_loop::stack;
