@@ -213,26 +213,33 @@ impl fmt::Display for ErrorKind {
 /// When a run fails, the agent attaches the session as it stood at the failure (every tool
 /// call answered), so nothing is lost: take it back with [`Error::take_session`] and resume.
 /// It attaches the tokens the run used too ([`Error::usage`]): they were paid.
+///
+/// One pointer wide, as hyper's and reqwest's errors are: every `Result` and every future
+/// that holds one stays small, and a run holds many (an error is made only when something
+/// fails).
 #[derive(Clone)]
-pub struct Error {
+pub struct Error(Box<Parts>);
+
+#[derive(Clone)]
+struct Parts {
     kind: ErrorKind,
     message: Cow<'static, str>,
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
-    session: Option<Box<Session>>,
-    history: Option<Box<History>>,
+    session: Option<Session>,
+    history: Option<History>,
     usage: Usage,
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind, self.message)
+        write!(f, "{}: {}", self.0.kind, self.0.message)
     }
 }
 
 impl StdError for Error {
     /// The cause itself (not the `Arc` that shares it), so `downcast_ref` finds its type.
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match &self.source {
+        match &self.0.source {
             Some(source) => Some(&**source),
             None => None,
         }
@@ -242,14 +249,14 @@ impl StdError for Error {
 impl Error {
     /// A new error of `kind`.
     pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
-        Self {
+        Self(Box::new(Parts {
             kind,
             message: message.into(),
             source: None,
             session: None,
             history: None,
             usage: Usage::default(),
-        }
+        }))
     }
 
     /// [`ErrorKind::RateLimited`].
@@ -287,44 +294,44 @@ impl Error {
 
     /// Attach the underlying cause, reachable through [`std::error::Error::source`].
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
-        self.source = Some(Arc::from(source.into()));
+        self.0.source = Some(Arc::from(source.into()));
         self
     }
 
     /// What went wrong.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// The message, without the kind.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.0.message
     }
 
     /// Shorthand for `self.kind().retry_after()`.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.kind.retry_after()
+        self.0.kind.retry_after()
     }
 
     /// Shorthand for `self.kind().is_transient()`.
     pub fn is_transient(&self) -> bool {
-        self.kind.is_transient()
+        self.0.kind.is_transient()
     }
 
     /// Attach the session as it stood when the run failed.
     pub fn with_session(mut self, session: Session) -> Self {
-        self.session = Some(Box::new(session));
+        self.0.session = Some(session);
         self
     }
 
     /// The session saved at the failure, if the agent attached one.
     pub fn session(&self) -> Option<&Session> {
-        self.session.as_deref()
+        self.0.session.as_ref()
     }
 
     /// Take the session saved at the failure, to resume the run later.
     pub fn take_session(&mut self) -> Option<Session> {
-        self.session.take().map(|s| *s)
+        self.0.session.take()
     }
 
     /// Attach the history a layer committed before the call failed (a summary it paid for):
@@ -332,23 +339,23 @@ impl Error {
     /// to the session it returns with the error. An inner layer's commit wins, as in
     /// [`ModelResponse::commit`](crate::ModelResponse::commit).
     pub fn with_history(mut self, history: History) -> Self {
-        self.history.get_or_insert_with(|| Box::new(history));
+        self.0.history.get_or_insert(history);
         self
     }
 
     /// The history a layer committed before the call failed ([`Error::with_history`]).
     pub fn history(&self) -> Option<&History> {
-        self.history.as_deref()
+        self.0.history.as_ref()
     }
 
     /// Take the history a layer committed before the call failed.
     pub fn take_history(&mut self) -> Option<History> {
-        self.history.take().map(|h| *h)
+        self.0.history.take()
     }
 
     /// Attach the tokens the failed run used before it failed (replacing any attached).
     pub fn with_usage(mut self, usage: Usage) -> Self {
-        self.usage = usage;
+        self.0.usage = usage;
         self
     }
 
@@ -362,14 +369,14 @@ impl Error {
     /// assert_eq!(error.add_usage(Usage::new(1, 1)).usage(), Usage::new(6, 2));
     /// ```
     pub fn add_usage(mut self, usage: Usage) -> Self {
-        self.usage += usage;
+        self.0.usage += usage;
         self
     }
 
     /// The tokens the failed run used before it failed (its model calls, the summarizer's,
     /// nested agents'), when the agent attached them; zero otherwise.
     pub fn usage(&self) -> Usage {
-        self.usage
+        self.0.usage
     }
 
     /// Turn any error a tower service returns into an [`Error`].
@@ -418,22 +425,24 @@ impl From<BoxError> for Error {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts = &*self.0;
         let mut d = f.debug_struct("Error");
-        d.field("kind", &self.kind).field("message", &self.message);
-        if let Some(source) = &self.source {
+        d.field("kind", &parts.kind)
+            .field("message", &parts.message);
+        if let Some(source) = &parts.source {
             d.field("source", &format_args!("{source}"));
         }
-        if let Some(session) = &self.session {
+        if let Some(session) = &parts.session {
             d.field(
                 "session",
                 &format_args!("<{} messages>", session.history.len()),
             );
         }
-        if let Some(history) = &self.history {
+        if let Some(history) = &parts.history {
             d.field("history", &format_args!("<{} messages>", history.len()));
         }
-        if self.usage != Usage::default() {
-            d.field("usage", &self.usage);
+        if parts.usage != Usage::default() {
+            d.field("usage", &parts.usage);
         }
         d.finish()
     }
@@ -475,6 +484,21 @@ mod tests {
             };
             assert_eq!(kind.name(), tag);
         }
+    }
+
+    /// An error is one pointer, and so is a `Result` of nothing or an error: what every
+    /// future of a run holds stays small.
+    #[test]
+    fn an_error_is_one_pointer_wide() {
+        assert_eq!(std::mem::size_of::<Error>(), std::mem::size_of::<usize>());
+        assert_eq!(
+            std::mem::size_of::<Result<(), Error>>(),
+            std::mem::size_of::<usize>()
+        );
+        assert_eq!(
+            std::mem::size_of::<Option<Error>>(),
+            std::mem::size_of::<usize>()
+        );
     }
 
     #[test]

@@ -280,6 +280,10 @@ where
 }
 
 /// What one model's call gave the chain.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned and matched at once, never stored"
+)]
 enum Judged {
     /// An answer to return.
     Answer(ModelResponse),
