@@ -56,10 +56,11 @@ struct Shared {
     session_id: Arc<str>,
     cancel: CancellationToken,
     events: EventSink,
-    state: Mutex<Map<String, Value>>,
+    /// Made at the first write: most runs keep no state, and every run has a context.
+    state: Mutex<Option<Box<Map<String, Value>>>>,
     extensions: Mutex<Extensions>,
-    /// Where a nested run belongs ([`RunContext::nested`]).
-    nesting: Option<Nesting>,
+    /// Where a nested run belongs ([`RunContext::nested`]); boxed, as few runs are nested.
+    nesting: Option<Box<Nesting>>,
     /// The outermost run a side call was made for ([`RunContext::side_call`]).
     side_of: Option<RunContext>,
 }
@@ -102,7 +103,7 @@ impl RunContext {
             session_id: Arc::from(""),
             cancel: CancellationToken::new(),
             events: EventSink::default(),
-            state: Mutex::new(Map::new()),
+            state: Mutex::new(None),
             extensions: Mutex::new(Extensions::default()),
             nesting: None,
             side_of: None,
@@ -240,15 +241,14 @@ impl RunContext {
 
     /// Read a value of the session's JSON state. `None` when missing or not of type `T`.
     pub fn state<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        let state = lock(&self.shared.state);
-        state.get(key).and_then(|v| T::deserialize(v).ok())
+        self.read_state(|state| state.get(key).and_then(|v| T::deserialize(v).ok()))
     }
 
     /// Write a value into the session's JSON state. A value that does not serialize to JSON
     /// is stored as `null`.
     pub fn set_state(&self, key: impl Into<String>, value: impl Serialize) {
         let value = serde_json::to_value(value).unwrap_or(Value::Null);
-        lock(&self.shared.state).insert(key.into(), value);
+        self.with_state(|state| state.insert(key.into(), value));
     }
 
     /// The value under the typed `key` of the session's state ([`StateKey::get`]): its default
@@ -257,7 +257,7 @@ impl RunContext {
     where
         T: Serialize + DeserializeOwned + Default + PartialEq,
     {
-        key.get(&lock(&self.shared.state))
+        self.read_state(|state| key.get(state))
     }
 
     /// Change the value under the typed `key` of the session's state, atomically (other
@@ -272,7 +272,7 @@ impl RunContext {
     where
         T: Serialize + DeserializeOwned + Default + PartialEq,
     {
-        key.update(&mut lock(&self.shared.state), f)
+        self.with_state(|state| key.update(state, f))
     }
 
     /// [`RunContext::update`] for state a layer owns and can rebuild: a stored value that is not
@@ -281,12 +281,20 @@ impl RunContext {
     where
         T: Serialize + DeserializeOwned + Default + PartialEq,
     {
-        key.update_or_reset(&mut lock(&self.shared.state), f)
+        self.with_state(|state| key.update_or_reset(state, f))
     }
 
     /// Run `f` with the JSON state locked. Do not block or await inside.
     pub fn with_state<R>(&self, f: impl FnOnce(&mut Map<String, Value>) -> R) -> R {
-        f(&mut lock(&self.shared.state))
+        f(lock(&self.shared.state).get_or_insert_with(Box::default))
+    }
+
+    /// Run `f` with the JSON state locked for reading (an empty map when none was written).
+    fn read_state<R>(&self, f: impl FnOnce(&Map<String, Value>) -> R) -> R {
+        match &*lock(&self.shared.state) {
+            Some(state) => f(state),
+            None => f(&Map::new()),
+        }
     }
 
     /// Store a typed value for this run, replacing any value of the same type.
@@ -329,22 +337,26 @@ impl RunContext {
 
     /// Merge `state` into the JSON state; keys already present win.
     pub fn absorb_state(&self, state: Map<String, Value>) {
-        let mut mine = lock(&self.shared.state);
-        for (key, value) in state {
-            mine.entry(key).or_insert(value);
+        if state.is_empty() {
+            return;
         }
+        self.with_state(|mine| {
+            for (key, value) in state {
+                mine.entry(key).or_insert(value);
+            }
+        });
     }
 
     /// A copy of the whole JSON state.
     pub fn state_snapshot(&self) -> Map<String, Value> {
-        lock(&self.shared.state).clone()
+        self.read_state(Map::clone)
     }
 }
 
 impl fmt::Debug for RunContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // State values are the host's data: show only the keys.
-        let keys: Vec<String> = lock(&self.shared.state).keys().cloned().collect();
+        let keys: Vec<String> = self.read_state(|state| state.keys().cloned().collect());
         f.debug_struct("RunContext")
             .field("run_id", &self.shared.run_id)
             .field("session_id", &self.shared.session_id)
@@ -481,11 +493,15 @@ impl Extensions {
                     None => slot.value = Arc::new(value),
                 }
             }
-            None => self.list.push(Slot {
-                type_id,
-                key: key.cloned(),
-                value: Arc::new(value),
-            }),
+            None => {
+                // Grown one slot at a time: a run holds a handful, most of them one.
+                self.list.reserve_exact(1);
+                self.list.push(Slot {
+                    type_id,
+                    key: key.cloned(),
+                    value: Arc::new(value),
+                });
+            }
         }
     }
 

@@ -2,8 +2,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use serde_json::Map;
-
 use super::{Extensions, RunContext, Shared};
 use crate::error::Error;
 use crate::event::{Event, EventSink, Observer};
@@ -132,9 +130,9 @@ impl RunContext {
             // nested run).
             cancel: self.cancellation_token().clone(),
             events,
-            state: Mutex::new(Map::new()),
+            state: Mutex::new(None),
             extensions: Mutex::new(Extensions::default()),
-            nesting: Some(Nesting { root, path }),
+            nesting: Some(Box::new(Nesting { root, path })),
             side_of: None,
         })
     }
