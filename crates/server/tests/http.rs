@@ -137,27 +137,24 @@ impl App {
     }
 
     async fn start(&self, session: &str, message: &str) -> String {
-        let (status, body) = self
-            .post(
-                &format!("/sessions/{session}/runs"),
-                json!({ "message": message }),
-            )
-            .await;
-        assert_eq!(status, 202, "{body}");
-        body["run_id"].as_str().expect("a run id").to_owned()
+        let path = format!("/sessions/{session}/runs");
+        self.run_from(&path, json!({ "message": message })).await
     }
 
     /// Post `decisions` for the session's waiting calls; the id of the run that resumes it.
     async fn decide(&self, session: &str, decisions: Value) -> String {
-        let (status, body) = self
-            .post(
-                &format!("/sessions/{session}/decisions"),
-                json!({ "decisions": decisions }),
-            )
-            .await;
+        let path = format!("/sessions/{session}/decisions");
+        self.run_from(&path, json!({ "decisions": decisions }))
+            .await
+    }
+
+    /// Post `body` to `path`, which starts a run: accepted, the run's id.
+    async fn run_from(&self, path: &str, body: Value) -> String {
+        let (status, body) = self.post(path, body).await;
         assert_eq!(status, 202, "{body}");
         body["run_id"].as_str().expect("a run id").to_owned()
     }
+
     /// The run's events from after `last` (or the first), until `until` returns true for one
     /// (included) or the stream ends.
     async fn events(
