@@ -206,7 +206,7 @@ impl fmt::Display for ErrorKind {
 
 /// The error of every service in tower-agent.
 ///
-/// Cheap to clone (the source is shared). Its `Display` and `Debug` output never include
+/// A clone shares the source and copies the rest. Its `Display` and `Debug` output never include
 /// request bodies, headers or credentials: providers put only what is safe to log into the
 /// message.
 ///

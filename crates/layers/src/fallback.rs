@@ -280,7 +280,7 @@ where
 }
 
 /// What one model's call gave the chain.
-#[expect(
+#[allow(
     clippy::large_enum_variant,
     reason = "returned and matched at once, never stored"
 )]

@@ -15,7 +15,7 @@ use crate::lock;
 type ScriptFn = Box<dyn FnMut(&ModelRequest) -> Result<ModelResponse, Error> + Send>;
 
 /// One scripted answer.
-#[expect(
+#[allow(
     clippy::large_enum_variant,
     reason = "a script's queue holds answers: boxing each would only add a step"
 )]

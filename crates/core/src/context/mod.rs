@@ -56,7 +56,8 @@ struct Shared {
     session_id: Arc<str>,
     cancel: CancellationToken,
     events: EventSink,
-    /// Made at the first write: most runs keep no state, and every run has a context.
+    /// Made at the first write that leaves a value: most runs keep no state, and every run
+    /// has a context.
     state: Mutex<Option<Box<Map<String, Value>>>>,
     extensions: Mutex<Extensions>,
     /// Where a nested run belongs ([`RunContext::nested`]); boxed, as few runs are nested.
@@ -286,7 +287,17 @@ impl RunContext {
 
     /// Run `f` with the JSON state locked. Do not block or await inside.
     pub fn with_state<R>(&self, f: impl FnOnce(&mut Map<String, Value>) -> R) -> R {
-        f(lock(&self.shared.state).get_or_insert_with(Box::default))
+        let mut state = lock(&self.shared.state);
+        if let Some(state) = state.as_deref_mut() {
+            return f(state);
+        }
+        // None yet: kept only if `f` wrote something.
+        let mut fresh = Map::new();
+        let out = f(&mut fresh);
+        if !fresh.is_empty() {
+            *state = Some(Box::new(fresh));
+        }
+        out
     }
 
     /// Run `f` with the JSON state locked for reading (an empty map when none was written).
@@ -523,6 +534,27 @@ struct Resumed(Arc<crate::Decisions>);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A context keeps no state until something is written: reading makes none, a write
+    /// keeps it, and a copy for a builder method copies it.
+    #[test]
+    fn state_is_made_at_the_first_write() {
+        let ctx = RunContext::new();
+        let made = |ctx: &RunContext| lock(&ctx.shared.state).is_some();
+        assert!(ctx.with_state(|state| state.is_empty()));
+        assert_eq!(ctx.state::<i32>("k"), None);
+        ctx.absorb_state(Map::new());
+        assert!(ctx.state_snapshot().is_empty());
+        assert!(!made(&ctx), "reads made state");
+        ctx.set_state("k", 1);
+        assert!(made(&ctx));
+        let other = ctx.clone().with_run_id("other");
+        ctx.set_state("k", 2);
+        assert_eq!(
+            (ctx.state::<i32>("k"), other.state::<i32>("k")),
+            (Some(2), Some(1))
+        );
+    }
 
     #[test]
     fn an_extension_is_replaced_in_place_and_clones_handed_out_stay() {
