@@ -37,7 +37,7 @@ fn request(ctx: &RunContext) -> ModelRequest {
             .map(|i| Message::user(format!("message {i}: {}", "some words ".repeat(20))))
             .collect::<Vec<_>>(),
     );
-    req.options = GenerationOptions::new().max_tokens(1_000);
+    req.options = GenerationOptions::new().max_tokens(1_000).into();
     req.ctx = ctx.clone();
     req
 }
@@ -80,7 +80,7 @@ where
         for _ in 0..(iters - done).min(1_000) {
             history.push(Message::user("one more"));
             let mut req = ModelRequest::new(history.clone());
-            req.options = GenerationOptions::new().max_tokens(1_000);
+            req.options = GenerationOptions::new().max_tokens(1_000).into();
             req.ctx = if fresh_runs {
                 RunContext::new()
             } else {

@@ -76,7 +76,7 @@ pub(crate) enum Handoff {
 pub(crate) fn reference(mut messages: History, handoff: Handoff) -> History {
     let ctx = RunContext::new();
     let tools: Arc<[ToolSpec]> = Arc::from(Vec::new());
-    let options = GenerationOptions::default();
+    let options = Arc::new(GenerationOptions::default());
     let deltas = Deltas::default();
     for round in 1..=ROUNDS {
         let req = ModelRequest {

@@ -238,8 +238,9 @@ impl GenerationOptions {
 /// What the model service receives: system instructions, the history, the tools, options and
 /// the run context.
 ///
-/// Cloning is cheap: the history, the system prompt and the tool specs are shared. Editing
-/// any of them in a layer affects this request only (see [`History`]).
+/// Cloning is cheap: the history, the system prompt, the tool specs and the options are
+/// shared. Editing any of them in a layer affects this request only (see [`History`];
+/// [`ModelRequest::options_mut`] copies the options first when another request shares them).
 #[derive(Debug, Clone)]
 pub struct ModelRequest {
     /// System instructions.
@@ -248,8 +249,9 @@ pub struct ModelRequest {
     pub messages: History,
     /// The tools the model may call.
     pub tools: Arc<[ToolSpec]>,
-    /// Sampling and length settings.
-    pub options: GenerationOptions,
+    /// Sampling and length settings, shared by every request of the agent's runs that keeps
+    /// them: change them with [`ModelRequest::options_mut`].
+    pub options: Arc<GenerationOptions>,
     /// The run this call belongs to.
     pub ctx: RunContext,
     /// The way up for the call's streamed deltas: the filters layers put on, then the run's
@@ -304,11 +306,29 @@ impl ModelRequest {
             system: None,
             messages: messages.into(),
             tools: Arc::from(Vec::new()),
-            options: GenerationOptions::default(),
+            options: Arc::default(),
             ctx: RunContext::new(),
             deltas: Deltas::default(),
             cache: PromptCache::default(),
         }
+    }
+
+    /// The options of this request, to change: copied first when another request shares
+    /// them (the agent's own stay as they are).
+    ///
+    /// ```
+    /// use tower_agent_core::{GenerationOptions, ModelRequest};
+    ///
+    /// let mut req = ModelRequest::new(vec![]);
+    /// req.options = GenerationOptions::new().temperature(0.2).into();
+    /// let shared = req.clone();
+    /// req.options_mut().max_tokens = Some(100);
+    /// assert_eq!(req.options.max_tokens, Some(100));
+    /// assert_eq!(shared.options.max_tokens, None);
+    /// assert_eq!(shared.options.temperature, Some(0.2));
+    /// ```
+    pub fn options_mut(&mut self) -> &mut GenerationOptions {
+        Arc::make_mut(&mut self.options)
     }
 
     /// Pass a streamed piece of the answer up through the layers' filters to the run's

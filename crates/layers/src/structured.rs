@@ -52,7 +52,7 @@
 //!     "required": ["city", "days"]
 //! }));
 //! let mut req = ModelRequest::new(vec![Message::user("Plan a trip.")]);
-//! req.options = GenerationOptions::new().response_format(format);
+//! req.options = GenerationOptions::new().response_format(format).into();
 //!
 //! let res = StructuredLayer::new().layer(model.clone()).oneshot(req).await?;
 //! assert_eq!(res.message.text(), r#"{"city": "Paris", "days": 3}"#);

@@ -35,7 +35,7 @@ fn request(format: Option<ResponseFormat>) -> (ModelRequest, EventRecorder) {
     let recorder = EventRecorder::new();
     let mut request = ModelRequest::new(vec![Message::user("Plan a trip.")]);
     if let Some(format) = format {
-        request.options = GenerationOptions::new().response_format(format);
+        request.options = GenerationOptions::new().response_format(format).into();
     }
     request.ctx = RunContext::new()
         .with_observer(recorder.clone())

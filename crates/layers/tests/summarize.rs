@@ -578,7 +578,7 @@ async fn in_the_stack_the_summary_is_asked_with_the_requests_own_prefix() {
     let (mut req, _ctx, recorder) = request(chat(12));
     req.system = Some("You help.".into());
     req.tools = vec![tower_agent_core::ToolSpec::new("ls", "List.", json!({}))].into();
-    req.options.response_format = Some(tower_agent_core::ResponseFormat::json_schema(
+    req.options_mut().response_format = Some(tower_agent_core::ResponseFormat::json_schema(
         "answer",
         json!({ "type": "object" }),
     ));
@@ -710,7 +710,7 @@ async fn in_the_stack_a_forced_tool_is_relaxed_and_the_summarys_tokens_count() {
         })
     });
     let (mut req, _ctx, _recorder) = request(chat(12));
-    req.options.tool_choice = Some(tower_agent_core::ToolChoice::Required);
+    req.options_mut().tool_choice = Some(tower_agent_core::ToolChoice::Required);
     let layer = SummarizeLayer::in_stack()
         .trigger(Trigger::messages(10))
         .keep(Keep::messages(4));

@@ -98,7 +98,7 @@ pub(crate) const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// `req` with `max_tokens` set when it sets none.
 fn with_max_tokens(mut req: ModelRequest, max_tokens: u32) -> ModelRequest {
     if req.options.max_tokens.is_none() {
-        req.options.max_tokens = Some(max_tokens);
+        req.options_mut().max_tokens = Some(max_tokens);
     }
     req
 }

@@ -167,7 +167,7 @@ async fn streaming_with_usage_through_the_openai_and_the_anthropic_endpoints() {
         let mut req = ModelRequest::new(vec![Message::user(
             "What is the capital of France? Answer in one sentence.",
         )]);
-        req.options = brief();
+        req.options = brief().into();
         req.ctx = RunContext::new().with_observer(recorder.clone());
         (req, recorder)
     };
@@ -434,7 +434,7 @@ async fn a_stalled_server_times_out() {
     llama.signal("-STOP");
     let model = llama.openai().idle_timeout(Duration::from_secs(2));
     let mut req = ModelRequest::new(vec![Message::user("Hello?")]);
-    req.options = brief();
+    req.options = brief().into();
     let started = Instant::now();
     let err = model.oneshot(req).await.expect_err("stalled");
     llama.signal("-CONT");
@@ -509,7 +509,8 @@ async fn a_response_format_holds_the_real_model_to_its_schema() {
     req.options = GenerationOptions::new()
         .temperature(0.0)
         .max_tokens(64)
-        .response_format(format);
+        .response_format(format)
+        .into();
     req.ctx = RunContext::new().with_observer(recorder.clone());
     // The server turns the schema into a grammar; the layer checks what came back.
     let model = tower::Layer::layer(&StructuredLayer::new(), llama.openai());

@@ -204,7 +204,9 @@ impl ModelJudge {
     ) -> Result<String, Error> {
         let mut req = ModelRequest::new(messages);
         req.system = Some(Arc::clone(&self.prompt));
-        req.options = GenerationOptions::new().response_format(verdict_format());
+        req.options = GenerationOptions::new()
+            .response_format(verdict_format())
+            .into();
         req.ctx = ctx.side_call();
         let res = self.model.ask(req).await?;
         // The loop adds the judge's tokens to the workflow's usage.

@@ -15,7 +15,7 @@ const PRICE: ModelPrice = ModelPrice::per_million(1.0, 0.1, 10.0);
 
 fn request(ctx: &RunContext, max_tokens: u32) -> ModelRequest {
     let mut req = ModelRequest::new(vec![Message::user("hi")]);
-    req.options = GenerationOptions::new().max_tokens(max_tokens);
+    req.options = GenerationOptions::new().max_tokens(max_tokens).into();
     req.ctx = ctx.clone();
     req
 }

@@ -134,10 +134,8 @@ async fn ask(
 ) -> (Option<Arc<[String]>>, Usage) {
     let mut request = ModelRequest::new(vec![Message::user(prompt(config, &req.tools, asked))]);
     request.system = Some(SYSTEM.into());
-    request.options = GenerationOptions::new().response_format(ResponseFormat::json_schema(
-        "tool_selection",
-        schema(&req.tools),
-    ));
+    let format = ResponseFormat::json_schema("tool_selection", schema(&req.tools));
+    request.options = GenerationOptions::new().response_format(format).into();
     request.ctx = req.ctx.side_call();
     let answer = match model.ask(request).await {
         Ok(answer) => answer,

@@ -69,9 +69,7 @@ async fn a_closure_chooses_and_named_tools_are_always_kept_in_their_order() {
     assert_eq!(offered_through(&nothing, request("hi", &ctx)).await, TOOLS);
     // A tool the request forces is kept.
     let mut forced = request("hi", &ctx);
-    forced.options = forced
-        .options
-        .tool_choice(tower_agent_core::ToolChoice::Tool("email".into()));
+    forced.options_mut().tool_choice = Some(tower_agent_core::ToolChoice::Tool("email".into()));
     let math = ToolSelectLayer::by(|_req: &ModelRequest| vec!["math".to_string()]);
     assert_eq!(offered_through(&math, forced).await, ["email", "math"]);
 }

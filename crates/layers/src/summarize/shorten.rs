@@ -373,14 +373,14 @@ async fn in_stack(
     let mut messages = req.messages.as_slice()[..cut].to_vec();
     messages.push(Message::user(format!("{IN_STACK}\n\n{}", config.prompt)));
     ask.messages = History::from(messages);
-    ask.options.response_format = None;
+    ask.options_mut().response_format = None;
     // A forced tool would make every summary a call; the cached history is lost then, not
     // the summary.
     if matches!(
         ask.options.tool_choice,
         Some(ToolChoice::Required | ToolChoice::Tool(_))
     ) {
-        ask.options.tool_choice = Some(ToolChoice::None);
+        ask.options_mut().tool_choice = Some(ToolChoice::None);
     }
     ask.ctx = req.ctx.side_call();
     ask.deltas = Default::default();
@@ -395,7 +395,7 @@ async fn summarize(
     bound: usize,
     spent: &mut Usage,
 ) -> Result<String, Error> {
-    req.options.max_tokens = Some(u32::try_from(bound).unwrap_or(u32::MAX));
+    req.options_mut().max_tokens = Some(u32::try_from(bound).unwrap_or(u32::MAX));
     let failed = |error: Error| {
         Error::new(error.kind(), format!("summarization failed: {error}")).with_source(error)
     };

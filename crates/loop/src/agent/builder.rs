@@ -77,8 +77,8 @@ pub struct AgentConfig {
     pub tool_specs: Option<Arc<[ToolSpec]>>,
     /// The system instructions of every model call.
     pub system: Option<Arc<str>>,
-    /// The generation options of every model call.
-    pub options: GenerationOptions,
+    /// The generation options of every model call (each request shares them).
+    pub options: Arc<GenerationOptions>,
     /// Start calls to read-only tools while the model still streams
     /// ([`AgentBuilder::early_tool_start`]).
     pub early_tool_start: bool,
@@ -99,7 +99,7 @@ impl Default for AgentConfig {
             tool_execution: ToolExecution::Sequential,
             tool_specs: None,
             system: None,
-            options: GenerationOptions::default(),
+            options: Arc::default(),
             early_tool_start: false,
             truncation: Truncation::Stop,
             name: None,
@@ -187,7 +187,7 @@ impl AgentBuilder {
 
     /// The generation options of every model call.
     pub fn options(mut self, options: GenerationOptions) -> Self {
-        self.config.options = options;
+        self.config.options = Arc::new(options);
         self
     }
 

@@ -286,8 +286,10 @@ where
         // The request lives in this block only: a local moved into the call would keep its
         // place in the run's future while the call runs.
         let (calling, early) = {
-            let mut options = self.config.options.clone();
-            options.max_tokens = max_tokens;
+            let mut options = Arc::clone(&self.config.options);
+            if options.max_tokens != max_tokens {
+                Arc::make_mut(&mut options).max_tokens = max_tokens;
+            }
             let mut request = ModelRequest {
                 system: self.config.system.clone(),
                 messages: self.session.history.clone(),
@@ -475,7 +477,7 @@ where
         } else if cancelled {
             Some(ToolResult::CANCELLED.to_owned())
         } else {
-            stop.as_ref().map(not_executed)
+            stop.as_deref().map(not_executed)
         };
         let closed = closing.is_some() && !interrupts.is_empty();
         if let Some(content) = closing.filter(|_| closed) {
@@ -498,7 +500,7 @@ where
             return Ok(Some(cancelled_outcome()));
         }
         if let Some(reason) = stop {
-            return Ok(Some(stopped(reason)));
+            return Ok(Some(stopped(*reason)));
         }
         if !interrupts.is_empty() {
             return Ok(Some(Outcome::Interrupted { interrupts }));

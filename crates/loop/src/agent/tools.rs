@@ -27,7 +27,8 @@ pub(super) struct RoundTools {
     pub(super) interrupts: Vec<Interrupt>,
     /// Tokens the tools used (sub-agents).
     pub(super) usage: Usage,
-    pub(super) stop: Option<StopReason>,
+    /// Boxed: rare, and every run's future holds a round's `RoundTools` while a tool runs.
+    pub(super) stop: Option<Box<StopReason>>,
     pub(super) cancelled: bool,
     pub(super) error: Option<Error>,
     /// The results went into the history in call order (every call of a message, one after
@@ -614,7 +615,7 @@ fn absorb(
                     return None;
                 }
                 ToolAction::Stop(reason) => {
-                    out.stop.get_or_insert(reason);
+                    out.stop.get_or_insert_with(|| Box::new(reason));
                 }
                 _ => {}
             }

@@ -194,7 +194,7 @@ fn turns_alternate_and_thinking_goes_back() {
     ]);
     req.system = Some("sys".into());
     // The provider sets a request's `max_tokens` when it has none (4096 by default).
-    req.options.max_tokens = Some(1000);
+    req.options_mut().max_tokens = Some(1000);
     let body: Value = serde_json::from_slice(
         &encode::body(&wire().0, &wire().1, &req, false, None).expect("encodes"),
     )
@@ -342,7 +342,7 @@ fn an_error_event_inside_a_200_stream_is_typed() {
 fn a_response_format_goes_as_the_output_config() {
     let mut req = ModelRequest::new(vec![Message::user("judge")]);
     let schema = json!({"type": "object", "properties": {"done": {"type": "boolean"}}});
-    req.options.response_format = Some(tower_agent_core::ResponseFormat::json_schema(
+    req.options_mut().response_format = Some(tower_agent_core::ResponseFormat::json_schema(
         "verdict",
         schema.clone(),
     ));

@@ -111,11 +111,11 @@ fn empty_candidates_and_cut_streams_are_errors() {
 fn a_response_format_goes_as_a_json_mime_type_and_schema() {
     let mut req = ModelRequest::new(vec![Message::user("judge")]);
     let schema = json!({"type": "object", "properties": {"done": {"type": "boolean"}}});
-    req.options.response_format = Some(tower_agent_core::ResponseFormat::json_schema(
+    req.options_mut().response_format = Some(tower_agent_core::ResponseFormat::json_schema(
         "verdict",
         schema.clone(),
     ));
-    req.options.temperature = Some(0.0);
+    req.options_mut().temperature = Some(0.0);
     let endpoint = Endpoint {
         model: "g".into(),
         base_url: "http://x".into(),

@@ -46,8 +46,8 @@ fn a_conversation_with_calls_and_results() {
         "adds",
         json!({"type": "object"}),
     )]);
-    req.options.max_tokens = Some(100);
-    req.options.tool_choice = Some(ToolChoice::Tool("add".into()));
+    req.options_mut().max_tokens = Some(100);
+    req.options_mut().tool_choice = Some(ToolChoice::Tool("add".into()));
     assert_eq!(
         encoded(&req),
         json!({
@@ -186,7 +186,7 @@ fn a_broken_stream_is_an_error() {
 #[test]
 fn openai_s_own_api_takes_the_length_limit_as_max_completion_tokens() {
     let mut req = ModelRequest::new(vec![Message::user("hi")]);
-    req.options.max_tokens = Some(64);
+    req.options_mut().max_tokens = Some(64);
     for (base, key) in [
         ("https://api.openai.com/v1", "max_completion_tokens"),
         (
@@ -258,7 +258,7 @@ fn a_later_round_reuses_the_bytes_of_the_messages_its_history_kept() {
 fn a_response_format_goes_as_a_json_schema() {
     let mut req = ModelRequest::new(vec![Message::user("judge")]);
     let schema = json!({"type": "object", "properties": {"done": {"type": "boolean"}}});
-    req.options.response_format =
+    req.options_mut().response_format =
         Some(tower_agent_core::ResponseFormat::json_schema("verdict", schema.clone()).strict(true));
     assert_eq!(
         encoded(&req)["response_format"],
@@ -267,7 +267,7 @@ fn a_response_format_goes_as_a_json_schema() {
             "json_schema": {"name": "verdict", "schema": schema, "strict": true}
         })
     );
-    req.options.response_format = None;
+    req.options_mut().response_format = None;
     assert!(encoded(&req).get("response_format").is_none());
 }
 
