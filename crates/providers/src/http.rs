@@ -35,8 +35,6 @@ pub(crate) struct Client<W> {
     pub(crate) price: Option<ModelPrice>,
     /// Where this provider keeps a run's encoded messages (its own, not another provider's).
     pub(crate) encoded: encode::KeptKey,
-    /// The `max_tokens` of a request that sets none.
-    pub(crate) max_tokens: u32,
     /// Fields the host adds to every request body.
     pub(crate) extra_body: ExtraBody,
 }
@@ -95,14 +93,6 @@ impl std::fmt::Debug for ExtraBody {
 /// short of a runaway that streams to the end of the context.
 pub(crate) const DEFAULT_MAX_TOKENS: u32 = 4096;
 
-/// `req` with `max_tokens` set when it sets none.
-fn with_max_tokens(mut req: ModelRequest, max_tokens: u32) -> ModelRequest {
-    if req.options.max_tokens.is_none() {
-        req.options_mut().max_tokens = Some(max_tokens);
-    }
-    req
-}
-
 impl<W> Client<W> {
     /// A streaming client of `wire` to `endpoint` with the default HTTP client and timeouts.
     pub(crate) fn new(wire: W, endpoint: Endpoint) -> Self {
@@ -116,7 +106,6 @@ impl<W> Client<W> {
             capture_content: false,
             price: None,
             encoded: encode::KeptKey::new(),
-            max_tokens: DEFAULT_MAX_TOKENS,
             extra_body: ExtraBody::default(),
         }
     }
@@ -143,7 +132,6 @@ pub(crate) fn call<W: Format>(
     client: Arc<Client<W>>,
     req: ModelRequest,
 ) -> BoxFuture<'static, Result<ModelResponse, Error>> {
-    let req = with_max_tokens(req, client.max_tokens);
     let span = telemetry::span::<W>(&client.endpoint, client.capture_content, &req);
     let record = span.clone();
     Box::pin(
@@ -551,9 +539,8 @@ pub(crate) fn request_body<W: Format>(
     client: &Client<W>,
     req: &ModelRequest,
 ) -> Result<Vec<u8>, Error> {
-    let req = with_max_tokens(req.clone(), client.max_tokens);
     let across = Some(&client.encoded);
-    let body = encode::body(&client.wire, &client.endpoint, &req, client.stream, across)?;
+    let body = encode::body(&client.wire, &client.endpoint, req, client.stream, across)?;
     Ok(client.extra_body.add_to(body))
 }
 

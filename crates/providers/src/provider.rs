@@ -75,6 +75,7 @@ impl<W: Wire> Provider<W> {
             model: model.into(),
             base_url: W::base_url_of(&base_url),
             key: ApiKey::from_env(W::SPEC.key_env),
+            max_tokens: crate::http::DEFAULT_MAX_TOKENS,
         };
         Self {
             client: Arc::new(Client::new(W::default(), endpoint)),
@@ -202,7 +203,7 @@ impl<W: Wire> Provider<W> {
     /// cut off ([`FinishReason::Length`](tower_agent_core::FinishReason::Length)), which the
     /// agent never acts on as complete.
     pub fn max_tokens(self, max_tokens: u32) -> Self {
-        self.edit(|c| c.max_tokens = max_tokens.max(1))
+        self.edit(|c| c.endpoint.max_tokens = max_tokens.max(1))
     }
 
     /// Fields added to every request body, for what this library does not model: OpenAI's

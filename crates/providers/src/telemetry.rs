@@ -25,7 +25,7 @@ pub(crate) fn span<W: Format>(
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = W::SPEC.gen_ai_provider,
         gen_ai.request.model = model,
-        gen_ai.request.max_tokens = req.options.max_tokens.map(i64::from),
+        gen_ai.request.max_tokens = i64::from(endpoint.max_tokens(req)),
         gen_ai.request.temperature = req.options.temperature.map(f64::from),
         gen_ai.request.top_p = req.options.top_p.map(f64::from),
         server.address = address.as_deref(),

@@ -44,6 +44,15 @@ pub struct Endpoint {
     /// As the requests need it ([`Format::base_url_of`]).
     pub(crate) base_url: String,
     pub(crate) key: Option<ApiKey>,
+    /// The `max_tokens` of a request whose options set none.
+    pub(crate) max_tokens: u32,
+}
+
+impl Endpoint {
+    /// The length limit `req` goes with: its own, else this endpoint's.
+    pub(crate) fn max_tokens(&self, req: &ModelRequest) -> u32 {
+        req.options.max_tokens.unwrap_or(self.max_tokens)
+    }
 }
 
 /// The model, and the base URL without its query; never the key's value.

@@ -172,7 +172,7 @@ impl Format for AnthropicWire {
     fn frame(&self, endpoint: &Endpoint, req: &ModelRequest, stream: bool) -> Result<Frame, Error> {
         frame(
             &endpoint.model,
-            crate::http::DEFAULT_MAX_TOKENS,
+            endpoint.max_tokens,
             self.cache,
             req,
             stream,

@@ -17,6 +17,7 @@ fn wire() -> (AnthropicWire, Endpoint) {
         model: "claude".into(),
         base_url: "http://x".into(),
         key: None,
+        max_tokens: crate::http::DEFAULT_MAX_TOKENS,
     };
     (AnthropicWire { cache: None }, endpoint)
 }

@@ -127,11 +127,11 @@ impl Format for GeminiWire {
 
     fn frame(
         &self,
-        _endpoint: &Endpoint,
+        endpoint: &Endpoint,
         req: &ModelRequest,
         _stream: bool,
     ) -> Result<Frame, Error> {
-        frame(req)
+        frame(req, endpoint.max_tokens(req))
     }
 
     fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Items, Error> {

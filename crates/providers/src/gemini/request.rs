@@ -28,12 +28,12 @@ pub(super) fn encode_message(message: &Message, out: &mut Vec<u8>) -> Result<Ite
 /// The body around the contents. A request that names a context cache
 /// ([`PromptCache::stored`](tower_agent_core::PromptCache::stored)) sends its name instead of
 /// the prefix (system instruction, tools, tool config): the API refuses both at once.
-pub(super) fn frame(req: &ModelRequest) -> Result<Frame, Error> {
+pub(super) fn frame(req: &ModelRequest, max_tokens: u32) -> Result<Frame, Error> {
     let mut body = match &req.cache.stored {
         Some(name) => Map::from_iter([("cachedContent".to_owned(), Value::from(&**name))]),
         None => prefix(req),
     };
-    body.extend(options(req));
+    body.extend(options(req, max_tokens));
     Frame::around(&Map::new(), "contents", &Value::Object(body), PROVIDER)
 }
 
@@ -91,7 +91,7 @@ pub(super) fn prefix(req: &ModelRequest) -> Map<String, Value> {
 }
 
 /// The generation options.
-fn options(req: &ModelRequest) -> Map<String, Value> {
+fn options(req: &ModelRequest, max_tokens: u32) -> Map<String, Value> {
     let options = &req.options;
     let mut body = Map::new();
     let mut generation = Map::new();
@@ -101,9 +101,7 @@ fn options(req: &ModelRequest) -> Map<String, Value> {
     if let Some(p) = options.top_p {
         generation.insert("topP".into(), json!(p));
     }
-    if let Some(n) = options.max_tokens {
-        generation.insert("maxOutputTokens".into(), json!(n));
-    }
+    generation.insert("maxOutputTokens".into(), json!(max_tokens));
     if !options.stop.is_empty() {
         generation.insert("stopSequences".into(), json!(options.stop));
     }

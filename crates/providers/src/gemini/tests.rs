@@ -30,6 +30,7 @@ fn signatures_go_back_on_their_part() {
         model: "g".into(),
         base_url: "http://x".into(),
         key: None,
+        max_tokens: crate::http::DEFAULT_MAX_TOKENS,
     };
     let wire = GeminiWire::default();
     let body: Value = serde_json::from_slice(
@@ -43,7 +44,8 @@ fn signatures_go_back_on_their_part() {
                 {"role": "user", "parts": [{"text": "list"}]},
                 {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {"path": "."}, "id": "c1"}, "thoughtSignature": "SIG"}]},
                 {"role": "user", "parts": [{"functionResponse": {"name": "ls", "id": "c1", "response": {"error": "denied"}}}]}
-            ]
+            ],
+            "generationConfig": {"maxOutputTokens": 4096}
         })
     );
 }
@@ -120,6 +122,7 @@ fn a_response_format_goes_as_a_json_mime_type_and_schema() {
         model: "g".into(),
         base_url: "http://x".into(),
         key: None,
+        max_tokens: crate::http::DEFAULT_MAX_TOKENS,
     };
     let body: Value = serde_json::from_slice(
         &encode::body(&GeminiWire::default(), &endpoint, &req, false, None).expect("encodes"),
@@ -129,6 +132,7 @@ fn a_response_format_goes_as_a_json_mime_type_and_schema() {
         body["generationConfig"],
         json!({
             "temperature": 0.0,
+            "maxOutputTokens": 4096,
             "responseMimeType": "application/json",
             "responseJsonSchema": schema
         })

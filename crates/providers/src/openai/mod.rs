@@ -161,6 +161,7 @@ impl Format for OpenAiWire {
             .unwrap_or_else(|| is_openai_api(&endpoint.base_url));
         frame(
             &endpoint.model,
+            endpoint.max_tokens(req),
             req,
             stream,
             is_openai(&endpoint.base_url),

@@ -100,12 +100,13 @@ struct WireToolSpec<'a> {
 /// `max_completion_tokens` (OpenAI's own API) rather than `max_tokens` (every other server).
 pub(super) fn frame(
     model: &str,
+    max_tokens: u32,
     req: &ModelRequest,
     stream: bool,
     completion_tokens: bool,
     cache_key: bool,
 ) -> Result<Frame, Error> {
-    let mut rest = rest(req, stream, completion_tokens);
+    let mut rest = rest(req, max_tokens, stream, completion_tokens);
     // A context with no session has no key worth sharing.
     if cache_key && !req.ctx.session_id().is_empty() {
         rest.prompt_cache_key = Some(req.ctx.session_id());
@@ -121,7 +122,7 @@ pub(super) fn frame(
     Ok(frame)
 }
 
-fn rest(req: &ModelRequest, stream: bool, completion_tokens: bool) -> Rest<'_> {
+fn rest(req: &ModelRequest, max_tokens: u32, stream: bool, completion_tokens: bool) -> Rest<'_> {
     let options = &req.options;
     Rest {
         tools: req
@@ -160,8 +161,8 @@ fn rest(req: &ModelRequest, stream: bool, completion_tokens: bool) -> Rest<'_> {
             }),
         temperature: options.temperature,
         top_p: options.top_p,
-        max_tokens: options.max_tokens.filter(|_| !completion_tokens),
-        max_completion_tokens: options.max_tokens.filter(|_| completion_tokens),
+        max_tokens: (!completion_tokens).then_some(max_tokens),
+        max_completion_tokens: completion_tokens.then_some(max_tokens),
         stop: &options.stop,
         stream,
         stream_options: stream.then_some(StreamOptions {

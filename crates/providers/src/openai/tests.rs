@@ -18,6 +18,7 @@ fn encoded(req: &ModelRequest) -> Value {
         model: "m".into(),
         base_url: "http://x/v1".into(),
         key: None,
+        max_tokens: crate::http::DEFAULT_MAX_TOKENS,
     };
     let body = encode::body(&OpenAiWire::default(), &endpoint, req, true, None);
     serde_json::from_slice(&body.expect("encodes")).expect("json")
@@ -200,6 +201,7 @@ fn openai_s_own_api_takes_the_length_limit_as_max_completion_tokens() {
             model: "m".into(),
             base_url: base.into(),
             key: None,
+            max_tokens: crate::http::DEFAULT_MAX_TOKENS,
         };
         let wire = OpenAiWire::default();
         let body: Value = serde_json::from_slice(
@@ -222,6 +224,7 @@ fn a_later_round_reuses_the_bytes_of_the_messages_its_history_kept() {
         model: "m".into(),
         base_url: "http://x/v1".into(),
         key: None,
+        max_tokens: crate::http::DEFAULT_MAX_TOKENS,
     };
     let wire = OpenAiWire::default();
     let mut req = ModelRequest::new(vec![Message::user("first"), Message::assistant("two")]);
