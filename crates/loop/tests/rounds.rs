@@ -355,3 +355,53 @@ async fn concurrent_rounds_stop_interrupt_and_fail_like_sequential_ones() {
     assert_eq!(err.kind(), ErrorKind::Observer);
     assert_valid_history(&err.take_session().unwrap().history);
 }
+
+/// The agent's options are shared by its requests, never copied a round: a layer that changes
+/// one request's (`options_mut`) changes that request only, not the next round's nor the
+/// agent's.
+#[tokio::test]
+async fn a_layer_changing_one_requests_options_leaves_the_agents() {
+    use tower_agent_core::{Flow, GenerationOptions, before_model};
+
+    let script = || {
+        [
+            ModelResponse::tool_calls([call("c1", "add", json!({"a": 1, "b": 2}))]),
+            ModelResponse::tool_calls([call("c2", "add", json!({"a": 3, "b": 4}))]),
+            ModelResponse::text("done"),
+        ]
+    };
+    let model = ScriptedModel::new(script().into_iter().chain(script()));
+    let hot = tower::ServiceBuilder::new()
+        .layer(before_model(|mut req: ModelRequest| async move {
+            if req.ctx.round() == 1 {
+                req.options_mut().temperature = Some(0.9);
+            }
+            Ok(Flow::Continue(req))
+        }))
+        .service(model.clone());
+    let agent = Agent::builder()
+        .options(GenerationOptions::new().temperature(0.1).max_tokens(50))
+        .build(hot, calculator());
+    for _ in 0..2 {
+        let res = agent
+            .clone()
+            .oneshot(AgentRequest::new(Session::new(), "go"))
+            .await
+            .unwrap();
+        assert_eq!(res.rounds, 3);
+    }
+    let requests = model.requests();
+    assert_eq!(requests.len(), 6);
+    let temperatures: Vec<_> = requests.iter().map(|r| r.options.temperature).collect();
+    let expected = [Some(0.9), Some(0.1), Some(0.1)];
+    assert_eq!(temperatures, [expected, expected].concat());
+    assert!(requests.iter().all(|r| r.options.max_tokens == Some(50)));
+    // The rounds the layer left alone, of both runs, point at the agent's options.
+    for r in [2, 4, 5] {
+        assert!(
+            Arc::ptr_eq(&requests[1].options, &requests[r].options),
+            "{r}"
+        );
+    }
+    assert!(!Arc::ptr_eq(&requests[0].options, &requests[1].options));
+}
